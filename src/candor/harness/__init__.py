@@ -1,0 +1,1 @@
+"""The candor harness: a pure library around pydantic-ai; it never imports candor.service."""
