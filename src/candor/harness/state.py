@@ -122,3 +122,27 @@ class HarnessState(_Detached):
 
     def _environment_ref(self) -> dict[str, JsonValue]:
         return self.__dict__["environment"]
+
+
+def _trusted_state(
+    *,
+    thread_id: str,
+    message_history: tuple[ModelMessage, ...],
+    capabilities: dict[str, CapabilityState],
+    environment: dict[str, JsonValue],
+) -> HarnessState:
+    """Build a state from values the harness already owns and validated (no copies on the hot path).
+
+    The messages must be objects no one else holds a reference to: the stream's canonical history.
+    """
+    ensure_finite_json(environment, where="environment data")
+    return HarnessState.model_construct(
+        schema_version="1",
+        thread_id=thread_id,
+        message_history=message_history,
+        capabilities=capabilities,
+        environment=environment,
+    )
+
+
+HarnessState._trusted = staticmethod(_trusted_state)  # type: ignore[attr-defined]

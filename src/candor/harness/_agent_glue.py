@@ -1,0 +1,152 @@
+"""The only module that touches pydantic-ai internals-adjacent surfaces: hooks, nodes and the prepared tool surface.
+
+Everything pydantic-ai-version-specific that the harness relies on is here, so an upgrade of the pinned
+pydantic-ai-slim has one place to look at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import CallDeferred, DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ModelAPIError, ModelConnectionError, ModelHTTPError, ModelRequestTimeout
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.run import AgentRun
+from pydantic_ai.tools import RunContext, ToolDefinition
+
+from .deferred import DEFERRED_FUNCTION_ID_METADATA_KEY
+from .results import SafeFailure
+
+__all__ = (
+    "deferred_output_type",
+    "prepared_surface",
+    "output_tool_names",
+    "model_streams",
+    "classify_agent_exception",
+    "HarnessCapability",
+)
+
+DENIED_UNSUPPORTED_MESSAGE = "This tool call needs a person or an outside system, which this run cannot wait for."
+
+
+def deferred_output_type(agent: AbstractAgent[Any, Any]) -> Any:
+    """The agent's own output type plus `DeferredToolRequests` (spec §3.5: the agent need not declare it)."""
+    output_type = agent.output_type
+    members = list(output_type) if isinstance(output_type, (list, tuple)) else [output_type]
+    if DeferredToolRequests not in members:
+        members.append(DeferredToolRequests)
+    return members
+
+
+def prepared_surface(run: AgentRun[Any, Any]) -> dict[str, ToolDefinition]:
+    """Tool name → definition as prepared for this run step (agent toolsets, run toolsets, capabilities)."""
+    manager = run.ctx.deps.tool_manager
+    tools = manager.tools or {}
+    return {name: tool.tool_def for name, tool in tools.items() if tool.tool_def.kind != "output"}
+
+
+def output_tool_names(run: AgentRun[Any, Any]) -> frozenset[str]:
+    tools = run.ctx.deps.tool_manager.tools or {}
+    return frozenset(name for name, tool in tools.items() if tool.tool_def.kind == "output")
+
+
+def args_validator(run: AgentRun[Any, Any], tool_name: str) -> Any | None:
+    """The pydantic validator of a tool's arguments in this run's surface (H-75)."""
+    tools = run.ctx.deps.tool_manager.tools or {}
+    tool = tools.get(tool_name)
+    return None if tool is None else tool.args_validator
+
+
+def model_streams(agent: AbstractAgent[Any, Any]) -> bool:
+    """Whether model requests can be streamed: a `FunctionModel` without `stream_function` cannot."""
+    model = getattr(agent, "model", None)
+    return not (isinstance(model, FunctionModel) and model.stream_function is None)
+
+
+def classify_agent_exception(exc: BaseException) -> SafeFailure:
+    """H-31: a foreign exception that escaped the agent → a safe failure; the message is never copied."""
+    details = {"error_type": type(exc).__name__}
+    transient = False
+    if isinstance(exc, ModelHTTPError):
+        transient = exc.status_code in (408, 429) or exc.status_code >= 500
+    elif isinstance(exc, (ModelConnectionError, ModelRequestTimeout, TimeoutError, ConnectionError)):
+        transient = True
+    elif isinstance(exc, ModelAPIError) and type(exc).__name__ in {
+        "ModelRateLimitError",
+        "ModelUnavailableError",
+        "ModelOverloadedError",
+        "ModelServerError",
+    }:
+        transient = True
+    if transient:
+        return SafeFailure(
+            code="model_unavailable",
+            message="The model provider is unavailable; a new run may succeed.",
+            details=details,
+            retry_hint="new_run",
+        )
+    return SafeFailure(
+        code="agent_run_failed",
+        message="The agent run raised an error; fix the failing tool, model or output code.",
+        details=details,
+        retry_hint="dependency_change",
+    )
+
+
+def function_id(tool_def: ToolDefinition) -> str:
+    """The stable identity of a local function tool, stamped on its deferrals (spec §5)."""
+    declared = (tool_def.metadata or {}).get(DEFERRED_FUNCTION_ID_METADATA_KEY)
+    return declared if isinstance(declared, str) and declared else tool_def.name
+
+
+@dataclass
+class HarnessCapability(AbstractCapability[Any]):
+    """candor's own per-run capability: deferral stamping and the no-deferral policy (H-84)."""
+
+    deferred_tools_supported: bool = True
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    async def prepare_tools(self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
+        if self.deferred_tools_supported:
+            return tool_defs
+        # H-84: external tools cannot be answered by a run that can never suspend.
+        return [tool_def for tool_def in tool_defs if tool_def.kind != "external"]
+
+    async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition, args: Any, handler: Any) -> Any:
+        try:
+            return await handler(args)
+        except CallDeferred as deferral:
+            if tool_def.kind == "function":
+                # Spec §5: deferrals of local function tools carry the tool's identity for H-74.
+                metadata = dict(deferral.metadata or {})
+                metadata.setdefault(DEFERRED_FUNCTION_ID_METADATA_KEY, function_id(tool_def))
+                deferral.metadata = metadata
+            raise
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[Any], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        if self.deferred_tools_supported:
+            return None
+        # H-84: every deferral is closed inside the run as denied.
+        return DeferredToolResults(
+            approvals={call.tool_call_id: ToolDenied(DENIED_UNSUPPORTED_MESSAGE) for call in requests.approvals},
+            calls={call.tool_call_id: ToolDenied(DENIED_UNSUPPORTED_MESSAGE) for call in requests.calls},
+        )
+
+
+def replace_request(node: Any, request: Any) -> Any:
+    """A copy of a `ModelRequestNode` that will send `request` instead."""
+    return dataclasses.replace(node, request=request)
+
+
+def surface_kinds(surface: Mapping[str, ToolDefinition]) -> dict[str, str]:
+    return {name: tool_def.kind for name, tool_def in surface.items()}

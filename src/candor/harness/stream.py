@@ -1,0 +1,502 @@
+"""RunStream: drives one run of the agent, stops at safe boundaries, and owns recovery and cleanup (spec §3.7).
+
+The run is driven node by node with `Agent.iter`. Every step runs in its own task so that `cancel()` can stop
+it at once; the events it produces are forwarded to the single consumer. The stream keeps its own append-only
+copy of the history (the *canonical* history): messages enter it at boundaries and are never changed after,
+which is what makes checkpoints append-only (H-39).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+from datetime import datetime, timezone
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from pydantic import TypeAdapter
+from pydantic_ai import CallToolsNode, DeferredToolRequests, ModelRequestNode
+from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserContent, UserPromptPart
+from pydantic_ai.usage import RunUsage, UsageLimits
+from pydantic_graph import End
+
+from . import _agent_glue as glue
+from ._recovery_start import OpenCallStart, start_open_calls
+from .bindings import RunBindings
+from .candidates import normalize_candidate
+from .capability_store import CapabilityStore
+from .deferred import DeferredToolResume
+from .errors import HarnessError, RunCleanupError, RunError, StateError
+from .events import BoundaryEvent, RunResultEvent
+from .history import last_response, unanswered_calls
+from .ids import new_run_id
+from .recovery import ToolRecovery
+from .results import RunResult, SafeFailure
+from .state import HarnessState
+
+if TYPE_CHECKING:
+    from .harness import Harness
+
+OutputT = TypeVar("OutputT")
+InputValue = str | Sequence[UserContent] | None
+
+USAGE_CAPABILITY_ID = "candor.usage"
+STEERING_CAPABILITY_ID = "candor.steering"
+_usage_adapter: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
+
+__all__ = ("RunStream", "USAGE_CAPABILITY_ID", "STEERING_CAPABILITY_ID")
+
+
+class RunStream(Generic[OutputT]):
+    """One run: an async context manager (entered once) and an async iterator of events (one consumer)."""
+
+    def __init__(
+        self,
+        harness: Harness[OutputT],
+        *,
+        input: InputValue,
+        input_factory: Callable[[], Awaitable[InputValue]] | None,
+        previous_state: HarnessState,
+        bindings: RunBindings,
+        tool_recovery: ToolRecovery,
+        deferred_resume: DeferredToolResume | None,
+        usage: RunUsage,
+        usage_limits: UsageLimits | None,
+    ) -> None:
+        self._harness = harness
+        self._input = input
+        self._input_factory = input_factory
+        self._previous = previous_state
+        self._bindings = bindings
+        self._tool_recovery = tool_recovery
+        self._batch = deferred_resume
+        self._usage_limits = usage_limits
+        self.thread_id = previous_state.thread_id
+        self.run_id = new_run_id()
+        self._usage = usage
+        self._store = CapabilityStore(previous_state._capabilities_ref())
+        self._environment: dict[str, Any] = dict(previous_state._environment_ref())
+        # canonical history: what earlier boundaries exported, never changed afterwards
+        self._history: list[ModelMessage] = list(previous_state._history_ref())
+        self._base_len = len(self._history)
+        self._snapshot: HarnessState | None = None
+        self._steer_queue: list[tuple[str | None, InputValue]] = []
+        self._steering_touched = False
+        self._incorporated: list[str] = []
+        self._boundary_index = 0
+        self._entered = False
+        self._iterating = False
+        self._in_next = False
+        self._closed = False
+        self._events: AsyncIterator[Any] | None = None
+        self._store_token: Any = None
+        self._step_task: asyncio.Task[Any] | None = None
+        self._cancel_requested = False
+        self._candidate: RunResult[OutputT] | None = None
+        self._pending_answer_ids: frozenset[str] = frozenset()
+        self.result: RunResult[OutputT] | None = None
+        self.outcome: RunResult[OutputT] | None = None
+        self._state_capture_failed = False
+
+    # -- public members --------------------------------------------------------------------------------
+    @property
+    def usage(self) -> RunUsage:
+        return copy.deepcopy(self._usage)
+
+    @property
+    def pending_deferred_input(self) -> DeferredToolResume | None:
+        """H-96: the accepted batch items history has not incorporated yet, as a recovery batch."""
+        if self._batch is None:
+            return None
+        remaining = self._batch.remaining(self._history)
+        if remaining is None:
+            return None
+        return DeferredToolResume(remaining.requests, remaining.results, recovery=True)
+
+    def cancel(self) -> None:
+        """H-105: end the run `cancelled` at the earliest point; running async tools are cancelled."""
+        self._cancel_requested = True
+        if self._step_task is not None and not self._step_task.done():
+            self._step_task.cancel()
+
+    async def steer(self, input: InputValue, *, key: str | None = None) -> None:
+        """H-104: queue user input; it enters history before the next model request."""
+        if not self._entered or self._closed:
+            raise RunError("steer() needs an active stream", code="run_not_active")
+        self._steer_queue.append((key, input))
+        self._record_steering()
+
+    async def export_state(self) -> HarnessState:
+        """The state of the latest safe boundary (H-98); saves nothing."""
+        if not self._entered:
+            raise StateError("the stream has not been entered yet", code="run_not_active")
+        if self._closed:
+            if self.outcome is None or self.outcome.state is None:
+                raise StateError("no state could be captured at shutdown", code="run_state_unavailable")
+            return self.outcome.state
+        assert self._snapshot is not None
+        return self._snapshot
+
+    # -- context manager and iterator -----------------------------------------------------------------
+    async def __aenter__(self) -> RunStream[OutputT]:
+        if self._entered:
+            raise RunError("a RunStream can be entered only once", code="run_stream_reused")
+        self._entered = True
+        self._store_token = self._store._activate()
+        self._snapshot = self._build_state(self._history)
+        self._events = self._drive()
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        await self._shutdown()
+
+    def __aiter__(self) -> RunStream[OutputT]:
+        if self._iterating:
+            raise RunError("a RunStream has a single consumer", code="run_stream_reused")
+        self._iterating = True
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._in_next:
+            raise RunError("concurrent __anext__ on a RunStream", code="run_stream_concurrent_next")
+        if not self._entered:
+            await self.__aenter__()
+        if self._closed or self._events is None:
+            raise StopAsyncIteration
+        self._in_next = True
+        try:
+            event = await self._events.__anext__()
+        except StopAsyncIteration:
+            await self._shutdown()
+            raise
+        except BaseException:
+            await self._shutdown(raised=True)
+            raise
+        finally:
+            self._in_next = False
+        if isinstance(event, RunResultEvent):
+            self.result = event.result
+        return event
+
+    async def _shutdown(self, *, raised: bool = False) -> None:
+        if self._closed:
+            return
+        causes: list[BaseException] = []
+        if self._events is not None:
+            try:
+                await self._events.aclose()  # type: ignore[attr-defined]
+            except BaseException as exc:  # noqa: BLE001 - every teardown failure is collected (H-101)
+                causes.append(exc)
+        if self._store_token is not None:
+            CapabilityStore._deactivate(self._store_token)
+            self._store_token = None
+        self._closed = True
+        if self.outcome is None and self._candidate is None and not raised:
+            # The consumer left before the end: the run is over, cancelled, with a safe candidate.
+            self._candidate = self._terminal_candidate("cancelled")
+        self.outcome = self._candidate
+        if causes:
+            self.result = None
+            raise RunCleanupError("the run's teardown failed", outcome=self._candidate, causes=tuple(causes))
+
+    # -- driving the run ------------------------------------------------------------------------------
+    async def _drive(self) -> AsyncIterator[Any]:
+        agent = self._harness.agent
+        user_input = await self._resolve_input()
+        if self._batch is not None and self._batch.recovery:
+            self._batch = self._batch.remaining(self._history)  # H-91: incorporated → no batch
+        await self._restore_environments()
+        history = self._history
+        last = last_response(history)
+        provider_suspended = last is not None and last.state == "suspended" and history and history[-1] is last
+        open_calls = [] if provider_suspended else unanswered_calls(history)
+        has_open_start = bool(open_calls) or (self._batch is not None and not self._batch.recovery)
+        if provider_suspended and user_input is not None:
+            self._steer_queue.append((None, user_input))  # H-59: pydantic-ai continues the response first
+            user_input = None
+        iter_prompt = None if has_open_start else user_input
+        try:
+            async with agent.iter(
+                iter_prompt,
+                message_history=copy.deepcopy(history),
+                output_type=glue.deferred_output_type(agent),
+                deps=self._bindings.deps,
+                toolsets=list(self._bindings.toolsets),
+                capabilities=[
+                    glue.HarnessCapability(deferred_tools_supported=self._bindings.deferred_tools_supported),
+                    *self._bindings.capabilities,
+                ],
+                usage=self._usage,
+                usage_limits=self._usage_limits,
+                run_id=self.run_id,
+                conversation_id=self.thread_id,
+            ) as run:
+                self._run = run
+                node: Any = run.next_node
+                if has_open_start:
+                    node = await self._await_step(run, node, stream_events=False)
+                    start: OpenCallStart = start_open_calls(
+                        run,
+                        history=history,
+                        batch=self._batch,
+                        mode=self._tool_recovery,
+                        user_input=user_input,
+                    )
+                    self._pending_answer_ids = start.pending_answer_ids
+                    if start.native_node is not None:
+                        async for event in self._step(run, start.native_node):
+                            yield event
+                        node = self._next_node
+                    else:
+                        node = None
+                    outcome = start.finish(run, node)
+                    if outcome.suspend is not None:
+                        self._append_new(outcome.messages)
+                        yield self._finish_suspended(outcome.suspend)
+                        return
+                    node = outcome.node
+                while not isinstance(node, End):
+                    if isinstance(node, ModelRequestNode):
+                        # A re-sent trailing request is already the canonical history's last message.
+                        resent = node.is_resuming_without_prompt
+                        if not resent:
+                            node = self._incorporate_steering(node)
+                        yield await self._boundary("model", run, pending_request=None if resent else node.request)
+                    elif isinstance(node, CallToolsNode) and node.model_response.tool_calls:
+                        yield await self._boundary("tool", run)
+                    async for event in self._step(run, node):
+                        yield event
+                    node = self._next_node
+                self._sync(run)
+                yield self._finish_end(run, node)
+        except asyncio.CancelledError:
+            if not self._cancel_requested:
+                raise
+            self._candidate = self._terminal_candidate("cancelled")
+            yield RunResultEvent(self._candidate)
+        except HarnessError:
+            raise
+        except UsageLimitExceeded as exc:
+            failure = SafeFailure(
+                code="usage_limit_exceeded", message="A usage limit of the run was exceeded.",
+                details={"error_type": type(exc).__name__},
+            )
+            self._candidate = self._terminal_candidate("failed", failure=failure)
+            yield RunResultEvent(self._candidate)
+        except Exception as exc:  # H-31: foreign exceptions end the run failed, with a state
+            self._candidate = self._terminal_candidate("failed", failure=glue.classify_agent_exception(exc))
+            yield RunResultEvent(self._candidate)
+
+    async def _resolve_input(self) -> InputValue:
+        if self._input_factory is None:
+            return self._input
+        try:
+            return await self._input_factory()
+        except Exception as exc:
+            raise RunError(
+                "the input factory raised", code="input_factory_failed", details={"error_type": type(exc).__name__}
+            ) from exc
+
+    async def _await_step(self, run: Any, node: Any, *, stream_events: bool) -> Any:
+        async for _ in self._step(run, node, stream_events=stream_events):
+            pass
+        return self._next_node
+
+    async def _step(self, run: Any, node: Any, *, stream_events: bool = True) -> AsyncIterator[Any]:
+        """Run one node in a cancellable task and forward its events as they come."""
+        if self._cancel_requested:
+            raise asyncio.CancelledError
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        streams = stream_events and (
+            isinstance(node, CallToolsNode) or (isinstance(node, ModelRequestNode) and glue.model_streams(run_agent(run, self)))
+        )
+
+        async def execute() -> Any:
+            if streams:
+                async with node.stream(run.ctx) as events:
+                    async for event in events:
+                        queue.put_nowait(event)
+            return await run.next(node)
+
+        task = asyncio.ensure_future(execute())
+        self._step_task = task
+        getter: asyncio.Task[Any] | None = None
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield getter.result()
+                    continue
+                getter.cancel()
+                while not queue.empty():
+                    yield queue.get_nowait()
+                self._next_node = task.result()
+                self._usage = run.usage
+                return
+        finally:
+            if getter is not None and not getter.done():
+                getter.cancel()
+            if not task.done():
+                task.cancel()
+                try:
+                    await task
+                except BaseException:  # noqa: BLE001 - the step's own error is reported elsewhere
+                    pass
+            self._step_task = None
+            self._usage = run.usage
+
+    # -- boundaries and history -----------------------------------------------------------------------
+    def _pyd_new(self, run: Any) -> list[ModelMessage]:
+        return list(run.new_messages())
+
+    def _append_new(self, messages: Sequence[ModelMessage]) -> None:
+        """Extend the canonical history with messages beyond what it already holds (append-only)."""
+        new_len = len(self._history) - self._base_len
+        for message in list(messages)[new_len:]:
+            self._history.append(copy.deepcopy(message))
+
+    def _sync(self, run: Any, pending_request: ModelRequest | None = None) -> None:
+        # pydantic-ai's new_messages() starts after the history it was given (a re-sent trailing request
+        # included), so it lines up with the canonical history's new part.
+        target = self._pyd_new(run)
+        if pending_request is not None:
+            target.append(pending_request)
+        self._append_new(target)
+
+    async def _boundary(
+        self, kind: Literal["model", "tool"], run: Any, *, pending_request: ModelRequest | None = None
+    ) -> BoundaryEvent:
+        if pending_request is not None and pending_request.timestamp is None:
+            pending_request = copy.deepcopy(pending_request)
+            pending_request.timestamp = datetime.now(timezone.utc)
+            pending_request.run_id = pending_request.run_id or self.run_id
+            pending_request.conversation_id = pending_request.conversation_id or self.thread_id
+        self._sync(run, pending_request)
+        self._write_usage()
+        await self._export_environments()
+        self._snapshot = self._build_state(self._history)
+        self._boundary_index += 1
+        keys, self._incorporated = tuple(self._incorporated), []
+        return BoundaryEvent(kind=kind, index=self._boundary_index, message_count=len(self._history), incorporated_keys=keys)
+
+    def _incorporate_steering(self, node: ModelRequestNode[Any, Any]) -> ModelRequestNode[Any, Any]:
+        if not self._steer_queue:
+            return node
+        parts = list(node.request.parts)
+        for key, content in self._steer_queue:
+            parts.append(UserPromptPart(content))  # type: ignore[arg-type]
+            if key is not None:
+                self._incorporated.append(key)
+        self._steer_queue = []
+        self._record_steering()
+        return glue.replace_request(node, dataclasses.replace(node.request, parts=parts))
+
+    def _record_steering(self) -> None:
+        """H-104: queued input lives in "candor.steering" until it is incorporated."""
+        if self._steer_queue:
+            self._steering_touched = True
+            entries = [{"key": key, "content": _jsonable_input(content)} for key, content in self._steer_queue]
+            self._store._put(STEERING_CAPABILITY_ID, "1", {"pending": entries})
+        elif self._steering_touched:
+            # H-85: a namespace restored from the state is kept exactly unless this run steered.
+            self._store._remove(STEERING_CAPABILITY_ID)
+
+    def _write_usage(self) -> None:
+        self._store._put(USAGE_CAPABILITY_ID, "1", _usage_adapter.dump_python(self._usage, mode="json"))
+
+    async def _restore_environments(self) -> None:
+        for name, provider in self._bindings.environments.items():
+            await provider.restore(copy.deepcopy(self._environment.get(name)))
+
+    async def _export_environments(self) -> None:
+        for name, provider in self._bindings.environments.items():
+            self._environment[name] = copy.deepcopy(await provider.export())
+
+    def _build_state(self, history: Sequence[ModelMessage]) -> HarnessState:
+        return HarnessState._trusted(
+            thread_id=self.thread_id,
+            message_history=tuple(history),
+            capabilities=self._store.snapshot_now(),
+            environment=copy.deepcopy(self._environment),
+        )
+
+    # -- outcomes ----------------------------------------------------------------------------------------
+    def _finish_end(self, run: Any, node: End[Any]) -> RunResultEvent:
+        output = node.data.output if hasattr(node.data, "output") else run.result.output
+        self._write_usage()
+        if isinstance(output, DeferredToolRequests):
+            if not self._bindings.deferred_tools_supported:
+                failure = SafeFailure(
+                    code="deferred_tools_unsupported",
+                    message="The run needed an approval or an outside answer, which this host cannot give.",
+                )
+                self._candidate = self._terminal_candidate("failed", failure=failure)
+                return RunResultEvent(self._candidate)
+            return self._finish_suspended(output)
+        state = self._build_state(self._history)
+        self._snapshot = state
+        self._candidate = RunResult(
+            thread_id=self.thread_id, run_id=self.run_id, status="completed", output=output, state=state,
+            usage=self._usage, messages=state._history_ref(), new_message_index=self._base_len,
+        )
+        return RunResultEvent(self._candidate)
+
+    def _finish_suspended(self, deferred: DeferredToolRequests) -> RunResultEvent:
+        self._write_usage()
+        state = self._build_state(self._history)
+        self._snapshot = state
+        self._candidate = RunResult(
+            thread_id=self.thread_id, run_id=self.run_id, status="suspended", state=state, usage=self._usage,
+            suspend_reason="deferred", deferred=deferred, messages=state._history_ref(),
+            new_message_index=self._base_len,
+        )
+        return RunResultEvent(self._candidate)
+
+    def _terminal_candidate(self, status: Literal["failed", "cancelled"], *, failure: SafeFailure | None = None) -> RunResult[OutputT]:
+        """A failed/cancelled result with the safe candidate state of H-103, or without state if none can be built."""
+        try:
+            messages: list[ModelMessage] = list(self._history)
+            run = getattr(self, "_run", None)
+            if run is not None:
+                pyd = self._pyd_new(run)
+                new_len = len(self._history) - self._base_len
+                messages.extend(copy.deepcopy(pyd[new_len:]))
+            pending = self._pending_answer_ids_now(messages)
+            normalized = normalize_candidate(messages, stable_prefix=len(self._history), pending_answer_ids=pending)
+            self._write_usage()
+            state: HarnessState | None = self._build_state(normalized)
+        except Exception:  # noqa: BLE001 - a candidate is best effort (H-98: run_state_unavailable)
+            state = None
+            normalized = list(self._history)
+        return RunResult(
+            thread_id=self.thread_id, run_id=self.run_id, status=status, state=state, usage=self._usage,
+            failure=failure, messages=normalized, new_message_index=self._base_len,
+        )
+
+    def _pending_answer_ids_now(self, messages: Sequence[ModelMessage]) -> frozenset[str]:
+        if self._batch is None:
+            return frozenset()
+        try:
+            remaining = self._batch.remaining(messages)
+        except RunError:
+            return frozenset()
+        if remaining is None:
+            return frozenset()
+        ids = {c.tool_call_id for c in remaining.requests.calls} | {c.tool_call_id for c in remaining.requests.approvals}
+        return frozenset(ids)
+
+
+def run_agent(run: Any, stream: RunStream[Any]) -> Any:
+    return stream._harness.agent
+
+
+def _jsonable_input(content: InputValue) -> Any:
+    if content is None or isinstance(content, str):
+        return content
+    try:
+        return TypeAdapter(list[UserContent]).dump_python(list(content), mode="json")
+    except Exception:  # noqa: BLE001
+        return str(content)
