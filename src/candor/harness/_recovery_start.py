@@ -32,7 +32,7 @@ from pydantic_graph import End
 from . import _agent_glue as glue
 from .deferred import DeferredToolResume
 from .errors import RunError
-from .history import answered_call_ids, last_response_index, tool_calls, unanswered_calls
+from .history import last_response_index, tool_calls, unanswered_calls
 from .recovery import ToolRecovery, plan_recovery
 from .recovery_tools import unknown_outcome_result
 from .resume_check import check_surface
@@ -74,11 +74,15 @@ class OpenCallStart:
                 if isinstance(message, ModelRequest):
                     _split_parts(message.parts, native_returns, trailing)
         merged: list[ModelRequestPart] = []
+        prompts: list[ModelRequestPart] = []
         for call in self.calls:
-            merged.extend(self.harness_parts.get(call.tool_call_id, ()))
+            for part in self.harness_parts.get(call.tool_call_id, ()):
+                # pydantic-ai puts user content of a ToolReturn after all returns; so does the harness.
+                (prompts if isinstance(part, UserPromptPart) else merged).append(part)
             if call.tool_call_id in native_returns:
                 merged.append(native_returns[call.tool_call_id])
         merged.extend(trailing)
+        merged.extend(prompts)
         if self.user_input is not None:
             merged.append(UserPromptPart(self.user_input))  # H-62, H-83: input follows the returns
         deferred = _merge_deferred(native_deferred, self.suspend_approvals, self.suspend_calls)
