@@ -15,6 +15,7 @@ from pydantic_ai import CallDeferred, DeferredToolRequests, DeferredToolResults,
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelAPIError, ModelConnectionError, ModelHTTPError, ModelRequestTimeout
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.run import AgentRun
 from pydantic_ai.tools import RunContext, ToolDefinition
@@ -109,10 +110,27 @@ class HarnessCapability(AbstractCapability[Any]):
     """candor's own per-run capability: deferral stamping and the no-deferral policy (H-84)."""
 
     deferred_tools_supported: bool = True
+    refresh_system_prompt: bool = False
+    """H-107: when continuing a thread, send the current agent's system prompt instead of the stored ones."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
         return None
+
+    async def before_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
+        if not self.refresh_system_prompt or ctx.agent is None:
+            return request_context
+        messages = list(request_context.messages)
+        # The one exception: a response the provider suspended is continued as it was (H-107).
+        if any(isinstance(m, ModelResponse) and m.state == "suspended" for m in messages[-1:]):
+            return request_context
+        stripped = _without_system_prompts(messages)
+        current = await ctx.agent.system_prompt_parts(
+            deps=ctx.deps, message_history=stripped, prompt=ctx.prompt, usage=ctx.usage
+        )
+        # Only the copy sent to the model changes; stored messages are never rewritten (H-39).
+        request_context.messages = _with_head(stripped, current)
+        return request_context
 
     async def prepare_tools(self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
         if self.deferred_tools_supported:
@@ -141,6 +159,28 @@ class HarnessCapability(AbstractCapability[Any]):
             approvals={call.tool_call_id: ToolDenied(DENIED_UNSUPPORTED_MESSAGE) for call in requests.approvals},
             calls={call.tool_call_id: ToolDenied(DENIED_UNSUPPORTED_MESSAGE) for call in requests.calls},
         )
+
+
+def _without_system_prompts(messages: list[ModelMessage]) -> list[ModelMessage]:
+    result: list[ModelMessage] = []
+    for message in messages:
+        if isinstance(message, ModelRequest) and any(isinstance(p, SystemPromptPart) for p in message.parts):
+            parts = [p for p in message.parts if not isinstance(p, SystemPromptPart)]
+            if not parts:
+                continue
+            message = dataclasses.replace(message, parts=parts)
+        result.append(message)
+    return result
+
+
+def _with_head(messages: list[ModelMessage], head: list[SystemPromptPart]) -> list[ModelMessage]:
+    if not head:
+        return messages
+    for index, message in enumerate(messages):
+        if isinstance(message, ModelRequest):
+            messages[index] = dataclasses.replace(message, parts=[*head, *message.parts])
+            return messages
+    return [ModelRequest(parts=list(head)), *messages]
 
 
 def replace_request(node: Any, request: Any) -> Any:

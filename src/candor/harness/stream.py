@@ -225,7 +225,10 @@ class RunStream(Generic[OutputT]):
                 deps=self._bindings.deps,
                 toolsets=list(self._bindings.toolsets),
                 capabilities=[
-                    glue.HarnessCapability(deferred_tools_supported=self._bindings.deferred_tools_supported),
+                    glue.HarnessCapability(
+                        deferred_tools_supported=self._bindings.deferred_tools_supported,
+                        refresh_system_prompt=bool(history),
+                    ),
                     *self._bindings.capabilities,
                 ],
                 usage=self._usage,
