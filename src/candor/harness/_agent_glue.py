@@ -142,7 +142,7 @@ class HarnessCapability(AbstractCapability[Any]):
         try:
             return await handler(args)
         except CallDeferred as deferral:
-            if tool_def.kind == "function":
+            if tool_def.kind in ("function", "unapproved"):
                 # Spec §5: deferrals of local function tools carry the tool's identity for H-74.
                 metadata = dict(deferral.metadata or {})
                 metadata.setdefault(DEFERRED_FUNCTION_ID_METADATA_KEY, function_id(tool_def))

@@ -71,6 +71,9 @@ class Harness(Generic[OutputT]):
         if previous_state is not None and not isinstance(previous_state, HarnessState):
             raise RunError("previous_state must be a candor.HarnessState", code="run_bindings_invalid")
         state = previous_state if previous_state is not None else HarnessState.new()
+        if isinstance(deferred_resume, DeferredToolResume) and deferred_resume.recovery and previous_state is not None:
+            # H-89, H-91: a re-offered batch is first reduced to what history has not incorporated.
+            deferred_resume = deferred_resume.remaining(state._history_ref())
         if deferred_resume is not None:
             check_resume(deferred_resume, state._history_ref(), has_previous_state=previous_state is not None)
         start_usage = copy.deepcopy(usage) if usage is not None else RunUsage()
