@@ -1,0 +1,214 @@
+"""Lifecycle states of runs, attempts, inbox entries and outbox rows, and the moves allowed between them.
+
+Each table maps a state (``None`` = the row does not exist yet) to the states it may move to. A move to the
+same state is not a transition: ``may_update_*`` says whether a row may be rewritten while keeping its state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal, TypeVar, assert_never, get_args
+
+__all__ = (
+    "RunStatus",
+    "SealedRunStatus",
+    "RUN_STATUSES",
+    "SEALED_RUN_STATUSES",
+    "LIVE_RUN_STATUSES",
+    "RUN_TRANSITIONS",
+    "is_sealed",
+    "can_transition",
+    "may_update_run",
+    "AttemptStatus",
+    "ATTEMPT_STATUSES",
+    "LIVE_ATTEMPT_STATUSES",
+    "FINISHED_ATTEMPT_STATUSES",
+    "ATTEMPT_TRANSITIONS",
+    "is_attempt_live",
+    "can_transition_attempt",
+    "may_update_attempt",
+    "AttemptEnding",
+    "AttemptEnd",
+    "attempt_end",
+    "EntryStatus",
+    "ENTRY_STATUSES",
+    "FINAL_ENTRY_STATUSES",
+    "ENTRY_TRANSITIONS",
+    "can_transition_entry",
+    "OutboxStatus",
+    "OUTBOX_STATUSES",
+    "SETTLED_OUTBOX_STATUSES",
+    "OUTBOX_TRANSITIONS",
+    "can_transition_outbox",
+    "is_redeliverable",
+)
+
+S = TypeVar("S", bound=str)
+
+# --- runs (§5.2) -------------------------------------------------------------------------------------------------
+
+RunStatus = Literal["accepted", "running", "waiting", "completed", "failed", "cancelled"]
+SealedRunStatus = Literal["waiting", "completed", "failed", "cancelled"]
+
+RUN_STATUSES: Final[tuple[RunStatus, ...]] = get_args(RunStatus)
+SEALED_RUN_STATUSES: Final[frozenset[RunStatus]] = frozenset(get_args(SealedRunStatus))
+LIVE_RUN_STATUSES: Final[frozenset[RunStatus]] = frozenset({"accepted", "running"})
+
+RUN_TRANSITIONS: Final[Mapping[RunStatus | None, frozenset[RunStatus]]] = {
+    None: frozenset({"accepted"}),
+    "accepted": frozenset({"running", "cancelled", "failed"}),
+    "running": frozenset({"accepted", "completed", "waiting", "failed", "cancelled"}),
+    # S-6: sealed runs never change again; a waiting run is continued by a successor, not by a transition.
+    "waiting": frozenset(),
+    "completed": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+}
+
+
+def is_sealed(status: RunStatus) -> bool:
+    """Whether a run in this status is sealed (``sealed_at`` set, never changes again)."""
+    return status in SEALED_RUN_STATUSES
+
+
+def can_transition(from_status: RunStatus | None, to_status: RunStatus) -> bool:
+    """S-7: whether §5.2 allows a run to move from ``from_status`` (``None`` = creation) to ``to_status``."""
+    return _allowed(RUN_TRANSITIONS, from_status, to_status)
+
+
+def may_update_run(from_status: RunStatus, to_status: RunStatus) -> bool:
+    """S-6, S-7: whether a run row may be rewritten: a listed transition, or a same-status update of an unsealed run."""
+    if from_status == to_status:
+        return not is_sealed(from_status)
+    return can_transition(from_status, to_status)
+
+
+# --- attempts (§5.3) ---------------------------------------------------------------------------------------------
+
+AttemptStatus = Literal["leased", "running", "succeeded", "yielded", "failed", "cancelled"]
+
+ATTEMPT_STATUSES: Final[tuple[AttemptStatus, ...]] = get_args(AttemptStatus)
+LIVE_ATTEMPT_STATUSES: Final[frozenset[AttemptStatus]] = frozenset({"leased", "running"})
+FINISHED_ATTEMPT_STATUSES: Final[frozenset[AttemptStatus]] = frozenset(ATTEMPT_STATUSES) - LIVE_ATTEMPT_STATUSES
+
+_ATTEMPT_ENDS: Final[frozenset[AttemptStatus]] = frozenset({"succeeded", "yielded", "failed", "cancelled"})
+_RUNNING: Final[frozenset[AttemptStatus]] = frozenset({"running"})
+ATTEMPT_TRANSITIONS: Final[Mapping[AttemptStatus | None, frozenset[AttemptStatus]]] = {
+    None: frozenset({"leased"}),
+    "leased": _RUNNING | _ATTEMPT_ENDS,
+    # S-8: running → leased is forbidden.
+    "running": _ATTEMPT_ENDS,
+    # S-8: finished attempts are immutable.
+    "succeeded": frozenset(),
+    "yielded": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+}
+
+
+def is_attempt_live(status: AttemptStatus) -> bool:
+    """Whether an attempt in this status still holds (or may hold) a lease."""
+    return status in LIVE_ATTEMPT_STATUSES
+
+
+def can_transition_attempt(from_status: AttemptStatus | None, to_status: AttemptStatus) -> bool:
+    """S-8: whether §5.3 allows an attempt to move from ``from_status`` (``None`` = creation) to ``to_status``."""
+    return _allowed(ATTEMPT_TRANSITIONS, from_status, to_status)
+
+
+def may_update_attempt(from_status: AttemptStatus, to_status: AttemptStatus) -> bool:
+    """S-8: a listed transition, or a same-status update (renewal, heartbeat) of a live attempt."""
+    if from_status == to_status:
+        return is_attempt_live(from_status)
+    return can_transition_attempt(from_status, to_status)
+
+
+AttemptEnding = Literal["completed", "waiting", "failed", "cancelled", "handoff", "recovery"]
+"""How an attempt ended: its run was sealed with one of the first four statuses, or it handed off or was recovered."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttemptEnd:
+    """The status (and yield reason) an attempt is finished with."""
+
+    status: AttemptStatus
+    """One of the finished statuses."""
+    yield_reason: Literal["handoff"] | None = None
+    """Set exactly when ``status == "yielded"``."""
+
+
+def attempt_end(ending: AttemptEnding) -> AttemptEnd:
+    """§5.3: the attempt status recorded for how the attempt ended."""
+    match ending:
+        case "completed" | "waiting":
+            return AttemptEnd(status="succeeded")
+        case "failed" | "recovery":
+            return AttemptEnd(status="failed")
+        case "cancelled":
+            return AttemptEnd(status="cancelled")
+        case "handoff":
+            return AttemptEnd(status="yielded", yield_reason="handoff")
+        case _:
+            assert_never(ending)
+
+
+# --- inbox entries (§5.4) ----------------------------------------------------------------------------------------
+
+EntryStatus = Literal["pending", "assigned", "consumed", "failed", "withdrawn"]
+
+ENTRY_STATUSES: Final[tuple[EntryStatus, ...]] = get_args(EntryStatus)
+FINAL_ENTRY_STATUSES: Final[frozenset[EntryStatus]] = frozenset({"consumed", "failed", "withdrawn"})
+
+ENTRY_TRANSITIONS: Final[Mapping[EntryStatus | None, frozenset[EntryStatus]]] = {
+    # An entry that starts a run at once (S-65) is created already assigned to it.
+    None: frozenset({"pending", "assigned"}),
+    "pending": frozenset({"assigned", "failed", "withdrawn"}),
+    "assigned": frozenset({"pending", "consumed", "failed", "withdrawn"}),
+    # S-76: consumed, failed and withdrawn entries never change again.
+    "consumed": frozenset(),
+    "failed": frozenset(),
+    "withdrawn": frozenset(),
+}
+
+
+def can_transition_entry(from_status: EntryStatus | None, to_status: EntryStatus) -> bool:
+    """S-76: whether §5.4 allows an inbox entry to move from ``from_status`` to ``to_status``."""
+    return _allowed(ENTRY_TRANSITIONS, from_status, to_status)
+
+
+# --- outbox rows (§5.5) ------------------------------------------------------------------------------------------
+
+OutboxStatus = Literal["pending", "delivered", "dead"]
+
+OUTBOX_STATUSES: Final[tuple[OutboxStatus, ...]] = get_args(OutboxStatus)
+SETTLED_OUTBOX_STATUSES: Final[frozenset[OutboxStatus]] = frozenset({"delivered", "dead"})
+
+OUTBOX_TRANSITIONS: Final[Mapping[OutboxStatus | None, frozenset[OutboxStatus]]] = {
+    # §9.4: a webhook whose secret cannot be decrypted at staging time is staged directly as dead.
+    None: frozenset({"pending", "dead"}),
+    "pending": frozenset({"delivered", "dead"}),
+    "delivered": frozenset(),
+    # §9.7: dead → pending only through redeliver (webhooks; see is_redeliverable).
+    "dead": frozenset({"pending"}),
+}
+
+
+def can_transition_outbox(from_status: OutboxStatus | None, to_status: OutboxStatus) -> bool:
+    """Whether §5.5 allows an outbox row to move from ``from_status`` to ``to_status``."""
+    return _allowed(OUTBOX_TRANSITIONS, from_status, to_status)
+
+
+def is_redeliverable(kind: str, status: OutboxStatus) -> bool:
+    """S-114: only a ``dead`` webhook row may be redelivered (anything else → 409 ``not_dead``)."""
+    return kind == "webhook" and status == "dead"
+
+
+def _allowed(table: Mapping[S | None, frozenset[S]], from_status: S | None, to_status: S) -> bool:
+    try:
+        targets = table[from_status]
+    except KeyError:
+        raise ValueError(f"unknown status {from_status!r}") from None
+    if to_status not in table:
+        raise ValueError(f"unknown status {to_status!r}")
+    return to_status in targets

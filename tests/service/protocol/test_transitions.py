@@ -1,0 +1,255 @@
+"""Tables of run, attempt, inbox entry and outbox row states (spec §5.2–§5.5)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from candor.service.protocol.transitions import (
+    ATTEMPT_STATUSES,
+    ATTEMPT_TRANSITIONS,
+    ENTRY_STATUSES,
+    ENTRY_TRANSITIONS,
+    FINAL_ENTRY_STATUSES,
+    FINISHED_ATTEMPT_STATUSES,
+    OUTBOX_STATUSES,
+    OUTBOX_TRANSITIONS,
+    RUN_STATUSES,
+    RUN_TRANSITIONS,
+    SEALED_RUN_STATUSES,
+    AttemptEnd,
+    attempt_end,
+    can_transition,
+    can_transition_attempt,
+    can_transition_entry,
+    can_transition_outbox,
+    is_redeliverable,
+    is_sealed,
+    may_update_attempt,
+    may_update_run,
+)
+
+# §5.2, row by row.
+SPEC_RUN_MOVES = {
+    (None, "accepted"),
+    ("accepted", "running"),
+    ("accepted", "cancelled"),
+    ("accepted", "failed"),
+    ("running", "accepted"),
+    ("running", "completed"),
+    ("running", "waiting"),
+    ("running", "failed"),
+    ("running", "cancelled"),
+}
+
+
+@pytest.mark.parametrize(
+    ("from_status", "to_status", "allowed"),
+    [
+        (None, "accepted", True),
+        (None, "running", False),
+        ("accepted", "running", True),
+        ("accepted", "cancelled", True),
+        ("accepted", "failed", True),
+        ("accepted", "waiting", False),
+        ("accepted", "completed", False),
+        ("running", "accepted", True),
+        ("running", "completed", True),
+        ("running", "waiting", True),
+        ("running", "failed", True),
+        ("running", "cancelled", True),
+        ("completed", "running", False),
+        ("waiting", "accepted", False),
+        ("waiting", "running", False),
+        ("failed", "accepted", False),
+        ("cancelled", "accepted", False),
+    ],
+)
+def test_run_transition_table(from_status, to_status, allowed):
+    """S-7: transitions outside §5.2 (completed → running, waiting → accepted, accepted → waiting) are refused."""
+    assert can_transition(from_status, to_status) is allowed
+
+
+def test_run_table_is_exactly_the_spec():
+    """S-7: the table allows exactly the §5.2 moves and nothing else."""
+    allowed = {(a, b) for a, b in itertools.product((None, *RUN_STATUSES), RUN_STATUSES) if can_transition(a, b)}
+    assert allowed == SPEC_RUN_MOVES
+
+
+@given(st.sampled_from(sorted(SEALED_RUN_STATUSES)), st.sampled_from(RUN_STATUSES))
+def test_sealed_runs_are_absorbing(sealed, target):
+    """S-6, S-7: a sealed run never changes again, not even with the same status."""
+    assert is_sealed(sealed)
+    assert not can_transition(sealed, target)
+    assert not may_update_run(sealed, target)
+
+
+@pytest.mark.parametrize(("status", "allowed"), [("accepted", True), ("running", True), ("waiting", False)])
+def test_same_status_run_update(status, allowed):
+    """S-6: an unsealed run may be rewritten in place (checkpoint pointer, cancel flag); a sealed one may not."""
+    assert may_update_run(status, status) is allowed
+
+
+def test_every_run_status_is_reachable_and_sealed_states_are_terminal():
+    """S-7: closure of the table: every status is reachable from creation; only sealed ones have no way out."""
+    reachable, frontier = set(), [None]
+    while frontier:
+        state = frontier.pop()
+        for nxt in RUN_TRANSITIONS[state]:
+            if nxt not in reachable:
+                reachable.add(nxt)
+                frontier.append(nxt)
+    assert reachable == set(RUN_STATUSES)
+    assert {s for s in RUN_STATUSES if not RUN_TRANSITIONS[s]} == SEALED_RUN_STATUSES
+
+
+@pytest.mark.parametrize(
+    ("from_status", "to_status", "allowed"),
+    [
+        (None, "leased", True),
+        (None, "running", False),
+        ("leased", "running", True),
+        ("leased", "succeeded", True),
+        ("leased", "yielded", True),
+        ("leased", "failed", True),
+        ("leased", "cancelled", True),
+        ("running", "leased", False),
+        ("running", "succeeded", True),
+        ("running", "yielded", True),
+        ("running", "failed", True),
+        ("running", "cancelled", True),
+        ("succeeded", "running", False),
+        ("failed", "leased", False),
+        ("yielded", "running", False),
+        ("cancelled", "failed", False),
+    ],
+)
+def test_attempt_transition_table(from_status, to_status, allowed):
+    """S-8: leased → running → finished; running → leased is refused."""
+    assert can_transition_attempt(from_status, to_status) is allowed
+
+
+@given(st.sampled_from(sorted(FINISHED_ATTEMPT_STATUSES)), st.sampled_from(ATTEMPT_STATUSES))
+def test_finished_attempts_are_immutable(finished, target):
+    """S-8: a finished attempt cannot be modified at all."""
+    assert ATTEMPT_TRANSITIONS[finished] == frozenset()
+    assert not may_update_attempt(finished, target)
+
+
+@pytest.mark.parametrize("status", ["leased", "running"])
+def test_live_attempt_may_be_renewed_in_place(status):
+    """S-8, S-23: a live attempt may be rewritten in place (renewal, heartbeat)."""
+    assert may_update_attempt(status, status)
+
+
+@pytest.mark.parametrize(
+    ("ending", "expected"),
+    [
+        ("completed", AttemptEnd(status="succeeded")),
+        ("waiting", AttemptEnd(status="succeeded")),
+        ("failed", AttemptEnd(status="failed")),
+        ("cancelled", AttemptEnd(status="cancelled")),
+        ("handoff", AttemptEnd(status="yielded", yield_reason="handoff")),
+        ("recovery", AttemptEnd(status="failed")),
+    ],
+)
+def test_attempt_status_for_how_it_ended(ending, expected):
+    """S-53: §5.3 table; a handoff yields with yield_reason "handoff", a recovery ends failed."""
+    end = attempt_end(ending)
+    assert end == expected
+    assert end.status in FINISHED_ATTEMPT_STATUSES
+
+
+@pytest.mark.parametrize(
+    ("from_status", "to_status", "allowed"),
+    [
+        (None, "pending", True),
+        (None, "assigned", True),
+        (None, "consumed", False),
+        ("pending", "assigned", True),
+        ("pending", "failed", True),
+        ("pending", "withdrawn", True),
+        ("pending", "consumed", False),
+        ("assigned", "pending", True),
+        ("assigned", "consumed", True),
+        ("assigned", "failed", True),
+        ("assigned", "withdrawn", True),
+    ],
+)
+def test_entry_transition_table(from_status, to_status, allowed):
+    """S-71, S-76: §5.4; an entry is consumed only from assigned."""
+    assert can_transition_entry(from_status, to_status) is allowed
+
+
+@given(st.sampled_from(sorted(FINAL_ENTRY_STATUSES)), st.sampled_from(ENTRY_STATUSES))
+def test_final_entries_never_change(final, target):
+    """S-76: consumed, failed and withdrawn entries never change again."""
+    assert ENTRY_TRANSITIONS[final] == frozenset()
+    assert not can_transition_entry(final, target)
+
+
+@pytest.mark.parametrize(
+    ("from_status", "to_status", "allowed"),
+    [
+        (None, "pending", True),
+        (None, "dead", True),
+        (None, "delivered", False),
+        ("pending", "delivered", True),
+        ("pending", "dead", True),
+        ("dead", "pending", True),
+        ("dead", "delivered", False),
+        ("delivered", "pending", False),
+        ("delivered", "dead", False),
+    ],
+)
+def test_outbox_transition_table(from_status, to_status, allowed):
+    """S-109, S-114: §5.5; delivered is final, dead returns to pending only through redeliver."""
+    assert can_transition_outbox(from_status, to_status) is allowed
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "allowed"),
+    [
+        ("webhook", "dead", True),
+        ("webhook", "pending", False),
+        ("webhook", "delivered", False),
+        ("child_result", "dead", False),
+        ("checkpoint_cleanup", "dead", False),
+    ],
+)
+def test_redeliver_only_dead_webhooks(kind, status, allowed):
+    """S-114: redeliver of a row that is not dead → 409 not_dead."""
+    assert is_redeliverable(kind, status) is allowed
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: can_transition("sealed", "running"),
+        lambda: can_transition("running", "paused"),
+        lambda: can_transition_attempt("expired", "failed"),
+        lambda: can_transition_outbox("pending", "gone"),
+    ],
+)
+def test_unknown_status_is_an_error(call):
+    """S-7, S-8: an unknown status is a programming error, never silently allowed or refused."""
+    with pytest.raises(ValueError):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("table", "statuses"),
+    [
+        (RUN_TRANSITIONS, RUN_STATUSES),
+        (ATTEMPT_TRANSITIONS, ATTEMPT_STATUSES),
+        (ENTRY_TRANSITIONS, ENTRY_STATUSES),
+        (OUTBOX_TRANSITIONS, OUTBOX_STATUSES),
+    ],
+)
+def test_every_table_has_a_row_per_status(table, statuses):
+    """S-7, S-8, S-76: each table has one row per status plus creation, and targets only known statuses."""
+    assert set(table) == {None, *statuses}
+    assert all(targets <= set(statuses) for targets in table.values())
