@@ -183,6 +183,32 @@ def _with_head(messages: list[ModelMessage], head: list[SystemPromptPart]) -> li
     return [ModelRequest(parts=list(head)), *messages]
 
 
+async def restore_resumed_request(run: AgentRun[Any, Any], node: Any) -> None:
+    """Undo pydantic-ai's pop of a trailing request and prepare this step's tools.
+
+    When a history ends in a request (returns of some calls of the last response) and no prompt is given,
+    pydantic-ai 2.68 pops that request to re-send it and prepares no tools. The harness must decide the
+    remaining open calls first (it never hands pydantic-ai undecided calls), so it puts the request back
+    and prepares the tool surface exactly as pydantic-ai does for a history ending in a response.
+    """
+    from pydantic_ai._agent_graph import build_run_context  # internal: pinned pydantic-ai-slim 2.68.0
+
+    ctx = run.ctx
+    ctx.state.message_history.append(node.request)
+    run_context = dataclasses.replace(
+        build_run_context(ctx),
+        run_step=ctx.state.run_step + 1,
+        retry=ctx.state.output_retries_used,
+        max_retries=ctx.deps.tool_manager.default_max_retries,
+    )
+    ctx.deps.tool_manager = await ctx.deps.tool_manager.for_run_step(run_context)
+
+
+def is_provider_continuation(node: Any) -> bool:
+    """A request node that continues a provider-suspended response sends nothing new (H-59)."""
+    return getattr(node, "_resume_suspended", None) is not None
+
+
 def replace_request(node: Any, request: Any) -> Any:
     """A copy of a `ModelRequestNode` that will send `request` instead."""
     return dataclasses.replace(node, request=request)

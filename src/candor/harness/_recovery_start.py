@@ -124,6 +124,7 @@ def start_open_calls(
     batch: DeferredToolResume | None,
     mode: ToolRecovery,
     user_input: str | Sequence[UserContent] | None,
+    deferred_tools_supported: bool = True,
 ) -> OpenCallStart:
     """Decide what happens to the open calls of the last response, before any model request (H-58)."""
     surface = glue.prepared_surface(run)
@@ -144,6 +145,8 @@ def start_open_calls(
             start.harness_parts[call.tool_call_id] = [unknown_outcome_result(call)]
         elif decision.action == "apply_answer":
             start.harness_parts[call.tool_call_id] = list(decision.answer)
+        elif decision.action == "suspend" and not deferred_tools_supported:
+            start.harness_parts[call.tool_call_id] = [denied_result(call)]  # H-84: closed in-run as denied
         elif decision.action == "suspend":
             tool_def = surface.get(call.tool_name)
             if tool_def is not None and tool_def.kind == "external":
@@ -155,6 +158,15 @@ def start_open_calls(
         # pydantic-ai's native path runs them with ctx.tool_call_approved False (H-55).
         start.native_node = CallToolsNode(ModelResponse(parts=copy.deepcopy(replay)))
     return start
+
+
+def denied_result(call: ToolCallPart) -> ToolReturnPart:
+    return ToolReturnPart(
+        tool_name=call.tool_name,
+        tool_call_id=call.tool_call_id,
+        content=glue.DENIED_UNSUPPORTED_MESSAGE,
+        outcome="denied",
+    )
 
 
 def _start_fresh_batch(

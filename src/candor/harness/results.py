@@ -77,7 +77,7 @@ class RunResult(Generic[OutputT]):
         messages: Sequence[ModelMessage] | None = None,
         new_message_index: int = 0,
     ) -> None:
-        if not thread_id or not run_id:
+        if not isinstance(thread_id, str) or not thread_id.strip() or not isinstance(run_id, str) or not run_id.strip():
             raise ValueError("a RunResult needs a non-blank thread_id and run_id")
         if RUN_ID_PATTERN.fullmatch(run_id) is None:
             raise ValueError("run_id must match ^run_[0-9a-f]{32}$")
@@ -111,7 +111,7 @@ class RunResult(Generic[OutputT]):
         self._output = copy.deepcopy(output)
         self._state = state
         self._usage = copy.deepcopy(usage) if usage is not None else RunUsage()
-        self._failure = failure
+        self._failure = copy.deepcopy(failure)  # SafeFailure.details is a mutable dict (H-27)
         self._suspend_reason = suspend_reason
         self._deferred = copy.deepcopy(deferred)
         self._messages: tuple[ModelMessage, ...] = tuple(copy.deepcopy(list(messages)))
@@ -145,7 +145,7 @@ class RunResult(Generic[OutputT]):
 
     @property
     def failure(self) -> SafeFailure | None:
-        return self._failure
+        return copy.deepcopy(self._failure)
 
     @property
     def suspend_reason(self) -> Literal["deferred"] | None:
@@ -198,7 +198,7 @@ class RunResult(Generic[OutputT]):
         failure = self._failure
         assert failure is not None
         hint: RetryHint = failure.retry_hint
-        raise RunError(failure.message, code=failure.code, details=dict(failure.details), retry_hint=hint)
+        raise RunError(failure.message, code=failure.code, details=copy.deepcopy(failure.details), retry_hint=hint)
 
     def output_or_raise(self) -> OutputT | None:
         """The output of a completed run, even a legitimate `None` (H-29); otherwise raises like H-28."""

@@ -84,6 +84,7 @@ class RunStream(Generic[OutputT]):
         self._snapshot: HarnessState | None = None
         self._steer_queue: list[tuple[str | None, InputValue]] = []
         self._steering_touched = False
+        self._provider_suspended_start = False
         self._incorporated: list[str] = []
         self._boundary_index = 0
         self._entered = False
@@ -210,7 +211,8 @@ class RunStream(Generic[OutputT]):
         await self._restore_environments()
         history = self._history
         last = last_response(history)
-        provider_suspended = last is not None and last.state == "suspended" and history and history[-1] is last
+        provider_suspended = bool(history) and last is not None and last.state == "suspended" and history[-1] is last
+        self._provider_suspended_start = provider_suspended
         open_calls = [] if provider_suspended else unanswered_calls(history)
         has_open_start = bool(open_calls) or (self._batch is not None and not self._batch.recovery)
         if provider_suspended and user_input is not None:
@@ -240,12 +242,15 @@ class RunStream(Generic[OutputT]):
                 node: Any = run.next_node
                 if has_open_start:
                     node = await self._await_step(run, node, stream_events=False)
+                    if isinstance(node, ModelRequestNode) and node.is_resuming_without_prompt:
+                        await glue.restore_resumed_request(run, node)
                     start: OpenCallStart = start_open_calls(
                         run,
                         history=history,
                         batch=self._batch,
                         mode=self._tool_recovery,
                         user_input=user_input,
+                        deferred_tools_supported=self._bindings.deferred_tools_supported,
                     )
                     self._pending_answer_ids = start.pending_answer_ids
                     if start.native_node is not None:
@@ -263,7 +268,7 @@ class RunStream(Generic[OutputT]):
                 while not isinstance(node, End):
                     if isinstance(node, ModelRequestNode):
                         # A re-sent trailing request is already the canonical history's last message.
-                        resent = node.is_resuming_without_prompt
+                        resent = node.is_resuming_without_prompt or glue.is_provider_continuation(node)
                         if not resent:
                             node = self._incorporate_steering(node)
                         yield await self._boundary("model", run, pending_request=None if resent else node.request)
@@ -365,9 +370,20 @@ class RunStream(Generic[OutputT]):
         # pydantic-ai's new_messages() starts after the history it was given (a re-sent trailing request
         # included), so it lines up with the canonical history's new part.
         target = self._pyd_new(run)
+        if self._provider_suspended_start:
+            self._adopt_continued_response(run, len(target))
         if pending_request is not None:
             target.append(pending_request)
         self._append_new(target)
+
+    def _adopt_continued_response(self, run: Any, new_count: int) -> None:
+        """H-59: pydantic-ai stitches a provider-suspended response's continuation into that same response."""
+        everything = run.all_messages()
+        index = len(everything) - new_count - 1
+        if index >= 0 and self._base_len and isinstance(everything[index], ModelResponse):
+            continued = everything[index]
+            if continued != self._history[self._base_len - 1]:
+                self._history[self._base_len - 1] = copy.deepcopy(continued)
 
     async def _boundary(
         self, kind: Literal["model", "tool"], run: Any, *, pending_request: ModelRequest | None = None
