@@ -1,0 +1,123 @@
+"""Agent registry: `agents.<name>.factory` strings (§3.2) resolved to callables that build a fresh Harness per attempt.
+
+A factory is `"module:attribute"` naming a callable `(options: dict) -> candor.Harness`; the attribute may be a
+dotted path inside the module (`"pkg.agents:Factories.support"`). Factories are imported lazily and cached;
+`check_all()` imports them all at startup (§3.3, S-56) so no attempt imports on the event loop. `build()` calls the
+factory for every attempt (§7.7 step 3): a checkpoint restores data, never authority, so no harness, agent or
+binding outlives the attempt that built it.
+
+Every failure is `AgentUnavailable` (`agent_unavailable`, §12.3), which seals the run `failed` (§7.9, S-49). Its
+message names the agent and the kind of failure, never the foreign exception's text (that may quote configuration
+or secrets); the exception is chained as `__cause__` for logs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from candor import Harness
+
+from .errors import ServiceError
+
+if TYPE_CHECKING:
+    from .settings import AgentSettings
+
+__all__ = ("AgentFactory", "AgentRegistry", "AgentUnavailable", "UnavailableReason")
+
+AgentFactory = Callable[[dict[str, Any]], Harness[Any]]
+"""What a factory string names: options → a fresh harness."""
+
+UnavailableReason = Literal[
+    "unknown_agent", "invalid_factory", "import_failed", "attribute_missing", "not_callable",
+    "factory_failed", "not_a_harness",
+]  # fmt: skip
+
+_DESCRIPTIONS: dict[UnavailableReason, str] = {
+    "unknown_agent": "no such agent is configured",
+    "invalid_factory": 'its factory is not "module:attribute"',
+    "import_failed": "its factory module failed to import",
+    "attribute_missing": "its factory module has no such attribute",
+    "not_callable": "its factory is not callable",
+    "factory_failed": "its factory raised",
+    "not_a_harness": "its factory did not return a candor.Harness",
+}
+
+
+class AgentUnavailable(ServiceError):
+    """The agent is unknown, its factory does not import, or the factory failed (§12.3 `agent_unavailable`)."""
+
+    code: ClassVar[str] = "agent_unavailable"
+
+    def __init__(self, agent: str, reason: UnavailableReason) -> None:
+        super().__init__(f"agent {agent!r} is unavailable: {_DESCRIPTIONS[reason]}")
+        self.agent = agent
+        """The agent name."""
+        self.reason = reason
+        """Which step failed; for logs, the run's failure code is always `code`."""
+
+
+class AgentRegistry:
+    """Agent name → factory string, resolved on first use."""
+
+    def __init__(self, factories: Mapping[str, str]) -> None:
+        self._factories = dict(factories)
+        self._resolved: dict[str, AgentFactory] = {}
+
+    @classmethod
+    def from_settings(cls, agents: Mapping[str, AgentSettings]) -> AgentRegistry:
+        """The registry of the `[agents.<name>]` settings sections."""
+        return cls({name: section.factory for name, section in agents.items()})
+
+    def names(self) -> tuple[str, ...]:
+        """The configured agent names, sorted."""
+        return tuple(sorted(self._factories))
+
+    def resolve(self, name: str) -> AgentFactory:
+        """The factory callable of `name`, importing its module the first time; failures are not cached."""
+        cached = self._resolved.get(name)
+        if cached is not None:
+            return cached
+        factory = self._import(name)
+        self._resolved[name] = factory
+        return factory
+
+    def build(self, name: str, options: Mapping[str, Any]) -> Harness[Any]:
+        """A fresh harness for one attempt (§7.7 step 3): the factory is called every time, with a copy of `options`."""
+        factory = self.resolve(name)
+        try:
+            harness = factory(dict(options))
+        except Exception as exc:  # §7.9: "Agent factory raised" seals `agent_unavailable`, whatever it raised
+            raise AgentUnavailable(name, "factory_failed") from exc
+        if not isinstance(harness, Harness):
+            if inspect.iscoroutine(harness):
+                harness.close()  # an async factory: not supported, and never awaited
+            raise AgentUnavailable(name, "not_a_harness")
+        return harness
+
+    def check_all(self) -> None:
+        """§3.3, S-56: import every factory; raises `AgentUnavailable` for the first agent (by name) that fails."""
+        for name in self.names():
+            self.resolve(name)
+
+    def _import(self, name: str) -> AgentFactory:
+        spec = self._factories.get(name)
+        if spec is None:
+            raise AgentUnavailable(name, "unknown_agent")
+        module_name, sep, attribute = spec.partition(":")
+        if not sep or not module_name or not attribute:
+            raise AgentUnavailable(name, "invalid_factory")
+        try:
+            target: Any = importlib.import_module(module_name)
+        except Exception as exc:  # ImportError, SyntaxError, or anything the module raised while importing
+            raise AgentUnavailable(name, "import_failed") from exc
+        try:
+            for part in attribute.split("."):
+                target = getattr(target, part)
+        except Exception as exc:  # AttributeError, or whatever a module `__getattr__` or property raised
+            raise AgentUnavailable(name, "attribute_missing") from exc
+        if not callable(target):
+            raise AgentUnavailable(name, "not_callable")
+        return target
