@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench.run_all` runs them all and writes docs/benchmarks.md."""

@@ -1,0 +1,226 @@
+"""Run every benchmark in `bench/` and write a Markdown report: `python -m bench.run_all` (or `make bench`).
+
+Each benchmark is a module `bench/<name>.py` with a `main()` that accepts `--json PATH` (its summary). They run one
+after the other, each in its own process (`python -m bench.<name>`), so one cannot warm up or slow down another.
+The report (default `docs/benchmarks.md`) records the commands, the machine (`nproc`, memory from /proc/meminfo),
+the Python and package versions, and each benchmark's output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+DEFAULT_REPORT = REPO_ROOT / "docs" / "benchmarks.md"
+NOT_BENCHMARKS = {"__init__", "run_all"}
+PACKAGES = ("candor", "pydantic-ai-slim", "pydantic-graph", "pydantic", "pydantic-core", "rich")
+
+
+@dataclass
+class BenchRun:
+    name: str
+    command: list[str]
+    returncode: int
+    seconds: float
+    stdout: str
+    stderr: str
+    summary: dict[str, Any] | None = field(default=None)
+
+
+def discover() -> list[str]:
+    """Benchmark module names: every `bench/*.py` except this runner, `__init__` and private modules."""
+    return sorted(p.stem for p in BENCH_DIR.glob("*.py") if p.stem not in NOT_BENCHMARKS and not p.stem.startswith("_"))
+
+
+def quick_args(name: str) -> list[str]:
+    module = importlib.import_module(f"bench.{name}")
+    return list(getattr(module, "QUICK_ARGS", []))
+
+
+def run_bench(name: str, extra: list[str]) -> BenchRun:
+    with tempfile.TemporaryDirectory(prefix="candor-bench-") as tmp:
+        summary_path = Path(tmp) / f"{name}.json"
+        command = [sys.executable, "-m", f"bench.{name}", *extra]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        started = time.perf_counter()
+        proc = subprocess.run(
+            [*command, "--json", str(summary_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+            check=False,
+        )
+        elapsed = time.perf_counter() - started
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    return BenchRun(name, command, proc.returncode, elapsed, proc.stdout, proc.stderr, summary)
+
+
+# ------------------------------------------------------------------------------------------- machine facts
+
+
+def _nproc() -> str:
+    if shutil.which("nproc"):
+        try:
+            return subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    return str(os.cpu_count())
+
+
+def _meminfo() -> str:
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+    except OSError:
+        return "unknown (no /proc/meminfo)"
+    total_kb = int(fields["MemTotal"].split()[0])
+    available = fields.get("MemAvailable", "").split()
+    text = f"{total_kb / 1024 / 1024:.1f} GiB total"
+    if available:
+        text += f", {int(available[0]) / 1024 / 1024:.1f} GiB available"
+    return text + " (/proc/meminfo)"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine_facts() -> list[tuple[str, str]]:
+    versions = []
+    for package in PACKAGES:
+        try:
+            versions.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package} (not installed)")
+    return [
+        ("CPUs (`nproc`)", _nproc()),
+        ("CPU model", _cpu_model()),
+        ("Memory", _meminfo()),
+        ("OS", platform.platform()),
+        ("Python", f"{platform.python_implementation()} {platform.python_version()} ({sys.executable})"),
+        ("Packages", ", ".join(versions)),
+        ("Commit", f"{_git_commit()} (plus any uncommitted changes in the working tree)"),
+    ]
+
+
+# ------------------------------------------------------------------------------------------------- report
+
+
+def _summary_table(summary: dict[str, Any]) -> list[str]:
+    if summary.get("bench") == "harness_overhead":
+        verdict = "yes" if summary["meets_target"] else "**no**"
+        return [
+            "| Metric | Value |",
+            "|---|---|",
+            f"| Steps per run (one tool call each) | {summary['steps']} |",
+            f"| Timed runs per variant (alternating) | {summary['reps']} (after {summary['warmup']} warm-up runs each) |",
+            f"| Bare `Agent.run`, median | {summary['bare_median_ms']:.2f} ms |",
+            f"| `Harness.run`, median | {summary['harness_median_ms']:.2f} ms |",
+            f"| **Median ratio Harness/bare (per pair)** | **{summary['median_ratio']:.3f}** |",
+            f"| Ratio of medians | {summary['ratio_of_medians']:.3f} |",
+            f"| Overhead per step | {summary['per_step_overhead_ms']:.3f} ms |",
+            f"| Target | ratio <= {summary['target_ratio']:.2f}: met? {verdict} |",
+        ]
+    return ["| Key | Value |", "|---|---|", *(f"| {k} | {v} |" for k, v in summary.items())]
+
+
+def render_report(runs: list[BenchRun], *, argv: list[str], total_seconds: float) -> str:
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Generated by `python -m bench.run_all{' ' + ' '.join(argv) if argv else ''}`"
+        f"{'' if argv else ' (`make bench`)'} on {now}, in {total_seconds:.1f} s. "
+        "Regenerate it rather than editing it by hand.",
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        *(f"| {key} | {value} |" for key, value in machine_facts()),
+        "",
+    ]
+    for run in runs:
+        module = importlib.import_module(f"bench.{run.name}")
+        doc = (module.__doc__ or "").strip().split("\n\n")
+        lines += [f"## {run.name}", ""]
+        if len(doc) > 1:
+            lines += [" ".join(doc[1].split()), ""]
+        command = " ".join(["python", *run.command[1:]])
+        lines += [f"Command: `{command}` (exit status {run.returncode}, {run.seconds:.1f} s)", ""]
+        if run.summary is not None:
+            lines += [*_summary_table(run.summary), ""]
+        lines += ["Output:", "", "```text", run.stdout.rstrip() or "(no output)", "```", ""]
+        if run.returncode != 0 and run.stderr.strip():
+            lines += ["Errors:", "", "```text", run.stderr.rstrip()[-4000:], "```", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run_all", description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=DEFAULT_REPORT, help=f"report file (default: {DEFAULT_REPORT})")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (each bench's QUICK_ARGS), for smoke tests")
+    parser.add_argument("--only", action="append", default=None, metavar="NAME", help="run only this bench (repeatable)")
+    args = parser.parse_args(argv)
+    raw_argv = list(argv if argv is not None else sys.argv[1:])
+
+    names = discover()
+    if args.only:
+        unknown = sorted(set(args.only) - set(names))
+        if unknown:
+            parser.error(f"unknown bench(es): {', '.join(unknown)}; available: {', '.join(names)}")
+        names = [n for n in names if n in args.only]
+
+    console = Console(stderr=True)
+    runs: list[BenchRun] = []
+    started = time.perf_counter()
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("benchmarks", total=len(names))
+        for name in names:
+            progress.update(task, description=f"running bench.{name}")
+            run = run_bench(name, quick_args(name) if args.quick else [])
+            runs.append(run)
+            progress.advance(task)
+            progress.console.print(f"[bold]{name}[/bold] (exit {run.returncode}, {run.seconds:.1f} s)")
+            progress.console.print(run.stdout.rstrip(), markup=False, highlight=False)
+        progress.update(task, description="benchmarks done")
+
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(render_report(runs, argv=raw_argv, total_seconds=time.perf_counter() - started),
+                           encoding="utf-8")
+    console.print(f"report written to {args.output}")
+    return 0 if all(run.returncode == 0 for run in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
