@@ -108,6 +108,14 @@ class CapabilityStore:
     def _raw(self, capability_id: str) -> tuple[str, Any] | None:
         return self._namespaces.get(capability_id)
 
+    def _freeze(self) -> CapabilityStore:
+        """A cheap point-in-time copy: namespaces are replaced on write, never changed in place."""
+        frozen = CapabilityStore.__new__(CapabilityStore)
+        frozen._namespaces = dict(self._namespaces)
+        frozen._originals = self._originals
+        frozen._written = set(self._written)
+        return frozen
+
     def _activate(self) -> Token[CapabilityStore | None]:
         return _current_store.set(self)
 

@@ -103,6 +103,7 @@ class RunResult(Generic[OutputT]):
             raise ValueError("a completed run cannot have DeferredToolRequests as its output")
         if failure is not None and not isinstance(failure, SafeFailure):
             raise ValueError("failure must be a SafeFailure")
+        owned = messages is None or (state is not None and messages is state._history_ref())
         if messages is None:
             messages = state._history_ref() if state is not None else ()
         self._thread_id = thread_id
@@ -114,7 +115,10 @@ class RunResult(Generic[OutputT]):
         self._failure = copy.deepcopy(failure)  # SafeFailure.details is a mutable dict (H-27)
         self._suspend_reason = suspend_reason
         self._deferred = copy.deepcopy(deferred)
-        self._messages: tuple[ModelMessage, ...] = tuple(copy.deepcopy(list(messages)))
+        # A state's own history is immutable from the outside (reads are detached): no copy needed.
+        self._messages: tuple[ModelMessage, ...] = (
+            tuple(messages) if owned else tuple(copy.deepcopy(list(messages)))
+        )
         self._new_message_index = max(0, min(new_message_index, len(self._messages)))
 
     # -- read-only accessors (deep copies, H-27) ---------------------------------------------------------

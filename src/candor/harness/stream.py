@@ -48,6 +48,8 @@ _usage_adapter: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
 
 __all__ = ("RunStream", "USAGE_CAPABILITY_ID", "STEERING_CAPABILITY_ID")
 
+_STEP_DONE = object()
+
 
 class RunStream(Generic[OutputT]):
     """One run: an async context manager (entered once) and an async iterator of events (one consumer)."""
@@ -82,6 +84,7 @@ class RunStream(Generic[OutputT]):
         self._history: list[ModelMessage] = list(previous_state._history_ref())
         self._base_len = len(self._history)
         self._snapshot: HarnessState | None = None
+        self._snapshot_recipe: tuple[Any, ...] = ()
         self._steer_queue: list[tuple[str | None, InputValue]] = []
         self._steering_touched = False
         self._provider_suspended_start = False
@@ -137,7 +140,15 @@ class RunStream(Generic[OutputT]):
             if self.outcome is None or self.outcome.state is None:
                 raise StateError("no state could be captured at shutdown", code="run_state_unavailable")
             return self.outcome.state
-        assert self._snapshot is not None
+        if self._snapshot is None:
+            history, namespaces, environment, usage = self._snapshot_recipe
+            namespaces._put(USAGE_CAPABILITY_ID, "1", _usage_adapter.dump_python(usage, mode="json"))
+            self._snapshot = HarnessState._trusted(
+                thread_id=self.thread_id,
+                message_history=history,
+                capabilities=namespaces.snapshot_now(),
+                environment=environment,
+            )
         return self._snapshot
 
     # -- context manager and iterator -----------------------------------------------------------------
@@ -329,24 +340,17 @@ class RunStream(Generic[OutputT]):
             return await run.next(node)
 
         task = asyncio.ensure_future(execute())
+        # One wake-up per event and one when the step ends: no extra task per event.
+        task.add_done_callback(lambda _: queue.put_nowait(_STEP_DONE))
         self._step_task = task
-        getter: asyncio.Task[Any] | None = None
         try:
             while True:
-                getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    yield getter.result()
-                    continue
-                getter.cancel()
-                while not queue.empty():
-                    yield queue.get_nowait()
-                self._next_node = task.result()
-                self._usage = run.usage
-                return
+                item = await queue.get()
+                if item is _STEP_DONE:
+                    self._next_node = task.result()
+                    return
+                yield item
         finally:
-            if getter is not None and not getter.done():
-                getter.cancel()
             if not task.done():
                 task.cancel()
                 try:
@@ -394,9 +398,10 @@ class RunStream(Generic[OutputT]):
             pending_request.run_id = pending_request.run_id or self.run_id
             pending_request.conversation_id = pending_request.conversation_id or self.thread_id
         self._sync(run, pending_request)
-        self._write_usage()
         await self._export_environments()
-        self._snapshot = self._build_state(self._history)
+        # The state is built only if someone asks for it (export_state): boundaries stay cheap.
+        self._snapshot = None
+        self._snapshot_recipe = (tuple(self._history), self._store._freeze(), copy.deepcopy(self._environment), copy.copy(self._usage))
         self._boundary_index += 1
         keys, self._incorporated = tuple(self._incorporated), []
         return BoundaryEvent(kind=kind, index=self._boundary_index, message_count=len(self._history), incorporated_keys=keys)
