@@ -1,0 +1,1 @@
+"""Alembic environment and revisions of the service schema; configured programmatically by store/migrate.py."""

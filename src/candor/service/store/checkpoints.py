@@ -1,0 +1,430 @@
+"""Incremental checkpoints (spec §6): encode, write only new message rows, rebuild and verify `HarnessState`.
+
+Stored forms:
+
+* **Message body**: the JSON of one pydantic-ai `ModelMessage` as `ModelMessagesTypeAdapter` dumps it (mode
+  `json`), written compactly with `json.dumps(..., separators=(",", ":"), ensure_ascii=True)`. Keys keep the
+  adapter's order (field order, and insertion order inside dicts such as tool-call arguments) instead of being
+  sorted: sorting would reorder user dicts and the rebuilt state would no longer dump byte-identically (S-43). The
+  form is deterministic for a given message, so the same message always has the same body and digest. Bodies are
+  ASCII (non-ASCII escaped), so their length in characters is their size in bytes.
+* **Envelope**: `CheckpointEnvelope` stored as compact, order-preserving JSON text; `envelope_digest` is the
+  SHA-256 of its canonical JSON (sorted keys, compact separators) as §6 says, recomputed and compared on read.
+
+History of a checkpoint `c`: `history(base(c))[:kept(c)] + rows(c)`. Message row indexes are absolute positions,
+so the rows needed to rebuild `c` are, walking from `c` towards the root, `[kept, min(count, limit))` of each
+checkpoint, where `limit` is the smallest `kept` seen so far. `load_state()` reads the chain with one recursive
+query and only the rows that survive, verifies every digest (`CheckpointCorrupt` on any mismatch, gap or broken
+chain) and decodes all bodies in one pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic_ai import ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage
+from sqlalchemy import Insert, Select, and_, insert, literal, or_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from candor.harness.state import CapabilityState, HarnessState
+
+from ..errors import CheckpointCorrupt
+from .dialect import db_now
+from .tables import CHECKPOINT_FORMAT, checkpoint_messages, checkpoints, threads
+
+__all__ = (
+    "EncodedMessage",
+    "EncodedEnvelope",
+    "CheckpointEnvelope",
+    "CheckpointWritten",
+    "LoadedCheckpoint",
+    "canonical_json",
+    "sha256_hex",
+    "encode_message",
+    "encode_history",
+    "encode_envelope",
+    "envelope_for_state",
+    "common_prefix_length",
+    "new_checkpoint_id",
+    "insert_checkpoint",
+    "import_history",
+    "load_state",
+    "insert_checkpoint_row",
+    "insert_message_rows",
+    "select_checkpoint",
+    "select_chain",
+    "select_message_ranges",
+    "plan_ranges",
+)
+
+_MAX_CHAIN = 1_000_000
+_RANGES_PER_QUERY = 200
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EncodedMessage:
+    """One message in stored form."""
+
+    body: str
+    """Compact JSON of the message (see the module docstring)."""
+    digest: str
+    """SHA-256 hex of `body`."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EncodedEnvelope:
+    """An envelope in stored form."""
+
+    text: str
+    """Compact, order-preserving JSON."""
+    digest: str
+    """SHA-256 hex of the canonical (sorted-key) JSON."""
+
+
+class CheckpointEnvelope(BaseModel):
+    """Everything of a checkpoint except its messages (§6)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    schema_version: Literal["1"] = "1"
+    thread_id: str
+    capabilities: dict[str, CapabilityState] = Field(default_factory=dict)
+    environment: dict[str, JsonValue] = Field(default_factory=dict)
+    deferred: JsonValue = None
+    """`DeferredToolRequests` JSON of a `waiting` outcome, else null."""
+    resume_input_consumed: bool = False
+    """Whether the resume `input` of a successor is already in the history (S-88)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointWritten:
+    """What `insert_checkpoint()` wrote."""
+
+    id: str
+    kept: int
+    """Messages taken from the base."""
+    count: int
+    """Messages in the checkpoint's history."""
+    bytes_written: int
+    """Message bodies and digests plus the envelope and its digest (`candor_checkpoint_commit_bytes`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoadedCheckpoint:
+    """A rebuilt checkpoint."""
+
+    id: str
+    seq: int
+    format: int
+    state: HarnessState
+    encoded: list[EncodedMessage]
+    """The history in stored form: the base for the worker's next commit."""
+    deferred_json: JsonValue
+    resume_input_consumed: bool
+
+
+# --- pure encoding -----------------------------------------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, compact separators, ASCII, finite numbers only (§5.1)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def encode_message(message: ModelMessage) -> EncodedMessage:
+    """The stored form of one message."""
+    body = _compact_json(ModelMessagesTypeAdapter.dump_python([message], mode="json")[0])
+    return EncodedMessage(body=body, digest=sha256_hex(body))
+
+
+def encode_history(messages: Sequence[ModelMessage]) -> list[EncodedMessage]:
+    """The stored form of a history, message by message."""
+    dumped = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
+    bodies = [_compact_json(item) for item in dumped]
+    return [EncodedMessage(body=body, digest=sha256_hex(body)) for body in bodies]
+
+
+def encode_envelope(envelope: CheckpointEnvelope) -> EncodedEnvelope:
+    """Stored text and digest of an envelope; the worker compares `len(text)` with `worker.envelope_bytes`."""
+    data = envelope.model_dump(mode="json")
+    return EncodedEnvelope(text=_compact_json(data), digest=sha256_hex(canonical_json(data)))
+
+
+def envelope_for_state(
+    state: HarnessState, *, deferred: JsonValue = None, resume_input_consumed: bool = False
+) -> CheckpointEnvelope:
+    """The envelope of `state` (read without copies through the state's internal references)."""
+    return CheckpointEnvelope(
+        schema_version=state.schema_version,
+        thread_id=state.thread_id,
+        capabilities=state._capabilities_ref(),
+        environment=state._environment_ref(),
+        deferred=deferred,
+        resume_input_consumed=resume_input_consumed,
+    )
+
+
+def common_prefix_length(base: Sequence[str], new: Sequence[str]) -> int:
+    """Length of the longest common prefix of two digest sequences (`kept`, §6)."""
+    limit = min(len(base), len(new))
+    for position in range(limit):
+        if base[position] != new[position]:
+            return position
+    return limit
+
+
+def new_checkpoint_id(token_hex: Any = secrets.token_hex) -> str:
+    return "ckp_" + token_hex(16)
+
+
+# --- statements --------------------------------------------------------------------------------------------------
+
+
+def insert_checkpoint_row(
+    *,
+    checkpoint_id: str,
+    thread_id: str,
+    run_id: str | None,
+    seq: int,
+    attempt: int | None,
+    base_id: str | None,
+    kept: int,
+    count: int,
+    envelope: EncodedEnvelope,
+) -> Insert:
+    """One `checkpoints` row; its workspace is the thread's, its `created_at` the database clock."""
+    workspace = select(threads.c.workspace_id).where(threads.c.id == thread_id).scalar_subquery()
+    return insert(checkpoints).values(
+        id=checkpoint_id,
+        workspace_id=workspace,
+        thread_id=thread_id,
+        run_id=run_id,
+        seq=seq,
+        attempt=attempt,
+        format=CHECKPOINT_FORMAT,
+        base_id=base_id,
+        kept=kept,
+        count=count,
+        envelope=envelope.text,
+        envelope_digest=envelope.digest,
+        created_at=db_now(),
+    )
+
+
+def insert_message_rows() -> Insert:
+    """`checkpoint_messages` insert, executed with one parameter set per new message."""
+    return insert(checkpoint_messages)
+
+
+def select_checkpoint(checkpoint_id: str) -> Select[Any]:
+    return select(
+        checkpoints.c.id,
+        checkpoints.c.seq,
+        checkpoints.c.format,
+        checkpoints.c.count,
+        checkpoints.c.envelope,
+        checkpoints.c.envelope_digest,
+    ).where(checkpoints.c.id == checkpoint_id)
+
+
+def select_chain(checkpoint_id: str) -> Select[Any]:
+    """The checkpoint and its bases, nearest first: `(id, base_id, kept, count, depth)`."""
+    c = checkpoints.c
+    chain = (
+        select(c.id, c.base_id, c.kept, c.count, literal(0).label("depth"))
+        .where(c.id == checkpoint_id)
+        .cte("chain", recursive=True)
+    )
+    base = checkpoints.alias("base")
+    chain = chain.union_all(
+        select(base.c.id, base.c.base_id, base.c.kept, base.c.count, chain.c.depth + 1)
+        .join(chain, base.c.id == chain.c.base_id)
+        .where(chain.c.depth < _MAX_CHAIN)
+    )
+    return select(chain.c.id, chain.c.base_id, chain.c.kept, chain.c.count).order_by(chain.c.depth)
+
+
+def select_message_ranges(ranges: Sequence[tuple[str, int, int]]) -> Select[Any]:
+    """Message rows with `lo <= index < hi` of each `(checkpoint_id, lo, hi)`."""
+    m = checkpoint_messages.c
+    return select(m.checkpoint_id, m.index, m.body, m.digest).where(
+        or_(*(and_(m.checkpoint_id == cid, m.index >= lo, m.index < hi) for cid, lo, hi in ranges))
+    )
+
+
+# --- writes ------------------------------------------------------------------------------------------------------
+
+
+async def insert_checkpoint(
+    conn: AsyncConnection,
+    *,
+    thread_id: str,
+    run_id: str | None,
+    seq: int,
+    attempt: int | None,
+    base_id: str | None,
+    base_encoded: Sequence[EncodedMessage],
+    new_encoded: Sequence[EncodedMessage],
+    envelope: CheckpointEnvelope | EncodedEnvelope,
+    checkpoint_id: str | None = None,
+) -> CheckpointWritten:
+    """Insert one checkpoint extending `base_id` and only its `count − kept` new message rows (S-40, S-41).
+
+    `base_encoded` is the base's history in stored form as the caller last committed or restored it (§6); it is
+    not re-read. Runs inside the caller's (fenced) transaction.
+    """
+    if base_id is None and base_encoded:
+        raise ValueError("base_encoded must be empty when there is no base checkpoint")
+    encoded_envelope = envelope if isinstance(envelope, EncodedEnvelope) else encode_envelope(envelope)
+    checkpoint_id = checkpoint_id or new_checkpoint_id()
+    kept = common_prefix_length([m.digest for m in base_encoded], [m.digest for m in new_encoded])
+    count = len(new_encoded)
+    await conn.execute(
+        insert_checkpoint_row(
+            checkpoint_id=checkpoint_id,
+            thread_id=thread_id,
+            run_id=run_id,
+            seq=seq,
+            attempt=attempt,
+            base_id=base_id,
+            kept=kept,
+            count=count,
+            envelope=encoded_envelope,
+        )
+    )
+    rows = [
+        {"checkpoint_id": checkpoint_id, "index": index, "body": message.body, "digest": message.digest}
+        for index, message in enumerate(new_encoded[kept:], start=kept)
+    ]
+    if rows:
+        await conn.execute(insert_message_rows(), rows)
+    written = sum(len(row["body"]) + len(row["digest"]) for row in rows)
+    written += len(encoded_envelope.text) + len(encoded_envelope.digest)
+    return CheckpointWritten(id=checkpoint_id, kept=kept, count=count, bytes_written=written)
+
+
+async def import_history(
+    conn: AsyncConnection,
+    thread_id: str,
+    messages: Sequence[ModelMessage],
+    *,
+    checkpoint_id: str | None = None,
+) -> CheckpointWritten:
+    """Store a new thread's `message_history` once, as its `seq = 0` checkpoint without a run (S-45).
+
+    The caller records the returned id as the thread's `base_checkpoint_id`.
+    """
+    return await insert_checkpoint(
+        conn,
+        thread_id=thread_id,
+        run_id=None,
+        seq=0,
+        attempt=None,
+        base_id=None,
+        base_encoded=(),
+        new_encoded=encode_history(messages),
+        envelope=CheckpointEnvelope(thread_id=thread_id),
+        checkpoint_id=checkpoint_id,
+    )
+
+
+# --- reads -------------------------------------------------------------------------------------------------------
+
+
+def plan_ranges(chain: Sequence[tuple[str, str | None, int, int]]) -> list[tuple[str, int, int]]:
+    """The `(checkpoint_id, lo, hi)` row ranges that make up the history of `chain[0]` (pure).
+
+    `chain` lists `(id, base_id, kept, count)` from the checkpoint to its root. Raises `CheckpointCorrupt` for a
+    broken chain: a missing base, a `kept` beyond the base's `count`, or a root that keeps messages.
+    """
+    if not chain:
+        raise CheckpointCorrupt("checkpoint not found")
+    ranges: list[tuple[str, int, int]] = []
+    limit = chain[0][3]
+    for position, (checkpoint_id, base_id, kept, count) in enumerate(chain):
+        if not 0 <= kept <= count or limit > count:
+            raise CheckpointCorrupt(f"checkpoint {checkpoint_id} has an inconsistent kept/count")
+        high = min(count, limit)
+        if kept < high:
+            ranges.append((checkpoint_id, kept, high))
+        limit = min(limit, kept)
+        is_last = position == len(chain) - 1
+        if is_last and (base_id is not None or kept != 0):
+            raise CheckpointCorrupt(f"checkpoint {checkpoint_id} extends a missing base")
+        if not is_last and chain[position + 1][0] != base_id:
+            raise CheckpointCorrupt(f"checkpoint {checkpoint_id} has a broken base chain")
+    return ranges
+
+
+async def load_state(conn: AsyncConnection, checkpoint_id: str) -> LoadedCheckpoint:
+    """Rebuild the `HarnessState` of a checkpoint, verifying every body and the envelope (S-43, S-46)."""
+    leaf = (await conn.execute(select_checkpoint(checkpoint_id))).one_or_none()
+    if leaf is None:
+        raise CheckpointCorrupt(f"checkpoint {checkpoint_id} not found")
+    chain = [tuple(row) for row in (await conn.execute(select_chain(checkpoint_id))).all()]
+    ranges = plan_ranges(chain)  # type: ignore[arg-type]
+    bodies: list[EncodedMessage | None] = [None] * leaf.count
+    for start in range(0, len(ranges), _RANGES_PER_QUERY):
+        result = await conn.execute(select_message_ranges(ranges[start : start + _RANGES_PER_QUERY]))
+        for row in result:
+            if sha256_hex(row.body) != row.digest:
+                raise CheckpointCorrupt(f"message {row.index} of checkpoint {row.checkpoint_id} fails its digest")
+            if bodies[row.index] is not None:
+                raise CheckpointCorrupt(f"message {row.index} of checkpoint {checkpoint_id} is stored twice")
+            bodies[row.index] = EncodedMessage(body=row.body, digest=row.digest)
+    missing = [index for index, body in enumerate(bodies) if body is None]
+    if missing:
+        raise CheckpointCorrupt(f"checkpoint {checkpoint_id} is missing {len(missing)} message row(s)")
+    encoded: list[EncodedMessage] = bodies  # type: ignore[assignment]
+    envelope = _verified_envelope(checkpoint_id, leaf.envelope, leaf.envelope_digest)
+    try:
+        messages = ModelMessagesTypeAdapter.validate_json("[" + ",".join(m.body for m in encoded) + "]")
+        state = HarnessState(
+            schema_version=envelope.schema_version,
+            thread_id=envelope.thread_id,
+            message_history=tuple(messages),
+            capabilities=envelope.capabilities,
+            environment=envelope.environment,
+        )
+    except ValidationError as exc:
+        raise CheckpointCorrupt(f"checkpoint {checkpoint_id} does not decode: {exc.error_count()} error(s)") from exc
+    return LoadedCheckpoint(
+        id=leaf.id,
+        seq=leaf.seq,
+        format=leaf.format,
+        state=state,
+        encoded=encoded,
+        deferred_json=envelope.deferred,
+        resume_input_consumed=envelope.resume_input_consumed,
+    )
+
+
+def _verified_envelope(checkpoint_id: str, text: str | None, digest: str) -> CheckpointEnvelope:
+    if text is None:
+        raise CheckpointCorrupt(f"checkpoint {checkpoint_id} has no envelope (cleared by cleanup)")
+    try:
+        data = json.loads(text)
+        matches = sha256_hex(canonical_json(data)) == digest
+    except ValueError as exc:
+        raise CheckpointCorrupt(f"envelope of checkpoint {checkpoint_id} is not JSON") from exc
+    if not matches:
+        raise CheckpointCorrupt(f"envelope of checkpoint {checkpoint_id} fails its digest")
+    try:
+        return CheckpointEnvelope.model_validate_json(text)
+    except ValidationError as exc:
+        raise CheckpointCorrupt(f"envelope of checkpoint {checkpoint_id} is invalid") from exc

@@ -1,0 +1,396 @@
+"""The only code that branches on SQLite vs PostgreSQL: types, clocks, triggers, connection setup and locks.
+
+Everything else in `store/` is written once against SQLAlchemy Core and calls the helpers here where the two
+backends differ (spec §2.2). Trigger rules are declared as data in tables.py (`StatusGuard`, `LeaseGuard`,
+`InsertOnly`) and rendered here for each dialect; both renderings raise an error that the drivers surface as
+`sqlalchemy.exc.IntegrityError` (SQLite `RAISE(ABORT)` → SQLITE_CONSTRAINT; PostgreSQL SQLSTATE 23514).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import (
+    DDL,
+    JSON,
+    BigInteger,
+    Double,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    Table,
+    UniqueConstraint,
+    event,
+    text,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+__all__ = (
+    "DialectName",
+    "JSON_TYPE",
+    "ID_INTEGER",
+    "TIMESTAMP",
+    "STRICTLY_INCREASING_IDS",
+    "StatusGuard",
+    "LeaseGuard",
+    "InsertOnly",
+    "db_now",
+    "partial_index",
+    "attach_guards",
+    "guard_ddl",
+    "dialect_name",
+    "async_url",
+    "engine_options",
+    "install_connection_hooks",
+    "insert_ignoring_conflicts",
+    "acquire_migration_lock",
+    "BEGIN_OPTION",
+    "now_sql",
+    "trigger_names",
+    "existing_trigger_names",
+    "MIGRATION_LOCK_KEY",
+    "violated_constraint",
+)
+
+DialectName = Literal["sqlite", "postgresql"]
+DIALECTS: tuple[DialectName, ...] = ("sqlite", "postgresql")
+
+JSON_TYPE = JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
+"""JSON columns: `JSON` (text) on SQLite, `JSONB` on PostgreSQL; Python `None` is stored as SQL NULL."""
+
+ID_INTEGER = BigInteger().with_variant(Integer(), "sqlite")
+"""Auto-increment integer keys: BIGSERIAL on PostgreSQL, the rowid alias `INTEGER PRIMARY KEY` on SQLite."""
+
+TIMESTAMP = Double()
+"""Every timestamp is float seconds since the Unix epoch, read from the database clock (`db_now()`)."""
+
+STRICTLY_INCREASING_IDS: Mapping[str, Any] = {"sqlite_autoincrement": True}
+"""Table options for integer ids that are never reused after deletes (SQLite `AUTOINCREMENT`; PG sequences)."""
+
+BEGIN_OPTION = "candor_sqlite_begin"
+"""Connection execution option choosing SQLite's BEGIN mode: `IMMEDIATE` (default), `DEFERRED` or `EXCLUSIVE`."""
+
+_NOW_SQL: Mapping[DialectName, str] = {
+    # SQLite < 3.42 has no unixepoch('subsec'); julianday('now') carries milliseconds of the host clock.
+    "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
+    "postgresql": "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)",
+}
+
+
+class db_now(FunctionElement[float]):  # noqa: N801 - used like a SQL function
+    """The database clock as float epoch seconds (§2.2): `clock_timestamp()` on PostgreSQL, the host on SQLite."""
+
+    type = Double()
+    inherit_cache = True
+
+
+@compiles(db_now, "sqlite")
+def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
+    return _NOW_SQL["sqlite"]
+
+
+@compiles(db_now, "postgresql")
+def _now_postgresql(element: db_now, compiler: Any, **kw: Any) -> str:
+    return _NOW_SQL["postgresql"]
+
+
+def partial_index(name: str, *columns: str, where: str, unique: bool = False) -> Index:
+    """An index over the rows matching `where` (same SQL text on both dialects)."""
+    return Index(name, *columns, unique=unique, sqlite_where=text(where), postgresql_where=text(where))
+
+
+# --- triggers ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StatusGuard:
+    """A status column whose rows start in `initial`, move only along `moves`, and freeze in `final`."""
+
+    table: str
+    initial: str
+    final: tuple[str, ...]
+    moves: tuple[tuple[str, str], ...]
+    rules: str
+    """Rule ids quoted in the error message."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaseGuard:
+    """An expiry column that may not be pushed out once it has passed (database clock)."""
+
+    table: str
+    column: str
+    rules: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InsertOnly:
+    """A table whose rows are never updated."""
+
+    table: str
+    rules: str
+
+
+Guard = StatusGuard | LeaseGuard | InsertOnly
+
+
+def _quoted(values: Iterable[str]) -> str:
+    return ", ".join(f"'{value}'" for value in values)
+
+
+def _sqlite_trigger(name: str, timing: str, when: str, message: str) -> str:
+    return f"CREATE TRIGGER {name} {timing} WHEN {when} BEGIN SELECT RAISE(ABORT, '{message}'); END"
+
+
+def _pg_raise(message: str) -> str:
+    return f"RAISE EXCEPTION '{message}' USING ERRCODE = 'check_violation';"
+
+
+def _pg_function(name: str, body: str) -> str:
+    return f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n{body}\nEND\n$$"
+
+
+def _pg_trigger(name: str, events: str, table: str, function: str) -> str:
+    return f"CREATE TRIGGER {name} BEFORE {events} ON {table} FOR EACH ROW EXECUTE FUNCTION {function}()"
+
+
+def _messages(guard: Guard) -> dict[str, str]:
+    t, r = guard.table, guard.rules
+    return {
+        "insert": f"candor: {t}: rows must be inserted with status {getattr(guard, 'initial', '')} ({r})",
+        "final": f"candor: {t}: rows in a final status are immutable ({r})",
+        "move": f"candor: {t}: status change not allowed ({r})",
+        "lease": f"candor: {t}: an expired lease cannot be extended ({r})",
+        "update": f"candor: {t}: rows are insert-only ({r})",
+    }
+
+
+def guard_ddl(guard: Guard, dialect: DialectName) -> list[str]:
+    """The CREATE statements (one statement each) enforcing `guard` on `dialect`."""
+    m = _messages(guard)
+    t = guard.table
+    if isinstance(guard, StatusGuard):
+        moves = _quoted(f"{a}>{b}" for a, b in guard.moves)
+        final = _quoted(guard.final)
+        if dialect == "sqlite":
+            return [
+                _sqlite_trigger(
+                    f"trg_{t}_insert", f"BEFORE INSERT ON {t}", f"NEW.status IS NOT '{guard.initial}'", m["insert"]
+                ),
+                _sqlite_trigger(f"trg_{t}_final", f"BEFORE UPDATE ON {t}", f"OLD.status IN ({final})", m["final"]),
+                _sqlite_trigger(
+                    f"trg_{t}_move",
+                    f"BEFORE UPDATE OF status ON {t}",
+                    f"NEW.status IS NOT OLD.status AND (OLD.status || '>' || NEW.status) NOT IN ({moves})",
+                    m["move"],
+                ),
+            ]
+        body = (
+            "IF TG_OP = 'INSERT' THEN\n"
+            f"  IF NEW.status IS DISTINCT FROM '{guard.initial}' THEN {_pg_raise(m['insert'])} END IF;\n"
+            "  RETURN NEW;\nEND IF;\n"
+            f"IF OLD.status IN ({final}) THEN {_pg_raise(m['final'])} END IF;\n"
+            "IF NEW.status IS DISTINCT FROM OLD.status\n"
+            f"   AND (OLD.status || '>' || NEW.status) NOT IN ({moves}) THEN {_pg_raise(m['move'])} END IF;\n"
+            "RETURN NEW;"
+        )
+        function = f"candor_{t}_status_guard"
+        return [_pg_function(function, body), _pg_trigger(f"trg_{t}_status", "INSERT OR UPDATE", t, function)]
+    if isinstance(guard, LeaseGuard):
+        c = guard.column
+        when = f"NEW.{c} > OLD.{c} AND OLD.{c} <= {_NOW_SQL[dialect]}"
+        if dialect == "sqlite":
+            return [_sqlite_trigger(f"trg_{t}_{c}", f"BEFORE UPDATE OF {c} ON {t}", when, m["lease"])]
+        body = f"IF {when} THEN {_pg_raise(m['lease'])} END IF;\nRETURN NEW;"
+        function = f"candor_{t}_{c}_guard"
+        return [_pg_function(function, body), _pg_trigger(f"trg_{t}_{c}", f"UPDATE OF {c}", t, function)]
+    if dialect == "sqlite":
+        return [_sqlite_trigger(f"trg_{t}_insert_only", f"BEFORE UPDATE ON {t}", "1", m["update"])]
+    function = f"candor_{t}_insert_only"
+    return [
+        _pg_function(function, _pg_raise(m["update"])),
+        _pg_trigger(f"trg_{t}_insert_only", "UPDATE", t, function),
+    ]
+
+
+def _pg_functions(guard: Guard) -> list[str]:
+    return [stmt.split()[2].removesuffix("()") for stmt in guard_ddl(guard, "postgresql") if "FUNCTION" in stmt[:16]]
+
+
+def attach_guards(table: Table, guards: Iterable[Guard]) -> None:
+    """Create the guards' triggers right after `table` (both dialects); drop PostgreSQL functions after it."""
+    for guard in guards:
+        for dialect in DIALECTS:
+            for statement in guard_ddl(guard, dialect):
+                event.listen(table, "after_create", DDL(statement).execute_if(dialect=dialect))
+        for function in _pg_functions(guard):
+            drop = DDL(f"DROP FUNCTION IF EXISTS {function}()").execute_if(dialect="postgresql")
+            event.listen(table, "after_drop", drop)
+
+
+# --- connections -------------------------------------------------------------------------------------------------
+
+
+def dialect_name(bind: AsyncConnection | AsyncEngine | Any) -> DialectName:
+    name = bind.dialect.name
+    if name not in DIALECTS:
+        raise ValueError(f"unsupported database dialect {name!r}")
+    return name  # type: ignore[return-value]
+
+
+_ASYNC_DRIVERS: Mapping[str, str] = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+}
+
+
+def async_url(url: str | URL) -> URL:
+    """Map an operator URL (`sqlite:///x.db`, `postgresql://…`) to its async driver; refuse anything else."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    driver = _ASYNC_DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}: use sqlite:/// or postgresql://")
+    if driver.startswith("sqlite") and parsed.database in (None, "", ":memory:"):
+        raise ValueError("SQLite needs a database file (sqlite:///path); in-memory databases are not shared")
+    return parsed.set(drivername=driver)
+
+
+def engine_options(url: URL, *, timeout: float) -> dict[str, Any]:
+    """`create_async_engine` keyword arguments for `url` with statement/lock timeout `timeout` seconds."""
+    if url.get_backend_name() == "sqlite":
+        return {"connect_args": {"timeout": timeout}}
+    milliseconds = str(max(1, int(timeout * 1000)))
+    return {
+        "pool_pre_ping": True,
+        "connect_args": {
+            "timeout": timeout,
+            "command_timeout": timeout * 2,
+            "server_settings": {"statement_timeout": milliseconds, "lock_timeout": milliseconds},
+        },
+    }
+
+
+def install_connection_hooks(engine: AsyncEngine, *, timeout: float) -> None:
+    """SQLite only: WAL, busy timeout, foreign keys, and BEGIN IMMEDIATE emitted by us (§2.2)."""
+    if engine.dialect.name != "sqlite":
+        return
+    sync_engine = engine.sync_engine
+    busy_ms = max(1, int(timeout * 1000))
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # The driver must not open transactions by itself; `_on_begin` decides the BEGIN mode.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        mode = connection.get_execution_options().get(BEGIN_OPTION, "IMMEDIATE")
+        if mode not in ("IMMEDIATE", "DEFERRED", "EXCLUSIVE"):
+            raise ValueError(f"unknown SQLite BEGIN mode {mode!r}")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def insert_ignoring_conflicts(table: Table, dialect: DialectName, *, index_elements: Iterable[str]) -> Any:
+    """`INSERT … ON CONFLICT (index_elements) DO NOTHING` for `dialect` (used by `enqueue_once`, S-107)."""
+    module = sqlite if dialect == "sqlite" else postgresql
+    return module.insert(table).on_conflict_do_nothing(index_elements=list(index_elements))
+
+
+MIGRATION_LOCK_KEY = 0x63616E646F72  # "candor": the PostgreSQL advisory lock key of migrations
+
+
+async def acquire_migration_lock(connection: AsyncConnection, *, timeout: float) -> None:
+    """Take the migration lock inside the connection's open transaction, waiting at most `timeout` (§10.3).
+
+    PostgreSQL: a transaction-scoped advisory lock bounded by `lock_timeout`. SQLite: the caller began the
+    transaction with `BEGIN EXCLUSIVE` (execution option `BEGIN_OPTION`), which already holds the write lock;
+    its wait is bounded by the busy timeout the engine was created with.
+    """
+    if dialect_name(connection) == "sqlite":
+        return
+    milliseconds = str(max(1, int(timeout * 1000)))
+    await connection.execute(text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": milliseconds})
+    await connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+
+
+def now_sql(dialect: DialectName) -> str:
+    """The raw SQL of `db_now()` for hand-written statements (triggers, migrations)."""
+    return _NOW_SQL[dialect]
+
+
+def trigger_names(guards: Iterable[Guard], dialect: DialectName) -> frozenset[str]:
+    """Names of the triggers that `guards` create on `dialect`."""
+    return frozenset(
+        statement.split()[2] for guard in guards for statement in guard_ddl(guard, dialect)
+        if statement.startswith("CREATE TRIGGER")
+    )
+
+
+def existing_trigger_names(connection: Any) -> frozenset[str]:
+    """Trigger names present in the connected database (sync connection; current schema on PostgreSQL)."""
+    if connection.dialect.name == "sqlite":
+        query = "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+    else:
+        query = (
+            "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE NOT t.tgisinternal AND n.nspname = current_schema()"
+        )
+    return frozenset(row[0] for row in connection.exec_driver_sql(query))
+
+
+_SQLITE_UNIQUE = re.compile(r"UNIQUE constraint failed: (.+)$")
+_SQLITE_CHECK = re.compile(r"CHECK constraint failed: (\w+)")
+
+
+def violated_constraint(error: Any) -> str | None:
+    """Name of the unique/check constraint or index an `IntegrityError` reports, if it can be told.
+
+    PostgreSQL reports the name; SQLite reports `table.column, …` for unique violations, which is mapped back to
+    the unique constraint or unique index of tables.py over exactly those columns.
+    """
+    orig = getattr(error, "orig", error)
+    name = getattr(getattr(orig, "__cause__", None), "constraint_name", None)
+    if name:
+        return str(name)
+    message = str(orig)
+    if match := _SQLITE_CHECK.search(message):
+        return match.group(1)
+    match = _SQLITE_UNIQUE.search(message)
+    if match is None:
+        return None
+    qualified = [part.strip() for part in match.group(1).split(",")]
+    if qualified[0].startswith("index '"):
+        return qualified[0][len("index '") : -1]
+    table = qualified[0].split(".", 1)[0]
+    columns = tuple(part.split(".", 1)[1] for part in qualified)
+    return _unique_names().get((table, columns))
+
+
+def _unique_names() -> dict[tuple[str, tuple[str, ...]], str]:
+    from .tables import metadata  # tables imports this module
+
+    names: dict[tuple[str, tuple[str, ...]], str] = {}
+    for table in metadata.tables.values():
+        for constraint in table.constraints:
+            if isinstance(constraint, (UniqueConstraint, PrimaryKeyConstraint)) and constraint.name:
+                names[(table.name, tuple(c.name for c in constraint.columns))] = str(constraint.name)
+        for index in table.indexes:
+            if index.unique and index.name:
+                names[(table.name, tuple(c.name for c in index.columns))] = str(index.name)
+    return names

@@ -1,0 +1,101 @@
+"""Engines and transactions: async engines from operator URLs, write/read transactions, driver error translation.
+
+* `create_engine("sqlite:///x.db")` uses aiosqlite in WAL mode with a busy timeout; the driver's own transaction
+  handling is switched off and every transaction starts with `BEGIN IMMEDIATE` (§2.2), so SQLite's single writer
+  lock serializes claims, renewals and commits. `read_transaction()` uses a deferred BEGIN instead.
+* `create_engine("postgresql://…")` uses asyncpg with `statement_timeout` and `lock_timeout` set to `timeout`.
+* Connection failures, timeouts and lock timeouts become `StoreUnavailable` (→ 503 `unavailable`); constraint and
+  trigger violations stay `sqlalchemy.exc.IntegrityError` for the statement modules to interpret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from ..errors import StoreUnavailable
+from .dialect import BEGIN_OPTION, async_url, engine_options, install_connection_hooks
+
+__all__ = (
+    "create_engine",
+    "write_transaction",
+    "read_transaction",
+    "translate_errors",
+    "is_unavailable",
+    "DEFAULT_TIMEOUT",
+)
+
+DEFAULT_TIMEOUT = 5.0
+"""`database.timeout` default (seconds)."""
+
+# SQLSTATE classes and codes that mean "the database is not usable right now" rather than "your statement is wrong".
+_UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "53", "57P")
+_UNAVAILABLE_SQLSTATES = frozenset({"57014", "55P03", "40001", "40P01"})  # timeout, lock, serialization, deadlock
+
+
+def create_engine(url: str | URL, *, timeout: float = DEFAULT_TIMEOUT, **options: object) -> AsyncEngine:
+    """An async engine for an operator URL (`sqlite:///…` → aiosqlite, `postgresql://…` → asyncpg).
+
+    `timeout` (seconds) bounds statements and lock waits: PostgreSQL `statement_timeout`/`lock_timeout`, SQLite's
+    busy timeout. Extra `options` go to `create_async_engine` (for example `pool_size`).
+    """
+    resolved = async_url(url)
+    kwargs = engine_options(resolved, timeout=timeout)
+    kwargs.update(options)
+    engine = create_async_engine(resolved, **kwargs)
+    install_connection_hooks(engine, timeout=timeout)
+    return engine
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """Whether `error` means the database could not serve the request (connection, timeout, lock, busy)."""
+    if isinstance(error, (sa_exc.IntegrityError, sa_exc.ProgrammingError, sa_exc.DataError)):
+        return False
+    if isinstance(error, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)):
+        return True
+    if isinstance(error, sa_exc.DBAPIError):
+        if error.connection_invalidated:
+            return True
+        sqlstate = getattr(error.orig, "sqlstate", None) or ""
+        return sqlstate in _UNAVAILABLE_SQLSTATES or sqlstate.startswith(_UNAVAILABLE_SQLSTATE_PREFIXES)
+    return isinstance(error, (OSError, asyncio.TimeoutError, TimeoutError))
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Re-raise database availability failures inside the block as `StoreUnavailable` (chained)."""
+    try:
+        yield
+    except StoreUnavailable:
+        raise
+    except (sa_exc.SQLAlchemyError, OSError, asyncio.TimeoutError) as error:
+        if is_unavailable(error):
+            raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
+        raise
+
+
+@asynccontextmanager
+async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """One write transaction: `BEGIN IMMEDIATE` on SQLite, a plain transaction on PostgreSQL; commit on success.
+
+    Keep it short (STYLE habit 6): open, write, commit, then do slow work.
+    """
+    with translate_errors():
+        async with engine.begin() as connection:
+            yield connection
+
+
+@asynccontextmanager
+async def read_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A read-only transaction (deferred BEGIN on SQLite, so it takes no write lock); rolled back at the end."""
+    with translate_errors():
+        async with engine.connect() as connection:
+            connection = await connection.execution_options(**{BEGIN_OPTION: "DEFERRED"})
+            async with connection.begin() as transaction:
+                yield connection
+                await transaction.rollback()

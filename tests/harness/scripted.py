@@ -1,0 +1,150 @@
+"""Shared helpers for harness tests: scripted models, an agent factory, and history comparisons.
+
+Agents in tests are scripted `FunctionModel`s (STYLE §2 habit 11). `script(...)` replays a fixed list of
+responses, one per model request, and records what every request was sent.
+
+Import with `from scripted import ...` (pytest puts this directory on `sys.path`). Importing from `conftest`
+breaks as soon as another test directory has a `conftest.py` of its own (`pytest tests/harness tests/service`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+from pydantic_ai import Agent, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+
+from candor import BoundaryEvent, RunResultEvent
+
+__all__ = (
+    "Step",
+    "ScriptExhausted",
+    "text",
+    "tool_call",
+    "calls",
+    "script",
+    "add",
+    "echo",
+    "make_agent",
+    "canonical",
+    "stable",
+    "consume",
+    "boundaries",
+    "run_results",
+)
+
+Step = ModelResponse | Callable[[list[ModelMessage], AgentInfo], ModelResponse | Awaitable[ModelResponse]]
+"""One scripted model turn: a fixed response, or a function of what the model was sent."""
+
+
+class ScriptExhausted(AssertionError):
+    """The run made more model requests than the script has steps."""
+
+
+def text(content: str) -> ModelResponse:
+    return ModelResponse(parts=[TextPart(content)])
+
+
+def tool_call(name: str, args: dict[str, Any] | None = None, call_id: str = "c1") -> ToolCallPart:
+    return ToolCallPart(tool_name=name, args=args or {}, tool_call_id=call_id)
+
+
+def calls(*parts: ToolCallPart) -> ModelResponse:
+    return ModelResponse(parts=list(parts))
+
+
+def script(*steps: Step, stream: bool = False) -> FunctionModel:
+    """A `FunctionModel` that answers the i-th model request with `steps[i]`.
+
+    The returned model has `.seen`: the list of message lists sent to it, one per request. With `stream=True`
+    the model only has a `stream_function` (deltas are streamed): text responses are sent in two chunks, tool-call
+    responses as `DeltaToolCall`s; a response must not mix text and tool calls.
+    """
+    seen: list[list[ModelMessage]] = []
+    remaining = list(steps)
+
+    async def next_response(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        if not remaining:
+            raise ScriptExhausted(f"the script has only {len(steps)} steps")
+        step = remaining.pop(0)
+        if isinstance(step, ModelResponse):
+            return step
+        result = step(messages, info)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return await next_response(messages, info)
+
+    async def respond_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        response = await next_response(messages, info)
+        tool_calls = [p for p in response.parts if isinstance(p, ToolCallPart)]
+        if tool_calls:
+            for index, part in enumerate(tool_calls):
+                args = part.args if isinstance(part.args, str) else json.dumps(part.args or {})
+                yield {index: DeltaToolCall(name=part.tool_name, json_args=args, tool_call_id=part.tool_call_id)}
+            return
+        content = "".join(p.content for p in response.parts if isinstance(p, TextPart))
+        half = max(1, len(content) // 2)
+        yield content[:half]
+        if content[half:]:
+            yield content[half:]
+
+    model = FunctionModel(stream_function=respond_stream) if stream else FunctionModel(respond)
+    model.seen = seen  # type: ignore[attr-defined]
+    return model
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def echo(value: str) -> str:
+    """Echo a value back."""
+    return value
+
+
+def make_agent(model: FunctionModel, *tools: Any, system_prompt: str | Sequence[str] = (), **kwargs: Any) -> Agent[Any, Any]:
+    """An agent on `model` with the tools `add` and `echo`, plus any `tools` given."""
+    return Agent(model, tools=[add, echo, *tools], system_prompt=system_prompt, **kwargs)
+
+
+def canonical(messages: Sequence[ModelMessage]) -> list[Any]:
+    """Messages in their canonical JSON form (the `ModelMessagesTypeAdapter` encoding)."""
+    return json.loads(ModelMessagesTypeAdapter.dump_json(list(messages)))
+
+
+_VOLATILE_KEYS = frozenset({"timestamp", "run_id", "conversation_id"})
+
+
+def stable(value: Any) -> Any:
+    """A JSON value with per-run volatile fields (timestamps, run and conversation ids) removed."""
+    if isinstance(value, dict):
+        return {k: stable(v) for k, v in value.items() if k not in _VOLATILE_KEYS}
+    if isinstance(value, list):
+        return [stable(v) for v in value]
+    return value
+
+
+async def consume(stream: Any) -> list[Any]:
+    """Enter `stream`, collect every event, and return them."""
+    events: list[Any] = []
+    async with stream:
+        async for event in stream:
+            events.append(event)
+    return events
+
+
+def boundaries(events: Sequence[Any]) -> list[BoundaryEvent]:
+    return [e for e in events if isinstance(e, BoundaryEvent)]
+
+
+def run_results(events: Sequence[Any]) -> list[RunResultEvent]:
+    return [e for e in events if isinstance(e, RunResultEvent)]

@@ -1,0 +1,101 @@
+"""Engines (§2.2): async drivers from operator URLs, SQLite WAL and BEGIN IMMEDIATE, the database clock, and the
+translation of driver failures into `StoreUnavailable` (503 `unavailable`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.exc import IntegrityError
+
+from candor.service.errors import StoreUnavailable
+from candor.service.store.dialect import async_url, db_now
+from candor.service.store.engine import create_engine, read_transaction, write_transaction
+
+from .rows import add_workspace
+
+
+@pytest.mark.parametrize(
+    ("url", "driver"),
+    [
+        ("sqlite:///candor.db", "sqlite+aiosqlite"),
+        ("sqlite+aiosqlite:////var/lib/candor.db", "sqlite+aiosqlite"),
+        ("postgresql://u@h:5432/d", "postgresql+asyncpg"),
+        ("postgres://u@h/d", "postgresql+asyncpg"),
+        ("postgresql+asyncpg://u@h/d", "postgresql+asyncpg"),
+    ],
+)
+def test_operator_urls_map_to_async_drivers(url: str, driver: str) -> None:
+    """§2.2: `database.url` keeps the operator's spelling; the engine picks the async driver."""
+    assert async_url(url).drivername == driver
+
+
+@pytest.mark.parametrize("url", ["mysql://u@h/d", "sqlite://", "sqlite:///:memory:", "postgresql+psycopg2://u@h/d"])
+def test_unsupported_urls_are_refused(url: str) -> None:
+    with pytest.raises(ValueError):
+        async_url(url)
+
+
+async def test_database_clock(db: Any) -> None:
+    """§2.2: `db_now()` reads the database clock as float epoch seconds on both dialects."""
+    async with read_transaction(db.engine) as conn:
+        now = (await conn.execute(select(db_now()))).scalar_one()
+    assert abs(now - time.time()) < 5
+
+
+async def test_sqlite_uses_wal_and_begin_immediate(tmp_path: Any) -> None:
+    """§2.2: SQLite runs in WAL mode and a write transaction holds the writer lock from its BEGIN."""
+    url = f"sqlite:///{tmp_path / 'lock.db'}"
+    first, second = create_engine(url), create_engine(url, timeout=0.2)
+    try:
+        async with first.connect() as conn:
+            assert (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
+            assert (await conn.exec_driver_sql("PRAGMA foreign_keys")).scalar() == 1
+        async with write_transaction(first):  # no statement yet: BEGIN IMMEDIATE already holds the lock
+            with pytest.raises(StoreUnavailable) as caught:
+                async with write_transaction(second):
+                    pass
+            assert caught.value.code == "unavailable"
+            async with read_transaction(second) as conn:  # readers are not blocked in WAL mode
+                assert (await conn.execute(text("SELECT 1"))).scalar() == 1
+    finally:
+        await first.dispose()
+        await second.dispose()
+
+
+async def test_unreachable_database_is_unavailable() -> None:
+    """A refused connection surfaces as `StoreUnavailable`, never as a driver exception."""
+    engine = create_engine("postgresql://postgres@127.0.0.1:1/none", timeout=1)
+    try:
+        with pytest.raises(StoreUnavailable):
+            async with write_transaction(engine) as conn:
+                await conn.execute(text("SELECT 1"))
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_statement_timeout_is_unavailable(postgres_url: str) -> None:
+    """PostgreSQL: `database.timeout` is the statement timeout; exceeding it → unavailable.
+
+    (SQLite's counterpart, the busy timeout, is covered by the BEGIN IMMEDIATE test.)
+    """
+    engine = create_engine(postgres_url, timeout=0.2)
+    try:
+        with pytest.raises(StoreUnavailable):
+            async with write_transaction(engine) as conn:
+                await conn.execute(text("SELECT pg_sleep(2)"))
+    finally:
+        await engine.dispose()
+
+
+async def test_integrity_errors_are_not_translated(db: Any) -> None:
+    """Constraint violations stay `IntegrityError` for the statement modules to interpret."""
+    with pytest.raises(IntegrityError):
+        async with write_transaction(db.engine) as conn:
+            await conn.execute(text("INSERT INTO workspaces (id, name, created_at) VALUES ('w', 'n', 1)"))
+            await conn.execute(text("INSERT INTO workspaces (id, name, created_at) VALUES ('w', 'n', 1)"))
+    async with write_transaction(db.engine) as conn:
+        await add_workspace(conn)

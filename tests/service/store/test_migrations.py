@@ -1,0 +1,142 @@
+"""Migrations reproduce tables.py exactly, under a lock, on SQLite and PostgreSQL (S-122, S-123, STYLE habit 5)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from candor.service.errors import SchemaMismatch, StoreUnavailable
+from candor.service.store.dialect import MIGRATION_LOCK_KEY, trigger_names
+from candor.service.store.engine import create_engine
+from candor.service.store.migrate import (
+    alembic_config,
+    check_schema,
+    head_revision,
+    migrate,
+    require_current_schema,
+)
+from candor.service.store.tables import GUARDS, metadata
+
+
+
+async def _table_names(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return set(await conn.run_sync(lambda c: sa.inspect(c).get_table_names()))
+    finally:
+        await engine.dispose()
+
+
+async def test_check_schema_reports_pending_and_changes_nothing(empty_db: str) -> None:
+    """S-123: on an empty database the check reports pending migrations and creates nothing."""
+    status = await check_schema(empty_db)
+    assert status.current == ()
+    assert status.head == head_revision()
+    assert status.is_pending and not status.is_current
+    assert status.differences
+    assert await _table_names(empty_db) == set()
+    with pytest.raises(SchemaMismatch) as caught:
+        await require_current_schema(empty_db)
+    assert caught.value.code == "schema_mismatch"
+
+
+async def test_upgrade_head_reproduces_tables_exactly(empty_db: str) -> None:
+    """STYLE habit 5, S-123: after `upgrade head`, compare_metadata against tables.py finds no differences."""
+    assert await migrate(empty_db) == (head_revision(),)
+    status = await check_schema(empty_db)
+    assert status.differences == ()
+    assert status.is_current
+    assert await _table_names(empty_db) == set(metadata.tables) | {"alembic_version"}
+    assert await migrate(empty_db) == ()  # nothing left to apply
+
+
+async def test_concurrent_migrations_apply_each_revision_once(empty_db: str) -> None:
+    """S-122: two processes migrating at the same time apply each revision exactly once."""
+    first, second = await asyncio.gather(migrate(empty_db), migrate(empty_db))
+    assert sorted([first, second]) == [(), (head_revision(),)]
+    assert (await check_schema(empty_db)).is_current
+
+
+async def _trigger_definitions(conn: AsyncConnection, schema: str | None = None) -> dict[str, str]:
+    if conn.dialect.name == "sqlite":
+        rows = await conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
+        return {name: sql for name, sql in rows}
+    rows = await conn.execute(
+        sa.text(
+            "SELECT t.tgname, c.relname, t.tgtype, p.prosrc FROM pg_trigger t "
+            "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_proc p ON p.oid = t.tgfoid WHERE NOT t.tgisinternal AND n.nspname = :schema"
+        ),
+        {"schema": schema},
+    )
+    return {name: f"{table}:{kind}:{source}" for name, table, kind, source in rows}
+
+
+async def test_migrated_triggers_equal_tables_triggers(db_kind: str, empty_db: str, tmp_path: object) -> None:
+    """S-6…S-9: migration 0001 installs exactly the triggers tables.py creates through `create_all`."""
+    await migrate(empty_db)
+    engine = create_engine(empty_db)
+    other = create_engine(f"sqlite:///{tmp_path}/create_all.db") if db_kind == "sqlite" else engine
+    try:
+        async with engine.begin() as conn:
+            migrated = await _trigger_definitions(conn, "public")
+        async with other.begin() as conn:
+            if db_kind == "postgresql":
+                await conn.exec_driver_sql("DROP SCHEMA IF EXISTS created CASCADE")
+                await conn.exec_driver_sql("CREATE SCHEMA created")
+                await conn.exec_driver_sql("SET LOCAL search_path TO created")
+            await conn.run_sync(metadata.create_all)
+            created = await _trigger_definitions(conn, "created")
+            if db_kind == "postgresql":
+                await conn.exec_driver_sql("DROP SCHEMA created CASCADE")
+    finally:
+        await engine.dispose()
+        await other.dispose()
+    assert set(migrated) == trigger_names(GUARDS, db_kind)  # type: ignore[arg-type]
+    assert migrated == created
+
+
+async def test_downgrade_to_base_removes_everything(empty_db: str) -> None:
+    """Revision 0001 is reversible: downgrading to base leaves only Alembic's version table."""
+    await migrate(empty_db)
+    engine = create_engine(empty_db)
+    try:
+        async with engine.begin() as conn:
+
+            def downgrade(sync_conn: sa.Connection) -> None:
+                config = alembic_config()
+                config.attributes["connection"] = sync_conn
+                command.downgrade(config, "base")
+
+            await conn.run_sync(downgrade)
+    finally:
+        await engine.dispose()
+    assert await _table_names(empty_db) == {"alembic_version"}
+    assert (await check_schema(empty_db)).current == ()
+
+
+async def test_migration_waits_at_most_the_lock_timeout(db_kind: str, empty_db: str) -> None:
+    """§10.3: while another process holds the migration lock, `migrate` gives up after its lock timeout."""
+    if db_kind == "sqlite":
+        holder = create_engine(empty_db)
+        async with holder.connect() as conn:
+            await conn.execution_options(candor_sqlite_begin="EXCLUSIVE")
+            async with conn.begin():
+                with pytest.raises(StoreUnavailable):
+                    await migrate(empty_db, lock_timeout=0.3)
+        await holder.dispose()
+    else:
+        conn = await asyncpg.connect(empty_db)
+        try:
+            await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
+            with pytest.raises(StoreUnavailable):
+                await migrate(empty_db, lock_timeout=0.3)
+        finally:
+            await conn.close()
+    assert (await check_schema(empty_db)).current == ()

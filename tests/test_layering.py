@@ -1,0 +1,154 @@
+"""Layering (STYLE §2 habit 9): the harness never loads the service; SQL and HTTP stay in their packages.
+
+One part imports the library in a fresh interpreter and inspects `sys.modules`; the other scans the source with
+`ast` for the top-level package of every import (relative imports resolved).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+CANDOR = SRC / "candor"
+SERVICE = CANDOR / "service"
+FORBIDDEN_FOR_LIBRARY = ("candor.service", "sqlalchemy", "fastapi")
+
+
+def _loaded_modules(statement: str) -> list[str]:
+    code = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    completed = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=SRC.parent, timeout=120
+    )
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["import candor.harness", "import candor", "import candor.tools, candor.errors", "from candor import Harness"],
+)
+def test_library_import_loads_no_service_sql_or_http(statement: str) -> None:
+    """Habit 9: importing the library loads no candor.service, sqlalchemy or fastapi module."""
+    loaded = _loaded_modules(statement)
+    assert "candor" in loaded
+    offending = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_FOR_LIBRARY)]
+    assert offending == []
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(source: str, module: str, *, is_package: bool = False) -> set[str]:
+    """Absolute names of every module imported anywhere in `source` (functions and TYPE_CHECKING blocks too)."""
+    package = module if is_package else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                prefix = ".".join(base)
+                target = f"{prefix}.{node.module}" if node.module else prefix
+            else:
+                target = node.module or ""
+            names.add(target)
+            # `from pkg import name` may import the submodule pkg.name (e.g. `from candor import service`)
+            names.update(f"{target}.{alias.name}" for alias in node.names if alias.name != "*")
+    return names
+
+
+def _imports_by_file() -> dict[Path, set[str]]:
+    result: dict[Path, set[str]] = {}
+    for path in sorted(CANDOR.rglob("*.py")):
+        result[path] = imported_modules(
+            path.read_text(encoding="utf-8"), _module_name(path), is_package=path.name == "__init__.py"
+        )
+    return result
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def _under(path: Path, directory: Path) -> bool:
+    return directory in path.parents
+
+
+def test_scanner_resolves_imports() -> None:
+    """The scanner itself: absolute, relative and nested imports are all found."""
+    source = (
+        "import sqlalchemy.orm\n"
+        "from fastapi import APIRouter\n"
+        "from ..service import store\n"
+        "from . import sibling\n"
+        "def f():\n    import httpx\n"
+        "if TYPE_CHECKING:\n    from .x import Y\n"
+    )
+    found = imported_modules(source, "candor.harness.mod")
+    assert {"sqlalchemy.orm", "fastapi", "candor.service", "candor.service.store", "candor.harness.sibling", "httpx",
+            "candor.harness.x"} <= found
+    assert "candor.harness.inner.z" in imported_modules("from .z import q\n", "candor.harness.inner", is_package=True)
+
+
+def test_harness_never_imports_service() -> None:
+    """Habit 9, STYLE §1: no module of the library layer imports candor.service (nor sqlalchemy/fastapi)."""
+    library = [p for p in _imports_by_file().items() if not _under(p[0], SERVICE)]
+    assert library, "no library modules found"
+    offending = {
+        str(path.relative_to(SRC)): sorted(n for n in names if n.startswith(FORBIDDEN_FOR_LIBRARY))
+        for path, names in library
+    }
+    assert {k: v for k, v in offending.items() if v} == {}
+
+
+def test_sqlalchemy_only_in_store_and_migrations() -> None:
+    """Habit 9: sqlalchemy is imported only under service/store/ and service/migrations/."""
+    allowed = (SERVICE / "store", SERVICE / "migrations")
+    offending = [
+        str(path.relative_to(SRC))
+        for path, names in _imports_by_file().items()
+        if any(_top(n) == "sqlalchemy" for n in names) and not any(_under(path, d) for d in allowed)
+    ]
+    assert offending == []
+
+
+def test_fastapi_only_in_http() -> None:
+    """Habit 9: fastapi is imported only under service/http/ (nowhere while that package does not exist)."""
+    offending = [
+        str(path.relative_to(SRC))
+        for path, names in _imports_by_file().items()
+        if any(_top(n) == "fastapi" for n in names) and not _under(path, SERVICE / "http")
+    ]
+    assert offending == []
+
+
+def test_protocol_imports_neither_sql_nor_http() -> None:
+    """Habit 9, STYLE §1: service/protocol/ (pure decisions) imports neither sqlalchemy nor fastapi."""
+    protocol = SERVICE / "protocol"
+    if not protocol.is_dir():
+        pytest.skip("service/protocol/ does not exist yet")
+    files = {p: n for p, n in _imports_by_file().items() if _under(p, protocol)}
+    assert files
+    offending = {
+        str(path.relative_to(SRC)): sorted(n for n in names if _top(n) in ("sqlalchemy", "fastapi"))
+        for path, names in files.items()
+    }
+    assert {k: v for k, v in offending.items() if v} == {}
+
+
+def test_store_and_http_exist_or_are_skipped() -> None:
+    """Habit 9: the allowed homes are real packages once they exist (a typo in the rule would hide violations)."""
+    for directory in (SERVICE / "store", SERVICE / "migrations", SERVICE / "http"):
+        if directory.is_dir():
+            assert (directory / "__init__.py").is_file() or any(directory.glob("*.py")), directory
