@@ -360,12 +360,12 @@ async def test_concurrent_next_raises() -> None:
         event = await iterator.__anext__()
         assert isinstance(event, BoundaryEvent) and event.kind == "model"
         pending = asyncio.ensure_future(iterator.__anext__())
-        await started.wait()
+        await asyncio.wait_for(started.wait(), timeout=5)
         with pytest.raises(RunError) as info:
             await iterator.__anext__()
         assert info.value.code == "run_stream_concurrent_next"
         release.set()
-        await pending
+        await asyncio.wait_for(pending, timeout=5)
         await _drain(iterator)
     assert stream.outcome.status == "completed"  # type: ignore[union-attr]
     assert stream.outcome.output == "done"  # type: ignore[union-attr]
@@ -734,7 +734,7 @@ async def test_cancel_during_an_async_tool() -> None:
 
     helper = asyncio.ensure_future(cancel_when_started())
     events = await asyncio.wait_for(consume(stream), timeout=5)
-    await helper
+    await asyncio.wait_for(helper, timeout=1)
     outcome = stream.outcome
     assert outcome is not None
     assert outcome.status == "cancelled"
@@ -791,7 +791,7 @@ async def test_cancel_during_model_request(stream_model: bool) -> None:
 
     helper = asyncio.ensure_future(cancel_when_started())
     await asyncio.wait_for(consume(stream), timeout=5)
-    await helper
+    await asyncio.wait_for(helper, timeout=1)
     assert stream.outcome.status == "cancelled"  # type: ignore[union-attr]
     history = stream.outcome.state.message_history  # type: ignore[union-attr]
     assert [type(m) for m in history] == [ModelRequest]
