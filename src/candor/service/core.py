@@ -1,0 +1,59 @@
+"""Service: the embeddable face of the host that the CLI, the HTTP layer, the tests and the demo all drive.
+
+It owns the process-wide resources (settings, database engine, agent registry, clock and entropy); the
+user actions live in `commands.py`, execution in `worker/`, and the control sweeps in `control/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .agents import AgentRegistry
+from .runtime import Clock, Entropy, SystemClock, SystemEntropy
+from .settings import ServiceSettings
+from .store.engine import create_engine
+
+__all__ = ("Service",)
+
+
+@dataclass(kw_only=True)
+class Service:
+    """Process-wide resources shared by commands, workers and sweeps. Build with `await Service.open(...)`."""
+
+    settings: ServiceSettings
+    engine: AsyncEngine
+    agents: AgentRegistry
+    clock: Clock = field(default_factory=SystemClock)
+    entropy: Entropy = field(default_factory=SystemEntropy)
+    wakeups: Any = None
+    """In-process wake-up signal for workers (an asyncio.Event-like object), set when a run becomes due."""
+
+    @classmethod
+    async def open(
+        cls,
+        settings: ServiceSettings,
+        *,
+        agents: AgentRegistry | None = None,
+        clock: Clock | None = None,
+        entropy: Entropy | None = None,
+    ) -> Service:
+        engine = create_engine(settings.database.url, timeout=settings.database.timeout)
+        return cls(
+            settings=settings,
+            engine=engine,
+            agents=agents if agents is not None else AgentRegistry.from_settings(settings.agents),
+            clock=clock if clock is not None else SystemClock(),
+            entropy=entropy if entropy is not None else SystemEntropy(),
+            wakeups=asyncio.Event(),
+        )
+
+    def wake_workers(self) -> None:
+        if self.wakeups is not None:
+            self.wakeups.set()
+
+    async def close(self) -> None:
+        await self.engine.dispose()
