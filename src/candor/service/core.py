@@ -17,7 +17,16 @@ from .runtime import Clock, Entropy, SystemClock, SystemEntropy
 from .settings import ServiceSettings
 from .store.engine import create_engine
 
-__all__ = ("Service",)
+__all__ = ("Service", "DEFAULT_AGENTS", "agent_registry")
+
+DEFAULT_AGENTS = {"support": "candor.demo.support:support_harness"}
+"""With no `[agents.*]` configured, the scripted demo agents are hosted: everything works with no API key."""
+
+
+def agent_registry(settings: ServiceSettings) -> AgentRegistry:
+    if settings.agents:
+        return AgentRegistry.from_settings(settings.agents)
+    return AgentRegistry(DEFAULT_AGENTS)
 
 
 @dataclass(kw_only=True)
@@ -45,7 +54,7 @@ class Service:
         return cls(
             settings=settings,
             engine=engine,
-            agents=agents if agents is not None else AgentRegistry.from_settings(settings.agents),
+            agents=agents if agents is not None else agent_registry(settings),
             clock=clock if clock is not None else SystemClock(),
             entropy=entropy if entropy is not None else SystemEntropy(),
             wakeups=asyncio.Event(),
