@@ -10,12 +10,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from .agents import AgentRegistry
 from .runtime import Clock, Entropy, SystemClock, SystemEntropy
 from .settings import ServiceSettings
-from .store.engine import create_engine
+from .store.engine import Engine, create_engine
 
 __all__ = ("Service", "DEFAULT_AGENTS", "agent_registry")
 
@@ -34,7 +32,7 @@ class Service:
     """Process-wide resources shared by commands, workers and sweeps. Build with `await Service.open(...)`."""
 
     settings: ServiceSettings
-    engine: AsyncEngine
+    engine: Engine
     agents: AgentRegistry
     clock: Clock = field(default_factory=SystemClock)
     entropy: Entropy = field(default_factory=SystemEntropy)

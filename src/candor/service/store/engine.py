@@ -38,6 +38,10 @@ _UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "53", "57P")
 _UNAVAILABLE_SQLSTATES = frozenset({"57014", "55P03", "40001", "40P01"})  # timeout, lock, serialization, deadlock
 
 
+Engine = AsyncEngine
+"""The engine type other packages name without importing sqlalchemy (layering, STYLE habit 9)."""
+
+
 def create_engine(url: str | URL, *, timeout: float = DEFAULT_TIMEOUT, **options: object) -> AsyncEngine:
     """An async engine for an operator URL (`sqlite:///…` → aiosqlite, `postgresql://…` → asyncpg).
 
