@@ -1,7 +1,9 @@
-"""Shared helpers for harness tests: scripted models, an agent factory, and history comparisons.
+"""Shared helpers for harness tests: scripted models, an agent factory, history builders and comparisons.
 
 Agents in tests are scripted `FunctionModel`s (STYLE §2 habit 11). `script(...)` replays a fixed list of
-responses, one per model request, and records what every request was sent.
+responses, one per model request, and records what every request was sent; a request past the end of the script
+fails the run. `ScriptedModel(...)` is the function form (`FunctionModel(ScriptedModel(...))`): past the end of
+its responses it answers with the text "END", and it also records each request's tool names.
 
 Import with `from scripted import ...` (pytest puts this directory on `sys.path`). Importing from `conftest`
 breaks as soon as another test directory has a `conftest.py` of its own (`pytest tests/harness tests/service`).
@@ -15,10 +17,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic_ai import Agent, ModelMessagesTypeAdapter
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import ExternalToolset
 
 from candor import BoundaryEvent, RunResultEvent
+from candor.tools import UNKNOWN_OUTCOME_CONTENT, UNKNOWN_OUTCOME_METADATA_KEY
 
 __all__ = (
     "Step",
@@ -26,7 +39,10 @@ __all__ = (
     "text",
     "tool_call",
     "calls",
+    "tool_calls",
     "script",
+    "ScriptedModel",
+    "external",
     "add",
     "echo",
     "make_agent",
@@ -35,6 +51,10 @@ __all__ = (
     "consume",
     "boundaries",
     "run_results",
+    "returns",
+    "is_unknown",
+    "deferred_call",
+    "deferred_history",
 )
 
 Step = ModelResponse | Callable[[list[ModelMessage], AgentInfo], ModelResponse | Awaitable[ModelResponse]]
@@ -45,7 +65,7 @@ class ScriptExhausted(AssertionError):
     """The run made more model requests than the script has steps."""
 
 
-def text(content: str) -> ModelResponse:
+def text(content: str = "done") -> ModelResponse:
     return ModelResponse(parts=[TextPart(content)])
 
 
@@ -55,6 +75,11 @@ def tool_call(name: str, args: dict[str, Any] | None = None, call_id: str = "c1"
 
 def calls(*parts: ToolCallPart) -> ModelResponse:
     return ModelResponse(parts=list(parts))
+
+
+def tool_calls(*calls: tuple[str, str, dict[str, Any]]) -> ModelResponse:
+    """A response with one tool call per `(tool_call_id, tool_name, args)` triple."""
+    return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=call_id) for call_id, name, args in calls])
 
 
 def script(*steps: Step, stream: bool = False) -> FunctionModel:
@@ -99,6 +124,38 @@ def script(*steps: Step, stream: bool = False) -> FunctionModel:
     model = FunctionModel(stream_function=respond_stream) if stream else FunctionModel(respond)
     model.seen = seen  # type: ignore[attr-defined]
     return model
+
+
+class ScriptedModel:
+    """A scripted model function for `FunctionModel(...)`: each request gets the next response.
+
+    A response is a `ModelResponse` or a function of the messages sent. Once the responses are used up every
+    request is answered with the text "END". `seen` holds what each request was sent, `tool_names` the sorted
+    names of the function tools it offered, and `calls` counts the requests.
+    """
+
+    def __init__(self, *responses: ModelResponse | Callable[[list[ModelMessage]], ModelResponse]) -> None:
+        self.responses = list(responses)
+        self.seen: list[list[ModelMessage]] = []
+        self.tool_names: list[list[str]] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.seen.append(list(messages))
+        self.tool_names.append(sorted(t.name for t in info.function_tools))
+        if not self.responses:
+            return ModelResponse(parts=[TextPart("END")])
+        response = self.responses.pop(0)
+        return response(messages) if callable(response) else response
+
+    @property
+    def calls(self) -> int:
+        return len(self.seen)
+
+
+def external(*names: str) -> ExternalToolset[Any]:
+    """An external toolset with one tool per name, each taking an optional string `q`."""
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    return ExternalToolset([ToolDefinition(name=name, parameters_json_schema=schema) for name in names])
 
 
 def add(a: int, b: int) -> int:
@@ -148,3 +205,44 @@ def boundaries(events: Sequence[Any]) -> list[BoundaryEvent]:
 
 def run_results(events: Sequence[Any]) -> list[RunResultEvent]:
     return [e for e in events if isinstance(e, RunResultEvent)]
+
+
+def returns(messages: Sequence[ModelMessage], tool_call_id: str) -> list[ToolReturnPart]:
+    """The tool returns in `messages` for the call `tool_call_id`."""
+    return [
+        part
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart) and part.tool_call_id == tool_call_id
+    ]
+
+
+def is_unknown(part: ToolReturnPart) -> bool:
+    """The return is the unknown-outcome result (§3.10) the harness writes for a call whose outcome is lost."""
+    return (
+        part.outcome == "interrupted"
+        and part.content == UNKNOWN_OUTCOME_CONTENT
+        and part.metadata == {UNKNOWN_OUTCOME_METADATA_KEY: True}
+    )
+
+
+def deferred_call(tool_call_id: str, tool_name: str = "tool", args: dict[str, Any] | str | None = None) -> ToolCallPart:
+    """A tool call for deferred-resume tests; note the argument order (id first), unlike `tool_call`."""
+    return ToolCallPart(tool_name=tool_name, args=args if args is not None else {"n": 1}, tool_call_id=tool_call_id)
+
+
+def deferred_history(*calls: ToolCallPart, answered: tuple[str, ...] = ()) -> list[ModelMessage]:
+    """A prompt, one response with `calls`, and (when given) a request returning the `answered` ids.
+
+    Each return names the tool of the call it answers and has the content "done".
+    """
+    messages: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("go")]), ModelResponse(parts=list(calls))]
+    if answered:
+        by_id = {c.tool_call_id: c for c in calls}
+        messages.append(
+            ModelRequest(
+                parts=[ToolReturnPart(tool_name=by_id[i].tool_name, content="done", tool_call_id=i) for i in answered]
+            )
+        )
+    return messages

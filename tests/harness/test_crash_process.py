@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from scripted import returns
 from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
 from candor import Harness, HarnessState
@@ -50,16 +51,6 @@ def _run_child(workdir: Path) -> subprocess.CompletedProcess[str]:
 
 def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-
-
-def _returns(messages: list, call_id: str) -> list[ToolReturnPart]:
-    return [
-        p
-        for m in messages
-        if isinstance(m, ModelRequest)
-        for p in m.parts
-        if isinstance(p, ToolReturnPart) and p.tool_call_id == call_id
-    ]
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
@@ -96,13 +87,13 @@ async def test_sigkill_inside_a_tool_then_recover_under_declared(tmp_path: Path)
 
     history = list(result.state.message_history)
     assert history[: len(state.message_history)] == list(state.message_history)
-    (charge_return,) = _returns(history, "call_charge")
+    (charge_return,) = returns(history, "call_charge")
     expected = unknown_outcome_result(charge_call)
     assert charge_return.content == expected.content
     assert charge_return.outcome == "interrupted"
     assert charge_return.metadata == {"candor.unknown_outcome": True}
     assert charge_return.tool_name == "charge"
-    (lookup_return,) = _returns(history, "call_lookup")
+    (lookup_return,) = returns(history, "call_lookup")
     assert lookup_return.content == "balance of acme: 10"
     # H-44: both returns in one new request, in call order, sent with the first model request.
     recovery_request = history[len(state.message_history)]

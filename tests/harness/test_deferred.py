@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import pytest
+from scripted import deferred_call as call, deferred_history as history
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
@@ -19,7 +20,6 @@ from pydantic_ai.messages import (
     RetryPromptPart,
     TextPart,
     ToolCallPart,
-    ToolReturnPart,
     UserPromptPart,
 )
 
@@ -32,23 +32,6 @@ from candor.harness.deferred import (
     pending_ids,
 )
 from candor.harness.errors import RunError
-
-
-def call(tool_call_id: str, tool_name: str = "tool", args: dict[str, Any] | str | None = None) -> ToolCallPart:
-    return ToolCallPart(tool_name=tool_name, args=args if args is not None else {"n": 1}, tool_call_id=tool_call_id)
-
-
-def returned(tool_call_id: str, tool_name: str = "tool") -> ToolReturnPart:
-    return ToolReturnPart(tool_name=tool_name, content="done", tool_call_id=tool_call_id)
-
-
-def history(*calls: ToolCallPart, answered: tuple[str, ...] = ()) -> list[ModelMessage]:
-    """A prompt, one response with `calls`, and (when given) a request returning the `answered` ids."""
-    messages: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("go")]), ModelResponse(parts=list(calls))]
-    if answered:
-        by_id = {c.tool_call_id: c for c in calls}
-        messages.append(ModelRequest(parts=[returned(i, by_id[i].tool_name) for i in answered]))
-    return messages
 
 
 def mixed_batch(*, recovery: bool = False) -> DeferredToolResume:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from scripted import ScriptedModel, is_unknown, returns, text, tool_calls
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, Tool
 from pydantic_ai.messages import (
     ModelMessage,
@@ -27,49 +28,11 @@ from pydantic_ai.toolsets import FunctionToolset
 from candor import DeferredToolResume, Harness, HarnessState, RunBindings, RunResultEvent
 from candor.errors import RunCleanupError
 from candor.harness.candidates import normalize_candidate
-from candor.tools import UNKNOWN_OUTCOME_CONTENT, UNKNOWN_OUTCOME_METADATA_KEY, unknown_outcome_result
+from candor.tools import unknown_outcome_result
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 # ----------------------------------------------------------------------------------------------- helpers
-
-
-class Script:
-    """A scripted model: each request gets the next response."""
-
-    def __init__(self, *responses: ModelResponse) -> None:
-        self.responses = list(responses)
-        self.requests = 0
-
-    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        self.requests += 1
-        return self.responses.pop(0) if self.responses else ModelResponse(parts=[TextPart("END")])
-
-
-def tool_calls(*calls: tuple[str, str, dict[str, Any]]) -> ModelResponse:
-    return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=call_id) for call_id, name, args in calls])
-
-
-def text(content: str = "done") -> ModelResponse:
-    return ModelResponse(parts=[TextPart(content)])
-
-
-def returns(messages: Sequence[ModelMessage], tool_call_id: str) -> list[ToolReturnPart]:
-    return [
-        part
-        for message in messages
-        if isinstance(message, ModelRequest)
-        for part in message.parts
-        if isinstance(part, ToolReturnPart) and part.tool_call_id == tool_call_id
-    ]
-
-
-def is_unknown(part: ToolReturnPart) -> bool:
-    return (
-        part.outcome == "interrupted"
-        and part.content == UNKNOWN_OUTCOME_CONTENT
-        and part.metadata == {UNKNOWN_OUTCOME_METADATA_KEY: True}
-    )
 
 
 class FailingClose(FunctionToolset[Any]):
@@ -80,7 +43,7 @@ class FailingClose(FunctionToolset[Any]):
         raise OSError("connection reset while closing")
 
 
-def plain_agent(script: Script) -> Agent[None, str]:
+def plain_agent(script: ScriptedModel) -> Agent[None, str]:
     agent: Agent[None, str] = Agent(FunctionModel(script))
 
     @agent.tool_plain
@@ -97,7 +60,7 @@ async def test_teardown_failure_raises_run_cleanup_error() -> None:
     """H-101: the consumer leaves at the first boundary and the run's teardown fails: RunCleanupError with
     code run_cleanup_failed, retry_hint new_run, details {"cause_count": n}, a validated candidate as .outcome,
     no RunResultEvent delivered and stream.result None."""
-    agent = plain_agent(Script(tool_calls(("c1", "plain", {})), text()))
+    agent = plain_agent(ScriptedModel(tool_calls(("c1", "plain", {})), text()))
     stream = Harness(agent).stream("hi", bindings=RunBindings(toolsets=[FailingClose()]))
     events: list[Any] = []
 
@@ -134,7 +97,7 @@ async def test_teardown_failure_raises_run_cleanup_error() -> None:
 async def test_teardown_failure_reports_the_underlying_cause() -> None:
     """H-101, §3.11: RunCleanupError.causes are the underlying teardown exceptions; the consumer left early, so the
     candidate is the cancelled one."""
-    agent = plain_agent(Script(tool_calls(("c1", "plain", {})), text()))
+    agent = plain_agent(ScriptedModel(tool_calls(("c1", "plain", {})), text()))
     stream = Harness(agent).stream("hi", bindings=RunBindings(toolsets=[FailingClose()]))
 
     with pytest.raises(RunCleanupError) as raised:
@@ -157,7 +120,7 @@ async def test_teardown_failure_reports_the_underlying_cause() -> None:
 async def test_teardown_failure_after_a_validated_candidate_raises_with_that_candidate() -> None:
     """H-101, H-102: the run completes, then its teardown fails: RunCleanupError carries the completed candidate; no
     RunResultEvent is delivered and stream.result stays None."""
-    agent = plain_agent(Script(tool_calls(("c1", "plain", {})), text("finished")))
+    agent = plain_agent(ScriptedModel(tool_calls(("c1", "plain", {})), text("finished")))
     stream = Harness(agent).stream("hi", bindings=RunBindings(toolsets=[FailingClose()]))
     results: list[RunResultEvent] = []
 
@@ -180,7 +143,7 @@ async def test_teardown_failure_after_a_validated_candidate_raises_with_that_can
 )
 async def test_run_raises_cleanup_error_like_stream() -> None:
     """H-101, H-102, H-106: run() behaves like consuming stream(): the teardown failure is raised, not returned."""
-    agent = plain_agent(Script(tool_calls(("c1", "plain", {})), text("finished")))
+    agent = plain_agent(ScriptedModel(tool_calls(("c1", "plain", {})), text("finished")))
 
     with pytest.raises(RunCleanupError) as raised:
         await Harness(agent).run("hi", bindings=RunBindings(toolsets=[FailingClose()]))
@@ -193,7 +156,7 @@ async def test_run_raises_cleanup_error_like_stream() -> None:
 
 async def test_failed_run_closes_unanswered_calls_with_unknown_outcomes() -> None:
     """H-103, H-31: a tool raising ends the run failed with a state whose unanswered calls are closed."""
-    script = Script(tool_calls(("c1", "boom", {}), ("c2", "plain", {})), text())
+    script = ScriptedModel(tool_calls(("c1", "boom", {}), ("c2", "plain", {})), text())
     agent = plain_agent(script)
 
     @agent.tool_plain
@@ -215,7 +178,7 @@ async def test_failed_run_closes_unanswered_calls_with_unknown_outcomes() -> Non
     assert "hunter2" not in result.state.model_dump_json()
     assert result.all_messages() == list(history)
     # The closed state continues normally (nothing is left open).
-    again = await Harness(plain_agent(Script(text("recovered")))).run("go on", previous_state=result.state)
+    again = await Harness(plain_agent(ScriptedModel(text("recovered")))).run("go on", previous_state=result.state)
     assert again.status == "completed" and again.output == "recovered"
 
 
@@ -233,7 +196,7 @@ async def test_failed_fresh_resume_keeps_pending_batch_calls_open() -> None:
         attempts.append(1)
         raise RuntimeError("boom")
 
-    agent: Agent[None, str] = Agent(FunctionModel(Script(text("after"))), tools=[Tool(risky, requires_approval=True)])
+    agent: Agent[None, str] = Agent(FunctionModel(ScriptedModel(text("after"))), tools=[Tool(risky, requires_approval=True)])
     batch = DeferredToolResume(DeferredToolRequests(approvals=[c1]), DeferredToolResults(approvals={"c1": True}))
     stream = Harness(agent).stream(previous_state=state, deferred_resume=batch)
     async with stream:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from scripted import ScriptedModel, external, is_unknown, returns, text
 from pydantic_ai import (
     Agent,
     DeferredToolRequests,
@@ -25,52 +26,18 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
-    TextPart,
     ToolCallPart,
     ToolReturn,
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.toolsets import ExternalToolset
+from pydantic_ai.models.function import FunctionModel
 
 from candor import BoundaryEvent, DeferredToolResume, Harness, HarnessState, RunBindings, RunResultEvent
 from candor.errors import RunError
-from candor.tools import UNKNOWN_OUTCOME_CONTENT, UNKNOWN_OUTCOME_METADATA_KEY, recovery_retryable
+from candor.tools import recovery_retryable
 
 # ----------------------------------------------------------------------------------------------- helpers
-
-
-class Script:
-    """A scripted model: each request gets the next response; every request's messages are kept."""
-
-    def __init__(self, *responses: ModelResponse) -> None:
-        self.responses = list(responses)
-        self.seen: list[list[ModelMessage]] = []
-
-    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        self.seen.append(list(messages))
-        return self.responses.pop(0) if self.responses else ModelResponse(parts=[TextPart("END")])
-
-
-def text(content: str = "done") -> ModelResponse:
-    return ModelResponse(parts=[TextPart(content)])
-
-
-def external(*names: str) -> ExternalToolset[Any]:
-    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
-    return ExternalToolset([ToolDefinition(name=name, parameters_json_schema=schema) for name in names])
-
-
-def returns(messages: Sequence[ModelMessage], tool_call_id: str) -> list[ToolReturnPart]:
-    return [
-        part
-        for message in messages
-        if isinstance(message, ModelRequest)
-        for part in message.parts
-        if isinstance(part, ToolReturnPart) and part.tool_call_id == tool_call_id
-    ]
 
 
 def return_ids(messages: Sequence[ModelMessage]) -> list[str]:
@@ -81,14 +48,6 @@ def return_ids(messages: Sequence[ModelMessage]) -> list[str]:
         for part in message.parts
         if isinstance(part, ToolReturnPart)
     ]
-
-
-def is_unknown(part: ToolReturnPart) -> bool:
-    return (
-        part.outcome == "interrupted"
-        and part.content == UNKNOWN_OUTCOME_CONTENT
-        and part.metadata == {UNKNOWN_OUTCOME_METADATA_KEY: True}
-    )
 
 
 # The suspended response every test starts from: c1 approval of `gated`, c2 external `ext`, c3 approval of `gated`.
@@ -110,8 +69,8 @@ def requests(*calls: ToolCallPart) -> DeferredToolRequests:
     )
 
 
-def agent_with(*, safe: bool, script: Script | None = None) -> tuple[Agent[None, str], Script, list[int]]:
-    script = script or Script(text("done"), text("done again"))
+def agent_with(*, safe: bool, script: ScriptedModel | None = None) -> tuple[Agent[None, str], ScriptedModel, list[int]]:
+    script = script or ScriptedModel(text("done"), text("done again"))
     ran: list[int] = []
 
     def gated(n: int) -> str:
@@ -207,7 +166,7 @@ async def test_interrupted_fresh_run_is_finished_by_its_recovery_batch() -> None
         await asyncio.Event().wait()  # the process "dies" while this call is in flight
         return "never"
 
-    script = Script(text("after recovery"))
+    script = ScriptedModel(text("after recovery"))
     agent: Agent[None, str] = Agent(FunctionModel(script), tools=[Tool(gated, requires_approval=True)])
     state = HarnessState(schema_version="1", thread_id="thr_batch", message_history=[PROMPT, ModelResponse(parts=[C1, C2])])
     fresh = DeferredToolResume(requests(C1, C2), DeferredToolResults(approvals={"c1": True}, calls={"c2": "answer"}))
@@ -269,7 +228,7 @@ async def test_pending_deferred_input_after_cancel_matches_the_outcome_state() -
         await asyncio.Event().wait()
         return "never"
 
-    agent: Agent[None, str] = Agent(FunctionModel(Script(text("x"))), tools=[Tool(gated, requires_approval=True)])
+    agent: Agent[None, str] = Agent(FunctionModel(ScriptedModel(text("x"))), tools=[Tool(gated, requires_approval=True)])
     state = HarnessState(schema_version="1", thread_id="thr_batch", message_history=[PROMPT, ModelResponse(parts=[C1, C2])])
     fresh = DeferredToolResume(requests(C1, C2), DeferredToolResults(approvals={"c1": True}, calls={"c2": "answer"}))
     stream = Harness(agent).stream(previous_state=state, deferred_resume=fresh, bindings=BINDINGS)
@@ -551,7 +510,7 @@ async def test_no_state_or_namespace_ever_holds_the_batch() -> None:
 
 async def test_cancelled_state_does_not_hold_unincorporated_answers() -> None:
     """H-95, H-103: an answer that was accepted but not yet incorporated is absent from the cancelled state."""
-    script = Script(text("done"))
+    script = ScriptedModel(text("done"))
 
     def gated(n: int) -> str:
         return "g"

@@ -9,19 +9,18 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from scripted import canonical, consume
 from pydantic_ai import (
     Agent,
     ApprovalRequired,
     DeferredToolRequests,
     DeferredToolResults,
-    ModelMessagesTypeAdapter,
     RunContext,
     SkipToolExecution,
     Tool,
@@ -167,10 +166,6 @@ def is_unknown_for(part: ToolReturnPart, original: ToolCallPart) -> bool:
     return no_ts(part) == no_ts(unknown_outcome_result(original))
 
 
-def canonical(messages: Sequence[ModelMessage]) -> Any:
-    return json.loads(ModelMessagesTypeAdapter.dump_json(list(messages)))
-
-
 def assert_prefix(before: HarnessState, after: HarnessState) -> None:
     """H-42: the earlier history is kept message for message (canonical JSON)."""
     old = list(before.message_history)
@@ -183,14 +178,6 @@ def every_call_answered_once(messages: Sequence[ModelMessage]) -> None:
     for part in last.parts:
         if isinstance(part, ToolCallPart):
             only_return(messages, part.tool_call_id)
-
-
-async def consume(stream: Any) -> list[Any]:
-    events: list[Any] = []
-    async with stream:
-        async for event in stream:
-            events.append(event)
-    return events
 
 
 @dataclass

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from scripted import deferred_call as call, deferred_history as history
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied, ToolReturn
@@ -19,7 +20,6 @@ from pydantic_ai.messages import (
     RetryPromptPart,
     TextPart,
     ToolCallPart,
-    ToolReturnPart,
     UserPromptPart,
 )
 from pydantic_ai.tools import ToolDefinition
@@ -34,18 +34,6 @@ from candor.harness.errors import DefinitionError, RunError
 from candor.harness.resume_check import ResumeCheck, check_resume, check_surface
 
 NAN, INF = float("nan"), float("inf")
-
-
-def call(tool_call_id: str, tool_name: str = "tool", args: dict[str, Any] | str | None = None) -> ToolCallPart:
-    return ToolCallPart(tool_name=tool_name, args=args if args is not None else {"n": 1}, tool_call_id=tool_call_id)
-
-
-def history(*calls: ToolCallPart, answered: tuple[str, ...] = ()) -> list[ModelMessage]:
-    """A prompt, one response with `calls`, and (when given) a request returning the `answered` ids."""
-    messages: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("go")]), ModelResponse(parts=list(calls))]
-    if answered:
-        messages.append(ModelRequest(parts=[ToolReturnPart("tool", "done", tool_call_id=i) for i in answered]))
-    return messages
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Run-level tests of suspension and a fresh resume (spec §3.9, §4.F, §5, §6), through the public API only.
 
-Agents are scripted `FunctionModel`s; a `Script` records what every model request saw, so "before any model work"
-is checked as "the model was never called".
+Agents are scripted `FunctionModel`s; a `ScriptedModel` records what every model request saw, so "before any model
+work" is checked as "the model was never called".
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from scripted import ScriptedModel, external, returns, text, tool_calls
 from pydantic_ai import (
     Agent,
     ApprovalRequired,
@@ -29,15 +30,13 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
-    TextPart,
     ToolCallPart,
     ToolReturn,
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.toolsets import ExternalToolset
 
 from candor import CapabilityState, DeferredToolResume, Harness, HarnessState, RunBindings
 from candor.errors import DefinitionError, RunError
@@ -47,50 +46,6 @@ FUNCTION_ID_KEY = "candor.deferred_function_id"
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-
-
-class Script:
-    """A scripted model: each request gets the next response; every request's messages and tool names are kept."""
-
-    def __init__(self, *responses: ModelResponse | Callable[[list[ModelMessage]], ModelResponse]) -> None:
-        self.responses = list(responses)
-        self.seen: list[list[ModelMessage]] = []
-        self.tool_names: list[list[str]] = []
-
-    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        self.seen.append(list(messages))
-        self.tool_names.append(sorted(t.name for t in info.function_tools))
-        if not self.responses:
-            return ModelResponse(parts=[TextPart("END")])
-        response = self.responses.pop(0)
-        return response(messages) if callable(response) else response
-
-    @property
-    def calls(self) -> int:
-        return len(self.seen)
-
-
-def tool_calls(*calls: tuple[str, str, dict[str, Any]]) -> ModelResponse:
-    return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=call_id) for call_id, name, args in calls])
-
-
-def text(content: str = "done") -> ModelResponse:
-    return ModelResponse(parts=[TextPart(content)])
-
-
-def external(*names: str) -> ExternalToolset[Any]:
-    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
-    return ExternalToolset([ToolDefinition(name=name, parameters_json_schema=schema) for name in names])
-
-
-def returns(messages: Sequence[ModelMessage], tool_call_id: str) -> list[ToolReturnPart]:
-    return [
-        part
-        for message in messages
-        if isinstance(message, ModelRequest)
-        for part in message.parts
-        if isinstance(part, ToolReturnPart) and part.tool_call_id == tool_call_id
-    ]
 
 
 def user_prompts(messages: Sequence[ModelMessage]) -> list[Any]:
@@ -111,7 +66,7 @@ def state_of(*messages: ModelMessage, thread_id: str = "thr_host") -> HarnessSta
 class Gates:
     """Three deferrals in one response: an approval (c1), an external call (c2), and a plain sibling (c3)."""
 
-    script: Script
+    script: ScriptedModel
     agent: Agent[None, str]
     ran: list[Any] = field(default_factory=list)
     bindings: RunBindings = field(default_factory=lambda: RunBindings(toolsets=[external("ext")]))
@@ -121,7 +76,7 @@ def gates(*, sibling: bool = False, after: Sequence[ModelResponse] = (text("done
     first = [("c1", "gated", {"n": 1}), ("c2", "ext", {"q": "x"})]
     if sibling:
         first.append(("c3", "plain", {}))
-    script = Script(tool_calls(*first), *after)
+    script = ScriptedModel(tool_calls(*first), *after)
     agent: Agent[None, str] = Agent(FunctionModel(script))
     g = Gates(script=script, agent=agent)
 
@@ -172,7 +127,7 @@ async def test_deferral_suspends_with_state_and_sibling_returns() -> None:
 async def test_function_tool_deferrals_are_categorised_and_stamped() -> None:
     """H-63, §5: CallDeferred of a local tool → external or question call stamped with candor.deferred_function_id;
     ApprovalRequired → an approval that carries its metadata."""
-    script = Script(tool_calls(("e1", "later", {}), ("q1", "ask", {}), ("a1", "guarded", {})))
+    script = ScriptedModel(tool_calls(("e1", "later", {}), ("q1", "ask", {}), ("a1", "guarded", {})))
     agent: Agent[None, str] = Agent(FunctionModel(script))
 
     @agent.tool_plain
@@ -400,7 +355,7 @@ async def test_removed_approval_tool_is_a_surface_mismatch() -> None:
     g = gates()
     first = await suspended(g)
     batch = DeferredToolResume(first.deferred, first.deferred.build_results(approve_all=True, calls={"c2": "v"}))
-    script = Script(text("never"))
+    script = ScriptedModel(text("never"))
     replacement: Agent[None, str] = Agent(FunctionModel(script))
     ran: list[str] = []
 
@@ -427,7 +382,7 @@ async def test_removed_approval_tool_is_a_surface_mismatch() -> None:
 )
 async def test_removed_external_tool_accepts_only_tool_failed(answer: Any, accepted: bool) -> None:
     """H-74, H-79: once an external tool is removed, only a ToolFailed answer is accepted for its call."""
-    script = Script(tool_calls(("c2", "ext", {"q": "x"})), text("done"))
+    script = ScriptedModel(tool_calls(("c2", "ext", {"q": "x"})), text("done"))
     agent: Agent[None, str] = Agent(FunctionModel(script))
     first = await Harness(agent).run("hi", bindings=RunBindings(toolsets=[external("ext")]))
     assert first.status == "suspended"
@@ -446,12 +401,12 @@ async def test_removed_external_tool_accepts_only_tool_failed(answer: Any, accep
 @pytest.mark.parametrize("answer", ["value", ToolFailed("gone")], ids=["value", "tool-failed"])
 async def test_local_tool_sharing_removed_external_name_never_matches(answer: Any) -> None:
     """H-74: a local function tool named like the removed external tool does not match, not even for ToolFailed."""
-    script = Script(tool_calls(("c2", "ext", {"q": "x"})), text("done"))
+    script = ScriptedModel(tool_calls(("c2", "ext", {"q": "x"})), text("done"))
     agent: Agent[None, str] = Agent(FunctionModel(script))
     first = await Harness(agent).run("hi", bindings=RunBindings(toolsets=[external("ext")]))
     batch = DeferredToolResume(first.deferred, DeferredToolResults(calls={"c2": answer}))
     ran: list[str] = []
-    impostor: Agent[None, str] = Agent(FunctionModel(Script(text("never"))))
+    impostor: Agent[None, str] = Agent(FunctionModel(ScriptedModel(text("never"))))
 
     @impostor.tool_plain
     def ext(q: str) -> str:
@@ -473,7 +428,7 @@ async def test_local_tool_sharing_removed_external_name_never_matches(answer: An
 )
 async def test_local_deferral_needs_the_same_function_id(metadata: dict[str, Any] | None, fits: bool) -> None:
     """H-74, §5: a question raised by a local tool needs a function tool with the same candor.deferred_function_id."""
-    script = Script(tool_calls(("q1", "ask", {})), text("done"))
+    script = ScriptedModel(tool_calls(("q1", "ask", {})), text("done"))
     agent: Agent[None, str] = Agent(FunctionModel(script))
 
     @agent.tool_plain
@@ -483,7 +438,7 @@ async def test_local_deferral_needs_the_same_function_id(metadata: dict[str, Any
     first = await Harness(agent).run("hi")
     assert first.deferred.metadata["q1"][FUNCTION_ID_KEY] == "ask"
     batch = DeferredToolResume(first.deferred, DeferredToolResults(calls={"q1": "blue"}))
-    later = Script(text("thanks"))
+    later = ScriptedModel(text("thanks"))
     current: Agent[None, str] = Agent(
         FunctionModel(later), tools=[Tool(lambda: "unused", name="ask", metadata=metadata)]
     )
@@ -540,7 +495,7 @@ async def test_override_args_are_coerced_and_hooks_see_them() -> None:
 async def test_invalid_override_fails_before_any_tool_runs() -> None:
     """H-75, H-73: override_args that fail the current schema → deferred_override_invalid at the first step,
     before the model or any tool (not even another approved call of the batch) runs."""
-    script = Script(tool_calls(("a", "gated", {"n": 1}), ("b", "gated", {"n": 2})), text("never"))
+    script = ScriptedModel(tool_calls(("a", "gated", {"n": 1}), ("b", "gated", {"n": 2})), text("never"))
     agent: Agent[None, str] = Agent(FunctionModel(script))
     ran: list[int] = []
 
@@ -590,7 +545,7 @@ async def test_current_hook_blocks_an_approved_call() -> None:
 
 async def test_approval_required_tool_runs_once_approved() -> None:
     """H-76, H-55: a tool raising ApprovalRequired unless ctx.tool_call_approved is satisfied by the batch's approval."""
-    script = Script(tool_calls(("a1", "guarded", {"amount": 5})), text("paid"))
+    script = ScriptedModel(tool_calls(("a1", "guarded", {"amount": 5})), text("paid"))
     agent: Agent[None, str] = Agent(FunctionModel(script))
     seen: list[tuple[int, bool]] = []
 
@@ -630,7 +585,7 @@ async def test_host_built_history_and_native_answers(answer: Any) -> None:
         ModelResponse(parts=[call]),
     ]
     state = state_of(*history)
-    script = Script(text("imported"))
+    script = ScriptedModel(text("imported"))
     agent: Agent[None, str] = Agent(FunctionModel(script))
     ran: list[int] = []
 
@@ -725,7 +680,7 @@ async def test_fresh_batch_switches_tool_recovery_off(mode: str) -> None:
     is closed with an unknown outcome even if it is retry-safe and the mode is "always"."""
     response = tool_calls(("c1", "gated", {"n": 1}), ("c2", "safe", {}))
     state = state_of(ModelRequest(parts=[UserPromptPart("hi")]), response)
-    script = Script(text("done"))
+    script = ScriptedModel(text("done"))
     ran: list[str] = []
 
     def gated(n: int) -> str:
@@ -755,7 +710,7 @@ async def test_fresh_batch_switches_tool_recovery_off(mode: str) -> None:
 
 async def test_reused_call_ids_are_handled_per_cycle() -> None:
     """H-81: a later response reuses a call id; each suspend/resume cycle is handled on its own."""
-    script = Script(tool_calls(("x", "gated", {"n": 1})), tool_calls(("x", "gated", {"n": 2})), text("done"))
+    script = ScriptedModel(tool_calls(("x", "gated", {"n": 1})), tool_calls(("x", "gated", {"n": 2})), text("done"))
     agent: Agent[None, str] = Agent(FunctionModel(script))
     ran: list[int] = []
 
@@ -793,7 +748,7 @@ async def test_reused_call_ids_are_handled_per_cycle() -> None:
 
 async def test_tool_leaving_after_its_approval_was_consumed_does_not_fail() -> None:
     """H-82: the surface is checked against pending items only at the first step."""
-    script = Script(text("done"))
+    script = ScriptedModel(text("done"))
     consumed: list[bool] = []
 
     async def only_until_used(ctx: RunContext[None], tool_def: ToolDefinition) -> ToolDefinition | None:
@@ -841,7 +796,7 @@ async def test_new_input_follows_the_batch_returns() -> None:
 async def test_no_deferral_policy_leaves_external_tools_out_and_denies_deferrals() -> None:
     """H-84: with deferred_tools_supported=False external tools are not offered, and approvals and local deferrals
     are closed inside the run as denied; the run completes."""
-    script = Script(tool_calls(("c1", "gated", {"n": 1}), ("q1", "ask", {})), text("done"))
+    script = ScriptedModel(tool_calls(("c1", "gated", {"n": 1}), ("q1", "ask", {})), text("done"))
     agent: Agent[None, str] = Agent(FunctionModel(script))
     ran: list[Any] = []
 
@@ -879,7 +834,7 @@ async def test_no_deferral_policy_never_suspends_from_recovery() -> None:
         return "g"
 
     agent: Agent[None, str] = Agent(
-        FunctionModel(Script(text("done"))), tools=[recovery_retryable(Tool(gated, requires_approval=True))]
+        FunctionModel(ScriptedModel(text("done"))), tools=[recovery_retryable(Tool(gated, requires_approval=True))]
     )
     state = state_of(ModelRequest(parts=[UserPromptPart("hi")]), tool_calls(("c1", "gated", {"n": 1})))
 
@@ -904,7 +859,7 @@ async def test_no_deferral_policy_never_suspends_from_recovery() -> None:
 )
 async def test_no_deferral_policy_denies_a_deferral_raised_after_approval() -> None:
     """H-84: a deferral raised during the run — here by a call approved in a fresh batch — is closed as denied."""
-    script = Script(tool_calls(("c1", "later", {})), text("done"))
+    script = ScriptedModel(tool_calls(("c1", "later", {})), text("done"))
     agent: Agent[None, str] = Agent(FunctionModel(script))
 
     @agent.tool_plain(requires_approval=True)
