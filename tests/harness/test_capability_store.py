@@ -370,11 +370,6 @@ async def test_capability_state_after_a_failed_run_raises() -> None:
     assert info.value.code == "run_not_active"
 
 
-@pytest.mark.xfail(
-    reason="BUG: the store is bound in the consumer's context at __aenter__ (stream.py), so two streams "
-    "driven from one task share the last-entered store",
-    strict=True,
-)
 async def test_interleaved_streams_keep_their_own_stores() -> None:
     """H-18, H-20, H-21: two streams driven from the same task each see their own run's store."""
     async def mark() -> str:
@@ -506,11 +501,6 @@ async def test_exported_value_is_detached_from_the_provider() -> None:
     assert result.state.environment == {"m": {"items": [1]}}  # type: ignore[union-attr]
 
 
-@pytest.mark.xfail(
-    reason="BUG: run end is a safe boundary, but a suspended (or completed) run's state keeps the environment "
-    "of the last tool boundary: stream.py does not call export() when the run ends",
-    strict=True,
-)
 async def test_run_end_exports_the_provider_when_suspending() -> None:
     """H-23: run end is a safe boundary, so a suspended run's state holds the value exported at the end."""
     provider = Provider()

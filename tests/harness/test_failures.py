@@ -85,15 +85,6 @@ async def test_teardown_failure_raises_run_cleanup_error() -> None:
     assert await stream.export_state() == error.outcome.state  # H-99
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: a toolset teardown error during aclose() is caught by RunStream._drive's `except Exception` as a run "
-        "failure, which then tries to yield a RunResultEvent inside aclose(); .causes holds only "
-        "RuntimeError('async generator ignored GeneratorExit') and the outcome is a failed/agent_run_failed "
-        "candidate instead of the cancelled one"
-    ),
-    strict=True,
-)
 async def test_teardown_failure_reports_the_underlying_cause() -> None:
     """H-101, §3.11: RunCleanupError.causes are the underlying teardown exceptions; the consumer left early, so the
     candidate is the cancelled one."""
@@ -109,14 +100,6 @@ async def test_teardown_failure_reports_the_underlying_cause() -> None:
     assert raised.value.outcome.status == "cancelled"
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: when teardown fails after the run ended, the stream delivers RunResultEvent(completed) and then a "
-        "second RunResultEvent(failed, agent_run_failed) instead of raising RunCleanupError carrying the completed "
-        "candidate; run() returns the failed result"
-    ),
-    strict=True,
-)
 async def test_teardown_failure_after_a_validated_candidate_raises_with_that_candidate() -> None:
     """H-101, H-102: the run completes, then its teardown fails: RunCleanupError carries the completed candidate; no
     RunResultEvent is delivered and stream.result stays None."""
@@ -137,10 +120,6 @@ async def test_teardown_failure_after_a_validated_candidate_raises_with_that_can
     assert raised.value.details == {"cause_count": 1}
 
 
-@pytest.mark.xfail(
-    reason="BUG: same as above; Harness.run() returns a failed result instead of raising RunCleanupError",
-    strict=True,
-)
 async def test_run_raises_cleanup_error_like_stream() -> None:
     """H-101, H-102, H-106: run() behaves like consuming stream(): the teardown failure is raised, not returned."""
     agent = plain_agent(ScriptedModel(tool_calls(("c1", "plain", {})), text("finished")))
@@ -261,14 +240,6 @@ async def test_cancelled_mid_response_keeps_complete_text() -> None:
     assert [p.content for p in responses[-1].parts if isinstance(p, TextPart)] == ["partial answer "]
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: candidates.is_complete_call() uses ToolCallPart.args_as_dict(), which in pydantic-ai 2.68 returns "
-        "{'INVALID_JSON': raw} instead of raising, so partial tool arguments are kept and closed with an "
-        "unknown-outcome result"
-    ),
-    strict=True,
-)
 async def test_cancelled_mid_response_drops_partial_tool_arguments() -> None:
     """H-103: the partially streamed tool call is dropped, so it is neither stored nor closed."""
     outcome = await _cancel_mid_response()
@@ -340,10 +311,6 @@ def test_normalize_candidate_drops_an_empty_response() -> None:
         pytest.param('{"a": ', id="truncated-object"),
         pytest.param('{"city": "Par', id="truncated-string"),
     ],
-)
-@pytest.mark.xfail(
-    reason="BUG: candidates.is_complete_call() needs args_as_dict(raise_if_invalid=True); partial args are kept",
-    strict=True,
 )
 def test_normalize_candidate_drops_partial_tool_arguments(args: str) -> None:
     """H-103: a tool call whose streamed arguments do not parse is dropped, and so is not closed."""

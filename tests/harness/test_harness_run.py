@@ -254,11 +254,6 @@ async def test_tool_error_ends_failed_with_safe_state() -> None:
     assert again.status == "completed"
 
 
-@pytest.mark.xfail(
-    reason="BUG: _agent_glue.classify_agent_exception classifies by exception type only, so a builtin "
-    "TimeoutError/ConnectionError raised by a *tool* becomes model_unavailable/new_run instead of agent_run_failed",
-    strict=True,
-)
 @pytest.mark.parametrize("exc", [TimeoutError("t"), ConnectionError("c")], ids=["timeout", "connection"])
 async def test_tool_timeout_is_not_a_model_error(exc: BaseException) -> None:
     """H-31: only the model client's connection/timeout errors are model_unavailable; a tool's are agent_run_failed."""
@@ -286,13 +281,6 @@ async def test_output_function_error_ends_failed() -> None:
     assert "secret-token-123" not in result.state.model_dump_json()
 
 
-OUTPUT_VALIDATOR_BUG = (
-    "BUG: stream.py always passes output_type=[..., DeferredToolRequests] to agent.iter, and pydantic-ai refuses a "
-    "run-level output_type when the agent has output validators (UserError), so such agents always fail"
-)
-
-
-@pytest.mark.xfail(reason=OUTPUT_VALIDATOR_BUG, strict=True)
 async def test_output_validator_error_ends_failed() -> None:
     """H-31: an exception from an output validator ends the run failed with its own error_type."""
     agent = make_agent(script(text("answer")))
@@ -307,7 +295,6 @@ async def test_output_validator_error_ends_failed() -> None:
     assert result.failure.details == {"error_type": "LookupError"}  # type: ignore[union-attr]
 
 
-@pytest.mark.xfail(reason=OUTPUT_VALIDATOR_BUG, strict=True)
 async def test_agent_with_output_validator_completes() -> None:
     """H-106 (§3.5): the wrapped agent need not declare DeferredToolRequests; its output validators still run."""
     agent = make_agent(script(text("answer")))

@@ -210,14 +210,6 @@ async def test_interrupted_fresh_run_is_finished_by_its_recovery_batch() -> None
     assert fresh.remaining(history) is None
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: after a cancelled fresh resume whose outcome state already holds the external answer (c2), "
-        "stream.pending_deferred_input is computed against the stream's canonical history, not the outcome state, "
-        "and still re-offers c2"
-    ),
-    strict=True,
-)
 async def test_pending_deferred_input_after_cancel_matches_the_outcome_state() -> None:
     """H-96, H-103: after shutdown, pending_deferred_input holds exactly the batch items the outcome state has not
     incorporated."""

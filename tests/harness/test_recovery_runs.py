@@ -57,13 +57,6 @@ from candor.tools import (
 SAFE = RECOVERY_RETRY_SAFE_METADATA_KEY
 THREAD = "thr_recovery"
 FIXED_TS = datetime(2020, 1, 1, tzinfo=timezone.utc)
-SURFACE_BUG = (
-    "BUG: when the restored history ends in a ModelRequest (e.g. sibling returns of a suspended step, or a "
-    "recovery request merged before suspending), _recovery_start reads glue.prepared_surface(run) after the "
-    "UserPromptNode step, but pydantic-ai has not prepared the tool manager yet (tools is None), so the surface "
-    "is empty: every open call is planned as 'tool_missing' and a fresh batch fails check_surface with "
-    "DefinitionError(deferred_surface_mismatch)"
-)
 EXT_SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 
 # -- helpers ------------------------------------------------------------------------------------------------

@@ -663,12 +663,6 @@ async def test_steer_during_the_last_request_stays_pending() -> None:
     assert all("too late" not in json.dumps(canonical([m])) for m in state.message_history)
 
 
-@pytest.mark.xfail(
-    reason="BUG: a pending steering input restored from the state ('candor.steering') is overwritten by the next "
-    "steer() of a later run and then removed at incorporation without ever entering history (stream.py "
-    "_record_steering only records this run's queue)",
-    strict=True,
-)
 async def test_restored_pending_steering_is_not_lost() -> None:
     """H-104, H-85: an input recorded in "candor.steering" and never incorporated is kept until it enters history."""
     holder: list[RunStream[Any]] = []
@@ -693,11 +687,6 @@ async def test_restored_pending_steering_is_not_lost() -> None:
     assert in_history or "too late" in json.dumps(_steering(final))
 
 
-@pytest.mark.xfail(
-    reason="BUG: steer() records the input in the store but export_state() keeps returning the snapshot of the "
-    "previous boundary, so a state exported right after steer() does not carry the pending input",
-    strict=True,
-)
 async def test_state_exported_right_after_steer_carries_it() -> None:
     """H-104: until incorporated, a state exported in between carries the steered input in "candor.steering"."""
     async with Harness(two_step_agent([])).stream("go") as stream:

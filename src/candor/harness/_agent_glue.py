@@ -37,6 +37,10 @@ DENIED_UNSUPPORTED_MESSAGE = "This tool call needs a person or an outside system
 
 def deferred_output_type(agent: AbstractAgent[Any, Any]) -> Any:
     """The agent's own output type plus `DeferredToolRequests` (spec §3.5: the agent need not declare it)."""
+    if getattr(agent, "_output_validators", None):
+        # pydantic-ai refuses a run-level output type next to output validators: such an agent can suspend
+        # only if it declares DeferredToolRequests in its own output type (docs/state-and-resume.md).
+        return None
     output_type = agent.output_type
     members = list(output_type) if isinstance(output_type, (list, tuple)) else [output_type]
     if DeferredToolRequests not in members:
@@ -75,7 +79,8 @@ def classify_agent_exception(exc: BaseException) -> SafeFailure:
     transient = False
     if isinstance(exc, ModelHTTPError):
         transient = exc.status_code in (408, 429) or exc.status_code >= 500
-    elif isinstance(exc, (ModelConnectionError, ModelRequestTimeout, TimeoutError, ConnectionError)):
+    elif isinstance(exc, (ModelConnectionError, ModelRequestTimeout)):
+        # Only the model client's own errors: a tool's TimeoutError is the tool's failure, not the model's.
         transient = True
     elif isinstance(exc, ModelAPIError) and type(exc).__name__ in {
         "ModelRateLimitError",

@@ -26,8 +26,8 @@ __all__ = ("normalize_candidate", "is_complete_call")
 def is_complete_call(part: ToolCallPart) -> bool:
     """A call whose arguments parse; partial streamed arguments do not (H-103)."""
     try:
-        part.args_as_dict()
-    except Exception:
+        part.args_as_dict(raise_if_invalid=True)
+    except (ValueError, AssertionError):
         return False
     return True
 

@@ -9,6 +9,8 @@ which is what makes checkpoints append-only (H-39).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import copy
 import dataclasses
 from datetime import datetime, timezone
@@ -26,6 +28,7 @@ from . import _agent_glue as glue
 from ._recovery_start import OpenCallStart, start_open_calls
 from .bindings import RunBindings
 from .candidates import normalize_candidate
+from ._driver import TaskDrivenGenerator
 from .capability_store import CapabilityStore
 from .deferred import DeferredToolResume
 from .errors import HarnessError, RunCleanupError, RunError, StateError
@@ -87,6 +90,8 @@ class RunStream(Generic[OutputT]):
         self._snapshot_recipe: tuple[Any, ...] = ()
         self._steer_queue: list[tuple[str | None, InputValue]] = []
         self._steering_touched = False
+        # H-85: pending input restored from the state stays recorded until a host delivers it again.
+        self._restored_steering = _restored_steering(self._store)
         self._provider_suspended_start = False
         self._incorporated: list[str] = []
         self._boundary_index = 0
@@ -94,8 +99,10 @@ class RunStream(Generic[OutputT]):
         self._iterating = False
         self._in_next = False
         self._closed = False
-        self._events: AsyncIterator[Any] | None = None
-        self._store_token: Any = None
+        self._events: TaskDrivenGenerator | None = None
+        self._context: contextvars.Context | None = None
+        self._closing = False
+        self._teardown_causes: list[BaseException] = []
         self._step_task: asyncio.Task[Any] | None = None
         self._cancel_requested = False
         self._candidate: RunResult[OutputT] | None = None
@@ -114,7 +121,9 @@ class RunStream(Generic[OutputT]):
         """H-96: the accepted batch items history has not incorporated yet, as a recovery batch."""
         if self._batch is None:
             return None
-        remaining = self._batch.remaining(self._history)
+        outcome_state = self.outcome.state if self.outcome is not None else None
+        history = outcome_state._history_ref() if outcome_state is not None else self._history
+        remaining = self._batch.remaining(history)
         if remaining is None:
             return None
         return DeferredToolResume(remaining.requests, remaining.results, recovery=True)
@@ -131,6 +140,13 @@ class RunStream(Generic[OutputT]):
             raise RunError("steer() needs an active stream", code="run_not_active")
         self._steer_queue.append((key, input))
         self._record_steering()
+        if self._snapshot_recipe:
+            # H-104: a state exported before the input is incorporated still carries it.
+            namespaces = self._snapshot_recipe[1]
+            steering = self._store._raw(STEERING_CAPABILITY_ID)
+            if steering is not None:
+                namespaces._put(STEERING_CAPABILITY_ID, *steering)
+            self._snapshot = None
 
     async def export_state(self) -> HarnessState:
         """The state of the latest safe boundary (H-98); saves nothing."""
@@ -142,7 +158,8 @@ class RunStream(Generic[OutputT]):
             return self.outcome.state
         if self._snapshot is None:
             history, namespaces, environment, usage = self._snapshot_recipe
-            namespaces._put(USAGE_CAPABILITY_ID, "1", _usage_adapter.dump_python(usage, mode="json"))
+            if usage is not None:
+                namespaces._put(USAGE_CAPABILITY_ID, "1", _usage_adapter.dump_python(usage, mode="json"))
             self._snapshot = HarnessState._trusted(
                 thread_id=self.thread_id,
                 message_history=history,
@@ -156,9 +173,12 @@ class RunStream(Generic[OutputT]):
         if self._entered:
             raise RunError("a RunStream can be entered only once", code="run_stream_reused")
         self._entered = True
-        self._store_token = self._store._activate()
-        self._snapshot = self._build_state(self._history)
-        self._events = self._drive()
+        # The run is driven in a task created in this context: capability_state() there is this run's store,
+        # even when several streams are driven from one consumer task.
+        self._context = contextvars.copy_context()
+        self._context.run(self._store._activate)
+        self._take_snapshot(at_start=True)
+        self._events = TaskDrivenGenerator(self._drive, context=self._context)
         return self
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -179,7 +199,7 @@ class RunStream(Generic[OutputT]):
             raise StopAsyncIteration
         self._in_next = True
         try:
-            event = await self._events.__anext__()
+            event = await self._events.next()
         except StopAsyncIteration:
             await self._shutdown()
             raise
@@ -196,14 +216,13 @@ class RunStream(Generic[OutputT]):
         if self._closed:
             return
         causes: list[BaseException] = []
+        self._closing = True
         if self._events is not None:
             try:
-                await self._events.aclose()  # type: ignore[attr-defined]
+                await self._events.aclose()
             except BaseException as exc:  # noqa: BLE001 - every teardown failure is collected (H-101)
                 causes.append(exc)
-        if self._store_token is not None:
-            CapabilityStore._deactivate(self._store_token)
-            self._store_token = None
+        causes[:0] = self._teardown_causes
         self._closed = True
         if self.outcome is None and self._candidate is None and not raised:
             # The consumer left before the end: the run is over, cancelled, with a safe candidate.
@@ -215,11 +234,45 @@ class RunStream(Generic[OutputT]):
 
     # -- driving the run ------------------------------------------------------------------------------
     async def _drive(self) -> AsyncIterator[Any]:
+        """All events of the run, then one RunResultEvent, yielded only after the agent run was torn down."""
+        try:
+            async with contextlib.aclosing(self._drive_agent()) as events:
+                async for event in events:
+                    yield event
+        except asyncio.CancelledError:
+            if not self._cancel_requested:
+                raise
+            self._candidate = self._terminal_candidate("cancelled")
+        except HarnessError:
+            raise
+        except UsageLimitExceeded as exc:
+            failure = SafeFailure(
+                code="usage_limit_exceeded", message="A usage limit of the run was exceeded.",
+                details={"error_type": type(exc).__name__},
+            )
+            self._candidate = self._terminal_candidate("failed", failure=failure)
+        except Exception as exc:
+            if self._closing:
+                # The consumer is closing the stream and the agent run's teardown failed (H-101).
+                self._teardown_causes.append(exc)
+                return
+            if self._candidate is not None:
+                # H-102: the run had produced a validated result when its teardown failed.
+                raise RunCleanupError(
+                    "the run's teardown failed after its result was validated",
+                    outcome=self._candidate,
+                    causes=(exc,),
+                ) from exc
+            # H-31: foreign exceptions end the run failed, with a state
+            self._candidate = self._terminal_candidate("failed", failure=glue.classify_agent_exception(exc))
+        assert self._candidate is not None
+        yield RunResultEvent(self._candidate)
+
+    async def _drive_agent(self) -> AsyncIterator[Any]:
         agent = self._harness.agent
         user_input = await self._resolve_input()
         if self._batch is not None and self._batch.recovery:
             self._batch = self._batch.remaining(self._history)  # H-91: incorporated → no batch
-        await self._restore_environments()
         history = self._history
         last = last_response(history)
         provider_suspended = bool(history) and last is not None and last.state == "suspended" and history[-1] is last
@@ -230,84 +283,70 @@ class RunStream(Generic[OutputT]):
             self._steer_queue.append((None, user_input))  # H-59: pydantic-ai continues the response first
             user_input = None
         iter_prompt = None if has_open_start else user_input
-        try:
-            async with agent.iter(
-                iter_prompt,
-                message_history=copy.deepcopy(history),
-                output_type=glue.deferred_output_type(agent),
-                deps=self._bindings.deps,
-                toolsets=list(self._bindings.toolsets),
-                capabilities=[
-                    glue.HarnessCapability(
-                        deferred_tools_supported=self._bindings.deferred_tools_supported,
-                        refresh_system_prompt=bool(history),
-                    ),
-                    *self._bindings.capabilities,
-                ],
-                usage=self._usage,
-                usage_limits=self._usage_limits,
-                run_id=self.run_id,
-                conversation_id=self.thread_id,
-            ) as run:
-                self._run = run
-                node: Any = run.next_node
-                if has_open_start:
-                    node = await self._await_step(run, node, stream_events=False)
-                    if isinstance(node, ModelRequestNode) and node.is_resuming_without_prompt:
-                        await glue.restore_resumed_request(run, node)
-                    start: OpenCallStart = start_open_calls(
-                        run,
-                        history=history,
-                        batch=self._batch,
-                        mode=self._tool_recovery,
-                        user_input=user_input,
-                        deferred_tools_supported=self._bindings.deferred_tools_supported,
-                    )
-                    self._pending_answer_ids = start.pending_answer_ids
-                    if start.native_node is not None:
-                        async for event in self._step(run, start.native_node):
+        await self._restore_environments()
+        async with agent.iter(
+            iter_prompt,
+            message_history=copy.deepcopy(history),
+            output_type=glue.deferred_output_type(agent),
+            deps=self._bindings.deps,
+            toolsets=list(self._bindings.toolsets),
+            capabilities=[
+                glue.HarnessCapability(
+                    deferred_tools_supported=self._bindings.deferred_tools_supported,
+                    refresh_system_prompt=bool(history),
+                ),
+                *self._bindings.capabilities,
+            ],
+            usage=self._usage,
+            usage_limits=self._usage_limits,
+            run_id=self.run_id,
+            conversation_id=self.thread_id,
+        ) as run:
+            self._run = run
+            node: Any = run.next_node
+            if has_open_start:
+                node = await self._await_step(run, node, stream_events=False)
+                if isinstance(node, ModelRequestNode) and node.is_resuming_without_prompt:
+                    await glue.restore_resumed_request(run, node)
+                start: OpenCallStart = start_open_calls(
+                    run,
+                    history=history,
+                    batch=self._batch,
+                    mode=self._tool_recovery,
+                    user_input=user_input,
+                    deferred_tools_supported=self._bindings.deferred_tools_supported,
+                )
+                self._pending_answer_ids = start.pending_answer_ids
+                if start.native_node is not None:
+                    async with contextlib.aclosing(self._step(run, start.native_node)) as events:
+                        async for event in events:
                             yield event
-                        node = self._next_node
-                    else:
-                        node = None
-                    outcome = start.finish(run, node)
-                    if outcome.suspend is not None:
-                        self._append_new(outcome.messages)
-                        yield self._finish_suspended(outcome.suspend)
-                        return
-                    node = outcome.node
-                while not isinstance(node, End):
-                    if isinstance(node, ModelRequestNode):
-                        # A re-sent trailing request is already the canonical history's last message.
-                        resent = node.is_resuming_without_prompt or glue.is_provider_continuation(node)
-                        if not resent:
-                            node = self._incorporate_steering(node)
-                        yield await self._boundary("model", run, pending_request=None if resent else node.request)
-                    elif isinstance(node, CallToolsNode) and node.model_response.tool_calls:
-                        yield await self._boundary("tool", run)
-                    async for event in self._step(run, node):
-                        yield event
                     node = self._next_node
-                self._sync(run)
-                yield self._finish_end(run, node)
-        except asyncio.CancelledError:
-            if not self._cancel_requested:
-                raise
-            self._candidate = self._terminal_candidate("cancelled")
-            yield RunResultEvent(self._candidate)
-        except HarnessError:
-            raise
-        except UsageLimitExceeded as exc:
-            failure = SafeFailure(
-                code="usage_limit_exceeded", message="A usage limit of the run was exceeded.",
-                details={"error_type": type(exc).__name__},
-            )
-            self._candidate = self._terminal_candidate("failed", failure=failure)
-            yield RunResultEvent(self._candidate)
-        except Exception as exc:  # H-31: foreign exceptions end the run failed, with a state
-            self._candidate = self._terminal_candidate("failed", failure=glue.classify_agent_exception(exc))
-            yield RunResultEvent(self._candidate)
-
+                else:
+                    node = None
+                outcome = start.finish(run, node)
+                if outcome.suspend is not None:
+                    self._append_new(outcome.messages)
+                    await self._export_environments()
+                    self._finish_suspended(outcome.suspend)
+                    return
+                node = outcome.node
+            while not isinstance(node, End):
+                if isinstance(node, ModelRequestNode):
+                    # A re-sent trailing request is already the canonical history's last message.
+                    resent = node.is_resuming_without_prompt or glue.is_provider_continuation(node)
+                    if not resent:
+                        node = self._incorporate_steering(node)
+                    yield await self._boundary("model", run, pending_request=None if resent else node.request)
+                elif isinstance(node, CallToolsNode) and node.model_response.tool_calls:
+                    yield await self._boundary("tool", run)
+                async with contextlib.aclosing(self._step(run, node)) as events:
+                    async for event in events:
+                        yield event
+                node = self._next_node
+            self._sync(run)
+            await self._export_environments()  # H-23: run end is a safe boundary too
+            self._finish_end(run, node)
     async def _resolve_input(self) -> InputValue:
         if self._input_factory is None:
             return self._input
@@ -319,8 +358,9 @@ class RunStream(Generic[OutputT]):
             ) from exc
 
     async def _await_step(self, run: Any, node: Any, *, stream_events: bool) -> Any:
-        async for _ in self._step(run, node, stream_events=stream_events):
-            pass
+        async with contextlib.aclosing(self._step(run, node, stream_events=stream_events)) as events:
+            async for _ in events:
+                pass
         return self._next_node
 
     async def _step(self, run: Any, node: Any, *, stream_events: bool = True) -> AsyncIterator[Any]:
@@ -339,7 +379,7 @@ class RunStream(Generic[OutputT]):
                         queue.put_nowait(event)
             return await run.next(node)
 
-        task = asyncio.ensure_future(execute())
+        task = asyncio.ensure_future(execute())  # inherits the run's context (capability store)
         # One wake-up per event and one when the step ends: no extra task per event.
         task.add_done_callback(lambda _: queue.put_nowait(_STEP_DONE))
         self._step_task = task
@@ -380,6 +420,16 @@ class RunStream(Generic[OutputT]):
             target.append(pending_request)
         self._append_new(target)
 
+    def _take_snapshot(self, *, at_start: bool = False) -> None:
+        """Remember the state of this safe boundary; it is built only if someone asks for it (export_state)."""
+        self._snapshot = None
+        self._snapshot_recipe = (
+            tuple(self._history),
+            self._store._freeze(),
+            copy.deepcopy(self._environment),
+            None if at_start else copy.copy(self._usage),  # run start: the previous state as it was (H-98)
+        )
+
     def _adopt_continued_response(self, run: Any, new_count: int) -> None:
         """H-59: pydantic-ai stitches a provider-suspended response's continuation into that same response."""
         everything = run.all_messages()
@@ -399,9 +449,7 @@ class RunStream(Generic[OutputT]):
             pending_request.conversation_id = pending_request.conversation_id or self.thread_id
         self._sync(run, pending_request)
         await self._export_environments()
-        # The state is built only if someone asks for it (export_state): boundaries stay cheap.
-        self._snapshot = None
-        self._snapshot_recipe = (tuple(self._history), self._store._freeze(), copy.deepcopy(self._environment), copy.copy(self._usage))
+        self._take_snapshot()
         self._boundary_index += 1
         keys, self._incorporated = tuple(self._incorporated), []
         return BoundaryEvent(kind=kind, index=self._boundary_index, message_count=len(self._history), incorporated_keys=keys)
@@ -420,9 +468,12 @@ class RunStream(Generic[OutputT]):
 
     def _record_steering(self) -> None:
         """H-104: queued input lives in "candor.steering" until it is incorporated."""
+        entries = self._restored_steering + [
+            {"key": key, "content": _jsonable_input(content)} for key, content in self._steer_queue
+        ]
         if self._steer_queue:
             self._steering_touched = True
-            entries = [{"key": key, "content": _jsonable_input(content)} for key, content in self._steer_queue]
+        if entries and self._steering_touched:
             self._store._put(STEERING_CAPABILITY_ID, "1", {"pending": entries})
         elif self._steering_touched:
             # H-85: a namespace restored from the state is kept exactly unless this run steered.
@@ -448,7 +499,7 @@ class RunStream(Generic[OutputT]):
         )
 
     # -- outcomes ----------------------------------------------------------------------------------------
-    def _finish_end(self, run: Any, node: End[Any]) -> RunResultEvent:
+    def _finish_end(self, run: Any, node: End[Any]) -> None:
         output = node.data.output if hasattr(node.data, "output") else run.result.output
         self._write_usage()
         if isinstance(output, DeferredToolRequests):
@@ -458,17 +509,17 @@ class RunStream(Generic[OutputT]):
                     message="The run needed an approval or an outside answer, which this host cannot give.",
                 )
                 self._candidate = self._terminal_candidate("failed", failure=failure)
-                return RunResultEvent(self._candidate)
-            return self._finish_suspended(output)
+                return
+            self._finish_suspended(output)
+            return
         state = self._build_state(self._history)
         self._snapshot = state
         self._candidate = RunResult(
             thread_id=self.thread_id, run_id=self.run_id, status="completed", output=output, state=state,
             usage=self._usage, messages=state._history_ref(), new_message_index=self._base_len,
         )
-        return RunResultEvent(self._candidate)
 
-    def _finish_suspended(self, deferred: DeferredToolRequests) -> RunResultEvent:
+    def _finish_suspended(self, deferred: DeferredToolRequests) -> None:
         self._write_usage()
         state = self._build_state(self._history)
         self._snapshot = state
@@ -477,7 +528,6 @@ class RunStream(Generic[OutputT]):
             suspend_reason="deferred", deferred=deferred, messages=state._history_ref(),
             new_message_index=self._base_len,
         )
-        return RunResultEvent(self._candidate)
 
     def _terminal_candidate(self, status: Literal["failed", "cancelled"], *, failure: SafeFailure | None = None) -> RunResult[OutputT]:
         """A failed/cancelled result with the safe candidate state of H-103, or without state if none can be built."""
@@ -524,3 +574,11 @@ def _jsonable_input(content: InputValue) -> Any:
         return TypeAdapter(list[UserContent]).dump_python(list(content), mode="json")
     except Exception:  # noqa: BLE001
         return str(content)
+
+
+def _restored_steering(store: CapabilityStore) -> list[Any]:
+    stored = store._raw(STEERING_CAPABILITY_ID)
+    if stored is None or not isinstance(stored[1], dict):
+        return []
+    pending = stored[1].get("pending")
+    return list(pending) if isinstance(pending, list) else []
