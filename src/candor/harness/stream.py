@@ -308,7 +308,7 @@ class RunStream(Generic[OutputT]):
                 node = await self._await_step(run, node, stream_events=False)
                 if isinstance(node, ModelRequestNode) and node.is_resuming_without_prompt:
                     await glue.restore_resumed_request(run, node)
-                start: OpenCallStart = start_open_calls(
+                start: OpenCallStart | None = start_open_calls(
                     run,
                     history=history,
                     batch=self._batch,
@@ -317,20 +317,25 @@ class RunStream(Generic[OutputT]):
                     deferred_tools_supported=self._bindings.deferred_tools_supported,
                 )
                 self._pending_answer_ids = start.pending_answer_ids
-                if start.native_node is not None:
+                only_output_calls = not start.calls and self._batch is None and isinstance(node, CallToolsNode)
+                if only_output_calls:
+                    # §2: output-tool calls are pydantic-ai's to process; the restored response ends the run.
+                    start = None
+                elif start.native_node is not None:
                     async with contextlib.aclosing(self._step(run, start.native_node)) as events:
                         async for event in events:
                             yield event
                     node = self._next_node
                 else:
                     node = None
-                outcome = start.finish(run, node)
-                if outcome.suspend is not None:
-                    self._append_new(outcome.messages)
-                    await self._export_environments()
-                    self._finish_suspended(outcome.suspend)
-                    return
-                node = outcome.node
+                if start is not None:
+                    outcome = start.finish(run, node)
+                    if outcome.suspend is not None:
+                        self._append_new(outcome.messages)
+                        await self._export_environments()
+                        self._finish_suspended(outcome.suspend)
+                        return
+                    node = outcome.node
             while not isinstance(node, End):
                 if isinstance(node, ModelRequestNode):
                     # A re-sent trailing request is already the canonical history's last message.
