@@ -1,0 +1,371 @@
+"""Workspaces and principals (spec §4): tenants, API keys hashed at rest, authentication and the authority check.
+
+* A secret is `"cnd_" + token_urlsafe(32)` drawn from the injected entropy; only its SHA-256 hex is stored, and a
+  presented secret is looked up by that hash and then compared with `hmac.compare_digest` (§4.2, S-130).
+* `authenticate()` refuses unknown and disabled keys; a key of an archived workspace still authenticates, with
+  `workspace_archived` set, because reads keep working there (S-128).
+* `check_run_authority()` is the §4.3 check the worker runs before an attempt and at every heartbeat; commands use
+  `read_authority()` for the same facts under their own transaction.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..errors import AlreadyBootstrapped, AlreadyExists, InvalidArgument, NotFound
+from ..protocol.authority import PERMISSIONS, AuthorityVerdict, Principal, decide_authority
+from ..runtime import Entropy
+from .dialect import db_now
+from .engine import is_unavailable
+from .tables import principals, workspaces
+
+__all__ = (
+    "SECRET_PREFIX",
+    "WorkspaceRow",
+    "PrincipalRow",
+    "CreatedKey",
+    "Bootstrapped",
+    "Authenticated",
+    "AuthorityFacts",
+    "new_id",
+    "new_secret",
+    "hash_secret",
+    "checked_permissions",
+    "create_workspace",
+    "archive_workspace",
+    "list_workspaces",
+    "get_workspace",
+    "create_principal",
+    "get_principal",
+    "list_principals",
+    "disable_principal",
+    "set_permissions",
+    "authenticate",
+    "bootstrap",
+    "read_authority",
+    "check_run_authority",
+)
+
+SECRET_PREFIX = "cnd_"
+_NAME_LIMIT = 200
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkspaceRow:
+    id: str
+    name: str
+    archived_at: float | None
+    created_at: float
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, Any]) -> WorkspaceRow:
+        return cls(id=row["id"], name=row["name"], archived_at=row["archived_at"], created_at=row["created_at"])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PrincipalRow:
+    """A principal (API key) without its secret hash."""
+
+    id: str
+    workspace_id: str
+    name: str
+    permissions: frozenset[str]
+    disabled_at: float | None
+    version: int
+    created_at: float
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, Any]) -> PrincipalRow:
+        return cls(
+            id=row["id"],
+            workspace_id=row["workspace_id"],
+            name=row["name"],
+            permissions=frozenset(row["permissions"]),
+            disabled_at=row["disabled_at"],
+            version=row["version"],
+            created_at=row["created_at"],
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CreatedKey:
+    principal: PrincipalRow
+    secret: str
+    """Shown once; only its hash is stored."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bootstrapped:
+    workspace: WorkspaceRow
+    key: CreatedKey
+
+    def printed(self) -> dict[str, str]:
+        """§4.4: the one JSON object `candor bootstrap` prints."""
+        return {"workspace_id": self.workspace.id, "key_id": self.key.principal.id, "secret": self.key.secret}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Authenticated:
+    principal: Principal
+    workspace_archived: bool
+    """S-128: reads keep working; writes answer `disabled`."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuthorityFacts:
+    """What the §4.3 check looks at, read without locks."""
+
+    principal_exists: bool
+    principal_disabled: bool
+    permissions: frozenset[str]
+    workspace_id: str | None
+    workspace_archived: bool
+
+    def verdict(self) -> AuthorityVerdict:
+        return decide_authority(
+            principal_exists=self.principal_exists,
+            principal_disabled=self.principal_disabled,
+            permissions=self.permissions,
+            workspace_archived=self.workspace_archived,
+        )
+
+
+_MISSING = AuthorityFacts(
+    principal_exists=False, principal_disabled=False, permissions=frozenset(), workspace_id=None,
+    workspace_archived=False,
+)  # fmt: skip
+
+
+def new_id(prefix: str, entropy: Entropy) -> str:
+    """`<prefix>_` + 32 lowercase hex digits (§4.1) drawn from `entropy`."""
+    return f"{prefix}_{entropy.token_bytes(16).hex()}"
+
+
+def new_secret(entropy: Entropy) -> str:
+    """`"cnd_" + token_urlsafe(32)` with the bytes drawn from `entropy`."""
+    return SECRET_PREFIX + base64.urlsafe_b64encode(entropy.token_bytes(32)).rstrip(b"=").decode("ascii")
+
+
+def hash_secret(secret: str) -> str:
+    """SHA-256 hex of the secret's UTF-8 bytes: the only form stored (S-130)."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def checked_permissions(permissions: Collection[str]) -> list[str]:
+    """Sorted permissions, each one of `read`, `run`, `admin`; otherwise `InvalidArgument` (field `permissions`)."""
+    chosen = set() if isinstance(permissions, str) else set(permissions)
+    if isinstance(permissions, str) or not chosen <= PERMISSIONS:
+        raise InvalidArgument(fields=[("permissions", "unknown_permission")])
+    return sorted(chosen)
+
+
+def _checked_name(name: str) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > _NAME_LIMIT:
+        raise InvalidArgument(fields=[("name", "invalid")])
+    return name
+
+
+# --- workspaces --------------------------------------------------------------------------------------------------
+
+
+async def get_workspace(conn: AsyncConnection, workspace_id: str) -> WorkspaceRow | None:
+    row = (await conn.execute(select(workspaces).where(workspaces.c.id == workspace_id))).mappings().first()
+    return None if row is None else WorkspaceRow.from_mapping(row)
+
+
+async def create_workspace(conn: AsyncConnection, *, name: str, entropy: Entropy) -> WorkspaceRow:
+    """A new workspace; a taken name → `AlreadyExists("workspace")`."""
+    name = _checked_name(name)
+    taken = await conn.scalar(select(workspaces.c.id).where(workspaces.c.name == name))
+    if taken is not None:
+        raise AlreadyExists("workspace")
+    workspace_id = new_id("wsp", entropy)
+    try:
+        await conn.execute(insert(workspaces).values(id=workspace_id, name=name, created_at=db_now()))
+    except sa_exc.IntegrityError as exc:  # a concurrent create took the name
+        raise AlreadyExists("workspace") from exc
+    created = await get_workspace(conn, workspace_id)
+    assert created is not None
+    return created
+
+
+async def archive_workspace(conn: AsyncConnection, workspace_id: str) -> WorkspaceRow:
+    """§4.4: immediate and irreversible; archiving again keeps the first `archived_at`."""
+    await conn.execute(
+        update(workspaces)
+        .where(workspaces.c.id == workspace_id, workspaces.c.archived_at.is_(None))
+        .values(archived_at=db_now())
+    )
+    archived = await get_workspace(conn, workspace_id)
+    if archived is None:
+        raise NotFound("workspace", workspace_id)
+    return archived
+
+
+async def list_workspaces(conn: AsyncConnection) -> list[WorkspaceRow]:
+    query = select(workspaces).order_by(workspaces.c.created_at, workspaces.c.id)
+    return [WorkspaceRow.from_mapping(row) for row in (await conn.execute(query)).mappings()]
+
+
+# --- principals --------------------------------------------------------------------------------------------------
+
+
+def _principal_query(principal_id: str, workspace_id: str | None) -> Any:
+    query = select(principals).where(principals.c.id == principal_id)
+    return query if workspace_id is None else query.where(principals.c.workspace_id == workspace_id)
+
+
+async def get_principal(
+    conn: AsyncConnection, *, principal_id: str, workspace_id: str | None = None
+) -> PrincipalRow | None:
+    """The principal; with `workspace_id`, only if it belongs to that workspace (S-126)."""
+    row = (await conn.execute(_principal_query(principal_id, workspace_id))).mappings().first()
+    return None if row is None else PrincipalRow.from_mapping(row)
+
+
+async def list_principals(conn: AsyncConnection, *, workspace_id: str) -> list[PrincipalRow]:
+    query = select(principals).where(principals.c.workspace_id == workspace_id)
+    query = query.order_by(principals.c.created_at, principals.c.id)
+    return [PrincipalRow.from_mapping(row) for row in (await conn.execute(query)).mappings()]
+
+
+async def create_principal(
+    conn: AsyncConnection,
+    *,
+    workspace_id: str,
+    permissions: Collection[str],
+    entropy: Entropy,
+    name: str = "key",
+) -> CreatedKey:
+    """A new API key of `workspace_id`; the secret is returned once and only its hash is stored (S-130)."""
+    allowed = checked_permissions(permissions)
+    name = _checked_name(name)
+    if await get_workspace(conn, workspace_id) is None:
+        raise NotFound("workspace", workspace_id)
+    principal_id = new_id("key", entropy)
+    secret = new_secret(entropy)
+    await conn.execute(
+        insert(principals).values(
+            id=principal_id,
+            workspace_id=workspace_id,
+            name=name,
+            secret_hash=hash_secret(secret),
+            permissions=allowed,
+            version=1,
+            created_at=db_now(),
+        )
+    )
+    created = await get_principal(conn, principal_id=principal_id)
+    assert created is not None
+    return CreatedKey(principal=created, secret=secret)
+
+
+async def disable_principal(
+    conn: AsyncConnection, *, principal_id: str, workspace_id: str | None = None
+) -> PrincipalRow:
+    """S-61: disable a key; disabling again changes nothing."""
+    query = update(principals).where(principals.c.id == principal_id, principals.c.disabled_at.is_(None))
+    if workspace_id is not None:
+        query = query.where(principals.c.workspace_id == workspace_id)
+    await conn.execute(query.values(disabled_at=db_now(), version=principals.c.version + 1))
+    row = await get_principal(conn, principal_id=principal_id, workspace_id=workspace_id)
+    if row is None:
+        raise NotFound("key", principal_id)
+    return row
+
+
+async def set_permissions(
+    conn: AsyncConnection, *, principal_id: str, permissions: Collection[str], workspace_id: str | None = None
+) -> PrincipalRow:
+    """S-62: replace a key's permissions (its running runs lose `run` at the next heartbeat)."""
+    allowed = checked_permissions(permissions)
+    query = update(principals).where(principals.c.id == principal_id)
+    if workspace_id is not None:
+        query = query.where(principals.c.workspace_id == workspace_id)
+    await conn.execute(query.values(permissions=allowed, version=principals.c.version + 1))
+    row = await get_principal(conn, principal_id=principal_id, workspace_id=workspace_id)
+    if row is None:
+        raise NotFound("key", principal_id)
+    return row
+
+
+async def authenticate(conn: AsyncConnection, secret: str) -> Authenticated | None:
+    """The principal holding `secret`, or `None` for an unknown or disabled key (→ 401 `unauthenticated`)."""
+    if not secret:
+        return None
+    presented = hash_secret(secret)
+    query = (
+        select(principals, workspaces.c.archived_at.label("workspace_archived_at"))
+        .join(workspaces, workspaces.c.id == principals.c.workspace_id)
+        .where(principals.c.secret_hash == presented)
+    )
+    row = (await conn.execute(query)).mappings().first()
+    if row is None or not hmac.compare_digest(row["secret_hash"], presented) or row["disabled_at"] is not None:
+        return None
+    principal = Principal(id=row["id"], workspace_id=row["workspace_id"], permissions=frozenset(row["permissions"]))
+    return Authenticated(principal=principal, workspace_archived=row["workspace_archived_at"] is not None)
+
+
+async def bootstrap(conn: AsyncConnection, *, entropy: Entropy, name: str = "default") -> Bootstrapped:
+    """§2.1, S-130: the first workspace and its admin key; `AlreadyBootstrapped` if any workspace exists."""
+    if await conn.scalar(select(func.count()).select_from(workspaces)):
+        raise AlreadyBootstrapped()
+    try:
+        workspace = await create_workspace(conn, name=name, entropy=entropy)
+    except AlreadyExists as exc:  # a concurrent bootstrap won
+        raise AlreadyBootstrapped() from exc
+    key = await create_principal(
+        conn, workspace_id=workspace.id, permissions=("read", "run", "admin"), entropy=entropy, name="bootstrap"
+    )
+    return Bootstrapped(workspace=workspace, key=key)
+
+
+# --- authority ---------------------------------------------------------------------------------------------------
+
+
+async def read_authority(conn: AsyncConnection, principal_id: str) -> AuthorityFacts:
+    """The facts of the §4.3 check: the principal, its permissions and its workspace, read without locks."""
+    query = (
+        select(
+            principals.c.workspace_id,
+            principals.c.permissions,
+            principals.c.disabled_at,
+            workspaces.c.archived_at,
+        )
+        .join(workspaces, workspaces.c.id == principals.c.workspace_id)
+        .where(principals.c.id == principal_id)
+    )
+    row = (await conn.execute(query)).mappings().first()
+    if row is None:
+        return _MISSING
+    return AuthorityFacts(
+        principal_exists=True,
+        principal_disabled=row["disabled_at"] is not None,
+        permissions=frozenset(row["permissions"]),
+        workspace_id=row["workspace_id"],
+        workspace_archived=row["archived_at"] is not None,
+    )
+
+
+async def check_run_authority(conn: AsyncConnection, principal_id: str) -> AuthorityVerdict:
+    """§4.3: `allowed`, `refused` (missing, disabled, without `run`, or archived workspace) or `unavailable`.
+
+    `unavailable` means the database could not answer; on PostgreSQL the caller's transaction is then unusable
+    and must be rolled back.
+    """
+    try:
+        facts = await read_authority(conn, principal_id)
+    except (sa_exc.SQLAlchemyError, OSError, TimeoutError) as error:
+        if is_unavailable(error):
+            return "unavailable"
+        raise
+    return facts.verdict()

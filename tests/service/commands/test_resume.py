@@ -1,0 +1,266 @@
+"""Resume of a waiting run (§8.6): S-77–S-86, S-89, S-128."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from candor.service import commands
+from candor.service.errors import Conflict, Disabled, Forbidden, InvalidArgument, NotFound, RaceLost
+from candor.service.protocol.pending import Pending, pending_problem
+from candor.service.store import auth
+from candor.service.store.engine import read_transaction, write_transaction
+from candor.service.store.resume import successor_of
+from candor.service.store.tables import runs
+from candor.service.store.threads import start_run
+
+from .helpers import TEXT, count, make_service, new_key, pending_of, run_row, seal_run, text, thread_row
+
+ANSWERS = {"approvals": {"a1": {"action": "approve"}}, "calls": {"c1": {"status": "returned", "value": 42}}}
+
+
+async def _waiting(service: Any, key: Any, **pending: Any) -> Any:
+    """A thread whose only run is sealed `waiting` with pending items (S-89 shape)."""
+    accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, options={"o": 1}, key="k")
+    return await seal_run(service, accepted.run.id, "waiting", pending=pending_of(**pending) if pending else None)
+
+
+async def _snapshot(service: Any, run: Any) -> tuple[Any, ...]:
+    thread = await thread_row(service, run.thread_id)
+    return (await run_row(service, run.id), thread, await count(service, runs))
+
+
+async def test_waiting_run_pending_shape(db: Any) -> None:
+    """S-89: 1–128 items with ids unique across both groups; wait_reason follows the groups."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    pending = Pending.model_validate(waiting.pending)
+    assert pending_problem(pending.approvals, pending.calls) is None
+    assert waiting.wait_reason == "multiple" and waiting.checkpoint_seq >= 1
+    only_calls = await seal_run(
+        service,
+        (await commands.create_thread(service, key, agent="demo", input=TEXT, key="k2")).run.id,
+        "waiting",
+        pending=pending_of(approvals=()),
+    )
+    assert only_calls.wait_reason == "call"
+    assert (await commands.get_thread(service, key, waiting.thread_id)).state == "waiting"
+
+
+async def test_resume_creates_the_successor(db: Any) -> None:
+    """S-80, S-86: 201 with a successor (trigger resume, lineage continue, parent, same agent/options/principal/
+    authority, resumed_by, body stored); the waiting run stays `waiting` and the thread stops waiting."""
+    service = make_service(db, worker={"max_attempts": 4})
+    owner = await new_key(service)
+    helper = await new_key(service, owner.workspace_id, permissions=["read", "run"])
+    waiting = await _waiting(service, owner)
+    service.wakeups.clear()
+    body = ANSWERS | {"input": text("go on")}
+    successor, created = await commands.resume_run(service, helper, waiting.id, body, key="r")
+    assert created and service.wakeups.is_set()
+    assert (successor.status, successor.trigger, successor.lineage) == ("accepted", "resume", "continue")
+    assert successor.parent_run_id == waiting.id and successor.resumed_by_id == helper.id
+    assert (successor.agent, successor.options, successor.principal_id, successor.authority) == (
+        waiting.agent, waiting.options, waiting.principal_id, waiting.authority,
+    )  # fmt: skip
+    assert successor.resume == body and successor.request_key == "r" and successor.source_entry_id is None
+    assert successor.start_checkpoint_id == waiting.checkpoint_id and successor.max_attempts == 4
+    assert (await run_row(service, waiting.id)).status == "waiting"
+    thread = await commands.get_thread(service, owner, waiting.thread_id)
+    assert thread.state == "active" and thread.current_run_id == successor.id
+    # S-86: the thread does not go back to waiting when the successor fails.
+    await seal_run(service, successor.id, "failed")
+    assert (await commands.get_thread(service, owner, waiting.thread_id)).state == "paused"
+    assert (await run_row(service, waiting.id)).status == "waiting"
+
+
+async def test_resume_replay_even_after_the_successor_sealed(db: Any) -> None:
+    """S-81: the same key and body → 200 with the original successor, also once it has been sealed."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    successor, _ = await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+    await seal_run(service, successor.id, "completed")
+    again, created = await commands.resume_run(service, key, waiting.id, dict(ANSWERS), key="r")
+    assert not created and again.id == successor.id and again.status == "completed"
+
+
+async def test_resume_key_reuse_conflicts(db: Any) -> None:
+    """S-82: a resume key reused for another body or another run → 409 `idempotency_key_reused`."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+    other_body = {"approvals": {"a1": {"action": "deny"}}, "calls": ANSWERS["calls"]}
+    for run_id, body in ((waiting.id, other_body), ("run_" + "0" * 32, ANSWERS)):
+        with pytest.raises(Conflict) as caught:
+            await commands.resume_run(service, key, run_id, body, key="r")
+        assert caught.value.reason == "idempotency_key_reused"
+
+
+async def test_racing_identical_resumes_create_one_successor(db: Any) -> None:
+    """S-83: two identical resumes racing → one successor; one caller gets 201 and the other 200."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    results = await asyncio.gather(
+        *(commands.resume_run(service, key, waiting.id, ANSWERS, key="r") for _ in range(2))
+    )
+    assert sorted(created for _, created in results) == [False, True]
+    assert len({run.id for run, _ in results}) == 1
+    assert await count(service, runs, runs.c.parent_run_id == waiting.id) == 1
+
+
+async def test_racing_different_resumes_create_one_successor(db: Any) -> None:
+    """S-1, S-77: two resumes with different keys racing → one successor, the other 409 `not_idle_waiting_run`."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    results = await asyncio.gather(
+        *(commands.resume_run(service, key, waiting.id, ANSWERS, key=f"r{i}") for i in range(2)),
+        return_exceptions=True,
+    )
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], Conflict) and errors[0].reason == "not_idle_waiting_run"
+    assert await count(service, runs, runs.c.parent_run_id == waiting.id) == 1
+
+
+async def test_resume_needs_the_last_idle_waiting_run(db: Any) -> None:
+    """S-77, S-85: a run that is not the thread's last, not waiting, or with an active run → 409, nothing changes."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    successor, _ = await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+    before = await _snapshot(service, waiting)
+    with pytest.raises(Conflict) as caught:  # an active run on the thread
+        await commands.resume_run(service, key, waiting.id, ANSWERS, key="r2")
+    assert caught.value.reason == "not_idle_waiting_run"
+    await seal_run(service, successor.id, "waiting")
+    with pytest.raises(Conflict) as caught:  # no longer the thread's last run
+        await commands.resume_run(service, key, waiting.id, ANSWERS, key="r3")
+    assert caught.value.reason == "not_idle_waiting_run"
+    done = (await commands.create_thread(service, key, agent="demo", input=TEXT, key="k9")).run
+    await seal_run(service, done.id, "completed")
+    with pytest.raises(Conflict) as caught:  # not waiting
+        await commands.resume_run(service, key, done.id, ANSWERS, key="r4")
+    assert caught.value.reason == "not_idle_waiting_run"
+    assert (await run_row(service, waiting.id)).status == "waiting"
+    assert before[2] + 1 == await count(service, runs)
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "missing", "unexpected"),
+    [
+        ({"approvals": {}, "calls": ANSWERS["calls"]}, "approvals", ["a1"], []),
+        (ANSWERS | {"calls": ANSWERS["calls"] | {"zz": {"status": "failed", "message": "m"}}}, "calls", [], ["zz"]),
+        ({"approvals": {"a1": {"action": "approve"}, "c1": {"action": "approve"}}, "calls": {}}, "approvals", [],
+         ["c1"]),
+    ],
+)  # fmt: skip
+async def test_resume_coverage_mismatch(
+    db: Any, body: Any, field: str, missing: list[str], unexpected: list[str]
+) -> None:
+    """S-78, S-85: missing, extra or wrong-category ids → 400 `pending_coverage_mismatch`; nothing changes."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    before = await _snapshot(service, waiting)
+    with pytest.raises(InvalidArgument) as caught:
+        await commands.resume_run(service, key, waiting.id, body, key="r")
+    assert caught.value.details == {
+        "field": field, "reason": "pending_coverage_mismatch", "missing": missing, "unexpected": unexpected,
+    }  # fmt: skip
+    assert await _snapshot(service, waiting) == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"approvals": {"x": {"action": "approve"}}, "calls": {"x": {"status": "returned", "value": 1}}},
+        {"approvals": {f"a{i}": {"action": "approve"} for i in range(129)}, "calls": {}},
+        {"approvals": {"a1": {"action": "approve"}}, "calls": {"c1": {"status": "returned", "value": "x" * 262144}}},
+        {"approvals": {"a1": {"action": "approve"}}},
+        {"approvals": {"a1": {"action": "maybe"}}, "calls": {}},
+        ANSWERS | {"input": {"content": []}},
+    ],
+    ids=["overlap", "too_many", "too_large", "missing_map", "bad_answer", "bad_input"],
+)
+async def test_resume_shape_problems(db: Any, body: Any) -> None:
+    """S-79, S-85: an id in both maps, more than 128 results or a body over 256 KiB → 400; nothing changes."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    before = await _snapshot(service, waiting)
+    with pytest.raises(InvalidArgument) as caught:
+        await commands.resume_run(service, key, waiting.id, body, key="r")
+    assert caught.value.fields
+    assert await _snapshot(service, waiting) == before
+
+
+async def test_resume_on_archived_thread(db: Any) -> None:
+    """S-84, S-85: a resume on an archived thread → 409 `archived`; the run stays waiting."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    await commands.archive_thread(service, key, waiting.thread_id)
+    before = await _snapshot(service, waiting)
+    with pytest.raises(Conflict) as caught:
+        await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+    assert caught.value.reason == "archived"
+    assert await _snapshot(service, waiting) == before
+
+
+async def test_resume_in_archived_workspace_is_disabled(db: Any) -> None:
+    """S-128: waiting runs stay waiting and can no longer be resumed (422 `disabled`)."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    async with write_transaction(service.engine) as conn:
+        await auth.archive_workspace(conn, key.workspace_id)
+    with pytest.raises(Disabled):
+        await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+    assert (await commands.get_run(service, key, waiting.id)).status == "waiting"
+
+
+async def test_resume_needs_run_now(db: Any) -> None:
+    """§8.6 step 6, S-101: a key without `run` (or that lost it) is forbidden; another workspace's run is not found."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    reader = await new_key(service, key.workspace_id, permissions=["read"])
+    with pytest.raises(Forbidden):
+        await commands.resume_run(service, reader, waiting.id, ANSWERS, key="r")
+    stale = replace(reader, permissions=frozenset({"read", "run"}))  # authenticated before the change
+    with pytest.raises(Forbidden):
+        await commands.resume_run(service, stale, waiting.id, ANSWERS, key="r")
+    stranger = await new_key(service)
+    with pytest.raises(NotFound):
+        await commands.resume_run(service, stranger, waiting.id, ANSWERS, key="r")
+    async with read_transaction(service.engine) as conn:
+        assert (await conn.execute(select(runs.c.id))).scalars().all() == [waiting.id]
+
+
+async def test_unique_resume_index_decides_a_lost_race(db: Any) -> None:
+    """S-83, §8.2: a duplicate (resumed_by_id, request_key) is rejected by `uq_runs_resume_request` as `RaceLost`,
+    and a live successor by `uq_runs_live_thread`; the transaction rolls back and leaves nothing."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    successor, _ = await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+    twin = successor_of(waiting, body=ANSWERS, resumed_by_id=key.id, key="r", digest=successor.request_digest or "",
+                        max_attempts=3)  # fmt: skip
+    with pytest.raises(RaceLost) as caught:
+        async with write_transaction(service.engine) as conn:
+            await start_run(conn, replace(twin, request_key="r2"), entropy=service.entropy)
+    assert caught.value.constraint == "uq_runs_live_thread"
+    await seal_run(service, successor.id, "failed")
+    with pytest.raises(RaceLost) as caught:
+        async with write_transaction(service.engine) as conn:
+            await start_run(conn, twin, entropy=service.entropy)
+    assert caught.value.constraint == "uq_runs_resume_request"
+    assert await count(service, runs) == 2
