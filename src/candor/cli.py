@@ -64,6 +64,75 @@ def migrate(
     err.print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
 
 
+def run_operator(action: Any) -> Any:
+    """Run one operator action; service errors become a message on stderr and exit code 1."""
+    try:
+        return asyncio.run(action)
+    except ServiceError as exc:
+        err.print(f"[red]candor[/red]: {exc} (code {exc.code})")
+        raise typer.Exit(1) from exc
+
+
+@app.command()
+def bootstrap(config: ConfigOption = None) -> None:
+    """Create the first workspace and its admin key; print the secret once (refuses if any workspace exists)."""
+    from .service import operator
+
+    print_json(run_operator(operator.bootstrap(load_settings(config))))
+
+
+workspace_app = typer.Typer(help="Manage workspaces (the tenant boundary).", no_args_is_help=True)
+key_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
+app.add_typer(workspace_app, name="workspace")
+app.add_typer(key_app, name="key")
+
+
+@workspace_app.command("create")
+def workspace_create(name: str, config: ConfigOption = None) -> None:
+    """Create a workspace."""
+    from .service import operator
+
+    print_json(run_operator(operator.create_workspace(load_settings(config), name)))
+
+
+@workspace_app.command("archive")
+def workspace_archive(workspace_id: str, config: ConfigOption = None) -> None:
+    """Archive a workspace: immediate and irreversible; its running runs lose their authority."""
+    from .service import operator
+
+    print_json(run_operator(operator.archive_workspace(load_settings(config), workspace_id)))
+
+
+@workspace_app.command("list")
+def workspace_list(config: ConfigOption = None) -> None:
+    """List workspaces."""
+    from .service import operator
+
+    print_json(run_operator(operator.list_workspaces(load_settings(config))))
+
+
+@key_app.command("create")
+def key_create(
+    workspace: Annotated[str, typer.Option("--workspace", help="Workspace id (wsp_…).")],
+    permissions: Annotated[str, typer.Option("--permissions", help="Comma-separated: read,run,admin.")] = "read,run",
+    name: Annotated[str, typer.Option("--name", help="A label for the key.")] = "key",
+    config: ConfigOption = None,
+) -> None:
+    """Create an API key; the secret is printed once and stored only as a hash."""
+    from .service import operator
+
+    wanted = [p.strip() for p in permissions.split(",") if p.strip()]
+    print_json(run_operator(operator.create_key(load_settings(config), workspace, wanted, name=name)))
+
+
+@key_app.command("disable")
+def key_disable(key_id: str, config: ConfigOption = None) -> None:
+    """Disable an API key: its running runs fail `authority_revoked` at their next heartbeat."""
+    from .service import operator
+
+    print_json(run_operator(operator.disable_key(load_settings(config), key_id)))
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 
