@@ -50,6 +50,8 @@ __all__ = (
     "get_run",
     "list_runs",
     "list_attempts",
+    "authenticate",
+    "list_runs_page",
     "OPTIONS_LIMIT",
     "RESUME_BODY_LIMIT",
 )
@@ -564,3 +566,30 @@ async def list_attempts(service: Service, principal: Principal, run_id: str) -> 
         if await views.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id) is None:
             raise NotFound("run", run_id)
         return await views.list_attempts(conn, workspace_id=principal.workspace_id, run_id=run_id)
+
+
+# --- reads for the HTTP layer ------------------------------------------------------------------------------------
+
+
+async def authenticate(service: Service, secret: str) -> auth.Authenticated | None:
+    """The principal holding a bearer `secret`, or `None` for a missing, unknown or disabled key (S-101)."""
+    if not secret:
+        return None
+    async with read_transaction(service.engine) as conn:
+        return await auth.authenticate(conn, secret)
+
+
+async def list_runs_page(
+    service: Service, principal: Principal, thread_id: str, *, limit: int = 50, before: tuple[float, str] | None = None
+) -> tuple[list[RunRow], bool]:
+    """`list_runs` plus whether more runs follow the page (so the last page carries no cursor, S-98)."""
+    _require(principal, "read")
+    if not 1 <= limit <= 100:
+        raise InvalidArgument(fields=[("limit", "out_of_range")])
+    async with read_transaction(service.engine) as conn:
+        if await views.get_thread(conn, workspace_id=principal.workspace_id, thread_id=thread_id) is None:
+            raise NotFound("thread", thread_id)
+        rows = await views.list_runs(
+            conn, workspace_id=principal.workspace_id, thread_id=thread_id, limit=limit + 1, before=before
+        )
+    return rows[:limit], len(rows) > limit

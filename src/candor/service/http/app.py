@@ -1,0 +1,202 @@
+"""The HTTP app factory: routers per role, lifespan, request ids, the body limit and the error handlers (§8.1).
+
+`create_app(service, role=...)` builds the app a process serves. `control` and `all` serve the `/v1` API (with its
+OpenAPI schema at `/v1/openapi.json` and docs at `/v1/docs`); `worker` serves only `/healthz`, `/readyz` and
+`/metrics`, so any `/v1` path answers 404 there (S-100).
+
+Two pure ASGI middlewares wrap every request, outermost first:
+
+* `RequestIdMiddleware` gives every response `X-Request-Id: req_<32 hex>`, generated here (a caller's value is
+  ignored, S-95), stores it in the scope for error bodies, and turns an unexpected exception into 500 `internal`;
+* `BodyLimitMiddleware` reads the body up front and answers 413 `payload_too_large` beyond
+  `server.max_request_bytes`, before anything parses it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..core import Service
+from ..errors import ServiceError
+from ..runtime import Entropy
+from .errors import (
+    PayloadTooLarge,
+    error_response,
+    handle_http_exception,
+    handle_service_error,
+    handle_validation_error,
+    internal_error_response,
+)
+from .readiness import Readiness, Role
+from .routes import ops, runs, threads
+
+__all__ = ("create_app", "RequestIdMiddleware", "BodyLimitMiddleware", "REQUEST_ID_HEADER")
+
+log = logging.getLogger("candor.http")
+
+REQUEST_ID_HEADER = "x-request-id"
+_ROLES = ("all", "control", "worker")
+
+
+def create_app(service: Service, *, role: Role, readiness: Readiness | None = None) -> FastAPI:
+    """The ASGI app of one process.
+
+    With `readiness=None` the app owns its readiness: the lifespan marks startup complete and, at shutdown,
+    draining. A process runner that starts workers and sweeps passes its own `Readiness` and sets `started` itself.
+    """
+    if role not in _ROLES:
+        raise ValueError(f"role must be one of {', '.join(_ROLES)}")
+    serves_api = role != "worker"
+    owned = readiness is None
+    state = Readiness() if readiness is None else readiness
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if owned:
+            state.started = True
+        try:
+            yield
+        finally:
+            if owned:
+                state.draining = True
+
+    app = FastAPI(
+        title="candor",
+        summary="A durable runtime for LLM agents.",
+        version="1",
+        openapi_url="/v1/openapi.json" if serves_api else None,
+        docs_url="/v1/docs" if serves_api else None,
+        redoc_url=None,
+        redirect_slashes=False,
+        strict_content_type=False,
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.state.role = role
+    app.state.readiness = state
+    app.include_router(ops.router)
+    if serves_api:
+        app.include_router(threads.router)
+        app.include_router(runs.router)
+        _document_400_not_422(app)
+    app.add_exception_handler(ServiceError, handle_service_error)
+    app.add_exception_handler(RequestValidationError, handle_validation_error)
+    app.add_exception_handler(HTTPException, handle_http_exception)
+    # add_middleware puts the last one outermost: the request id wraps everything, the body limit included.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.server.max_request_bytes)
+    app.add_middleware(RequestIdMiddleware, entropy=service.entropy)
+    return app
+
+
+class RequestIdMiddleware:
+    """S-95: a server-generated `X-Request-Id` on every response; unexpected errors → 500 `internal` with it."""
+
+    def __init__(self, app: ASGIApp, *, entropy: Entropy) -> None:
+        self.app = app
+        self.entropy = entropy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"req_{self.entropy.token_bytes(16).hex()}"
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER.encode()]
+                headers.append((REQUEST_ID_HEADER.encode(), request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("Request failed", extra={"request_id": request_id})
+            if started:
+                raise
+            await internal_error_response(request_id)(scope, receive, send_with_id)
+
+
+class BodyLimitMiddleware:
+    """Reads the request body (at most `max_bytes`) before the app sees it; beyond that → 413."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away before sending its body
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        buffered: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay() -> Message:
+            # The body once, then the real channel (a streaming response waits on it for the disconnect).
+            return buffered.pop() if buffered else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error = PayloadTooLarge(self.max_bytes)
+        request_id = (scope.get("state") or {}).get("request_id")
+        response = error_response(request_id, error.code, error.message, error.details, headers={"Connection": "close"})
+        await response(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _document_400_not_422(app: FastAPI) -> None:
+    """The generated schema names FastAPI's 422 validation answer; this API answers 400 instead (S-96)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()
+        for path in schema.get("paths", {}).values():
+            for operation in path.values():
+                responses = operation.get("responses", {})
+                if responses.get("422", {}).get("description") == "Validation Error":
+                    del responses["422"]
+        components = schema.get("components", {}).get("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,57 @@
+"""Client tools over HTTP (§8.8), the schema side: S-133 — malformed `options.client_tools` → 400 naming the field;
+well-formed ones reach the run's frozen options exactly as sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from http_support import TEXT, create_thread, error_of
+
+from candor.service.store.tables import runs, threads
+
+from commands.helpers import count, run_row
+
+WEATHER = {"name": "get_weather", "description": "Local weather.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+
+
+async def test_client_tools_reach_the_run_options(api: Any) -> None:
+    """§8.8: `options.client_tools` is part of the run's frozen options, next to the agent's own option keys."""
+    key = await api.key()
+    options = {"client_tools": [WEATHER, {"name": "no_args", "parameters": {}}], "tone": "brief"}
+    response = await create_thread(api.client, key, options=options)
+    assert response.status_code == 201
+    assert (await run_row(api.service, response.json()["run"]["id"])).options == options
+
+
+@pytest.mark.parametrize(
+    ("tools", "field", "reason"),
+    [
+        ([WEATHER | {"name": "1bad"}], "options.client_tools.0.name", "string_pattern_mismatch"),
+        ([WEATHER | {"name": "x" * 65}], "options.client_tools.0.name", "string_pattern_mismatch"),
+        ([WEATHER | {"name": "has space"}], "options.client_tools.0.name", "string_pattern_mismatch"),
+        ([WEATHER | {"parameters": "object"}], "options.client_tools.0.parameters", "dict_type"),
+        ([WEATHER | {"surprise": 1}], "options.client_tools.0.surprise", "unknown_field"),
+        ([{"description": "no name"}], "options.client_tools.0.name", "required"),
+        ([WEATHER | {"name": f"t{i}"} for i in range(65)], "options.client_tools", "too_long"),
+        ("get_weather", "options.client_tools", "list_type"),
+    ],
+)
+async def test_malformed_client_tools_are_400(api: Any, tools: Any, field: str, reason: str) -> None:
+    """S-133: a bad name, a non-object schema, an unknown key or more than 64 tools → 400 `invalid_argument` naming
+    the field; nothing is created. The same holds for inbox posts and forks."""
+    key = await api.key()
+    response = await create_thread(api.client, key, options={"client_tools": tools})
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["code"] == "invalid_argument"
+    assert {"field": field, "reason": reason} in error["details"]["fields"]
+    assert await count(api.service, threads) == 0 and await count(api.service, runs) == 0
+    thread_id = "thr_" + "0" * 32
+    posted = await api.client.post(f"/v1/threads/{thread_id}/inbox", json={"input": TEXT, "options": {
+        "client_tools": tools}}, headers=key.headers("p"))  # fmt: skip
+    assert posted.status_code == 400
+    forked = await api.client.post(f"/v1/runs/run_{'0' * 32}/fork", json={"input": TEXT, "options": {
+        "client_tools": tools}}, headers=key.headers("f"))  # fmt: skip
+    assert forked.status_code == 400
