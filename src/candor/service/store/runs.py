@@ -1,0 +1,385 @@
+"""Runs and attempts under leases: claims (§7.2), the fence (§7.3) and the attempt start (S-16).
+
+Every execution-dependent write locks thread → run → attempt, reads "now" from the database clock after the locks,
+and asks `protocol.fencing.check_fence` before writing anything (S-20, S-21, S-22); `lock_fenced()` is that
+preamble, and `seals.py` and `recovery.py` start every commit, seal and recovery with it. Locks are
+`FOR NO KEY UPDATE` on PostgreSQL (they still exclude every other writer of the row, but let inserts that merely
+reference it through a foreign key go on) and nothing on SQLite, where `BEGIN IMMEDIATE` already serializes
+writers (§2.2); SQLAlchemy renders no locking clause for SQLite, so no statement here branches on the dialect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Select, Update, func, insert, or_, select, update
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ..errors import LeaseLost
+from ..protocol.claiming import PreviousAttempt, StartReason, plan_claim
+from ..protocol.fencing import (
+    FenceSnapshot,
+    Lease,
+    check_fence,
+    hash_lease_token,
+    is_expired_for_recovery,
+    new_lease_token,
+)
+from .dialect import db_now
+from .engine import write_transaction
+from .tables import CHECKPOINT_FORMAT, checkpoints, run_attempts, runs, threads
+
+__all__ = (
+    "SUPPORTED_CHECKPOINT_FORMATS",
+    "ClaimedRun",
+    "Fenced",
+    "to_datetime",
+    "select_now",
+    "select_claimable",
+    "select_previous_attempt",
+    "insert_attempt",
+    "update_run_claimed",
+    "lock_thread",
+    "lock_run",
+    "lock_attempt",
+    "update_attempt_started",
+    "claim_runs",
+    "read_now",
+    "lock_fenced",
+    "lock_for_expiry",
+    "start_attempt",
+)
+
+SUPPORTED_CHECKPOINT_FORMATS: frozenset[int] = frozenset({CHECKPOINT_FORMAT})
+"""Checkpoint formats this build reads (S-17: runs whose latest or start checkpoint has another format are skipped)."""
+
+_FENCE_RUN_COLUMNS = (
+    runs.c.id,
+    runs.c.workspace_id,
+    runs.c.thread_id,
+    runs.c.status,
+    runs.c.current_attempt_id,
+    runs.c.checkpoint_id,
+    runs.c.checkpoint_seq,
+    runs.c.source_entry_id,
+    runs.c.agent,
+    runs.c.options_digest,
+    runs.c.attempts,
+    runs.c.max_attempts,
+    runs.c.cancel_requested_at,
+)
+_CLAIM_RUN_COLUMNS = (
+    *_FENCE_RUN_COLUMNS,
+    runs.c.principal_id,
+    runs.c.options,
+    runs.c.resume,
+    runs.c.trigger,
+    runs.c.lineage,
+    runs.c.parent_run_id,
+    runs.c.start_checkpoint_id,
+    runs.c.available_at,
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimedRun:
+    """One run a claim handed to this worker, with everything its attempt needs to start (§7.2, §7.7)."""
+
+    lease: Lease
+    start_reason: StartReason
+    workspace_id: str
+    agent: str
+    principal_id: str
+    options: dict[str, Any]
+    options_digest: str
+    source_entry_id: str | None
+    resume: dict[str, Any] | None
+    """The stored resume body of a resume successor (§8.6), else None."""
+    trigger: str
+    lineage: str
+    parent_run_id: str | None
+    checkpoint_id: str | None
+    checkpoint_seq: int
+    start_checkpoint_id: str | None
+    cancel_requested: bool
+    queue_wait_ms: int
+    """Milliseconds between `available_at` and the claim ("Attempt claimed", §7.2)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fenced:
+    """What a fenced write read under lock: the database clock, the run, and whether the thread is archived."""
+
+    now: float
+    """Database clock, epoch seconds, read after the locks were taken."""
+    run: RowMapping
+    """The `_FENCE_RUN_COLUMNS` of the run."""
+    thread_archived: bool
+
+
+def to_datetime(timestamp: float) -> datetime:
+    """A database timestamp (epoch seconds) as the aware datetime the protocol functions compare."""
+    return datetime.fromtimestamp(timestamp, UTC)
+
+
+# --- statements --------------------------------------------------------------------------------------------------
+
+
+def select_now() -> Select[Any]:
+    return select(db_now())
+
+
+def select_claimable(*, agents: Collection[str], limit: int, now: float) -> Select[Any]:
+    """S-11, S-17: due accepted runs of registered agents with a supported checkpoint, oldest first, skip locked."""
+    latest = func.coalesce(runs.c.checkpoint_id, runs.c.start_checkpoint_id)
+    checkpoint_format = select(checkpoints.c.format).where(checkpoints.c.id == latest).scalar_subquery()
+    return (
+        select(*_CLAIM_RUN_COLUMNS)
+        .where(
+            runs.c.status == "accepted",
+            runs.c.available_at <= now,
+            runs.c.agent.in_(sorted(agents)),
+            or_(latest.is_(None), checkpoint_format.in_(sorted(SUPPORTED_CHECKPOINT_FORMATS))),
+        )
+        .order_by(runs.c.available_at, runs.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True, key_share=True, of=runs)
+    )
+
+
+def select_previous_attempt(run_id: str) -> Select[Any]:
+    """The run's attempt with the highest number (§7.2)."""
+    a = run_attempts.c
+    return select(a.id, a.number, a.status).where(a.run_id == run_id).order_by(a.number.desc()).limit(1)
+
+
+def insert_attempt(
+    *,
+    attempt_id: str,
+    workspace_id: str,
+    run_id: str,
+    number: int,
+    start_reason: StartReason,
+    replaces_attempt_id: str | None,
+    worker_id: str,
+    token_hash: str,
+    now: float,
+    lease_seconds: float,
+) -> Any:
+    """S-15: a `leased` attempt with `lease_expires_at = now + lease_seconds` and the token's hash only (S-21)."""
+    return insert(run_attempts).values(
+        id=attempt_id,
+        workspace_id=workspace_id,
+        run_id=run_id,
+        number=number,
+        status="leased",
+        start_reason=start_reason,
+        replaces_attempt_id=replaces_attempt_id,
+        worker_id=worker_id,
+        lease_token_hash=token_hash,
+        lease_expires_at=now + lease_seconds,
+        heartbeat_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def update_run_claimed(*, run_id: str, attempt_id: str, attempts: int, first_claim: bool, now: float) -> Update:
+    """S-14, S-15: run → `running` with its attempt; `started_at` only on the first claim."""
+    values: dict[str, Any] = {
+        "status": "running",
+        "current_attempt_id": attempt_id,
+        "attempts": attempts,
+        "version": runs.c.version + 1,
+    }
+    if first_claim:
+        values["started_at"] = func.coalesce(runs.c.started_at, now)
+    return update(runs).where(runs.c.id == run_id, runs.c.status == "accepted").values(**values)
+
+
+def lock_thread(thread_id: str, *, skip_locked: bool = False) -> Select[Any]:
+    return (
+        select(threads.c.id, threads.c.archived_at)
+        .where(threads.c.id == thread_id)
+        .with_for_update(key_share=True, skip_locked=skip_locked)
+    )
+
+
+def lock_run(run_id: str, *, skip_locked: bool = False) -> Select[Any]:
+    query = select(*_FENCE_RUN_COLUMNS).where(runs.c.id == run_id)
+    return query.with_for_update(key_share=True, skip_locked=skip_locked)
+
+
+def lock_attempt(attempt_id: str, *, skip_locked: bool = False) -> Select[Any]:
+    a = run_attempts.c
+    return (
+        select(a.id, a.run_id, a.number, a.status, a.worker_id, a.lease_token_hash, a.lease_expires_at)
+        .where(a.id == attempt_id)
+        .with_for_update(key_share=True, skip_locked=skip_locked)
+    )
+
+
+def update_attempt_started(*, attempt_id: str, harness_run_id: str, now: float) -> Update:
+    """S-16: `leased → running` with the harness run id."""
+    a = run_attempts.c
+    return (
+        update(run_attempts)
+        .where(a.id == attempt_id, a.status == "leased")
+        .values(status="running", harness_run_id=harness_run_id, started_at=now, updated_at=now)
+    )
+
+
+# --- operations --------------------------------------------------------------------------------------------------
+
+
+async def read_now(conn: AsyncConnection) -> float:
+    """The database clock (§2.2), read inside the caller's transaction."""
+    return float((await conn.execute(select_now())).scalar_one())
+
+
+async def claim_runs(
+    engine: AsyncEngine,
+    *,
+    worker_id: str,
+    agents: Collection[str],
+    limit: int,
+    lease_seconds: float,
+    randbytes: Callable[[int], bytes],
+) -> list[ClaimedRun]:
+    """§7.2 in one transaction: lease up to `limit` due runs (S-11, S-13, S-14, S-15, S-17).
+
+    PostgreSQL hands each run to one claimer through `FOR UPDATE SKIP LOCKED`; SQLite serializes claimers through
+    `BEGIN IMMEDIATE`. Raises `StoreUnavailable` when the database cannot serve the claim.
+    """
+    if limit < 1 or not agents:
+        return []
+    claimed: list[ClaimedRun] = []
+    async with write_transaction(engine) as conn:
+        now = await read_now(conn)
+        rows = (await conn.execute(select_claimable(agents=agents, limit=limit, now=now))).mappings().all()
+        for row in rows:
+            previous_row = (await conn.execute(select_previous_attempt(row["id"]))).mappings().one_or_none()
+            previous = None if previous_row is None else PreviousAttempt(**previous_row)
+            plan = plan_claim(previous, attempts=row["attempts"], now=to_datetime(now), lease_seconds=lease_seconds)
+            token = new_lease_token(randbytes)
+            attempt_id = "att_" + randbytes(16).hex()
+            await conn.execute(
+                insert_attempt(
+                    attempt_id=attempt_id,
+                    workspace_id=row["workspace_id"],
+                    run_id=row["id"],
+                    number=plan.number,
+                    start_reason=plan.start_reason,
+                    replaces_attempt_id=plan.replaces_attempt_id,
+                    worker_id=worker_id,
+                    token_hash=hash_lease_token(token),
+                    now=now,
+                    lease_seconds=lease_seconds,
+                )
+            )
+            await conn.execute(
+                update_run_claimed(
+                    run_id=row["id"], attempt_id=attempt_id, attempts=plan.attempts, first_claim=plan.first_claim,
+                    now=now,
+                )
+            )
+            # TODO(outbox): stage `run.running` and `run_attempt.leased` here (S-15, S-106) once store/outbox exists.
+            lease = Lease(
+                run_id=row["id"],
+                attempt_id=attempt_id,
+                thread_id=row["thread_id"],
+                attempt_number=plan.number,
+                worker_id=worker_id,
+                token=token,
+            )
+            claimed.append(_claimed(row, lease, plan.start_reason, now))
+    return claimed
+
+
+def _claimed(row: Mapping[str, Any], lease: Lease, start_reason: StartReason, now: float) -> ClaimedRun:
+    return ClaimedRun(
+        lease=lease,
+        start_reason=start_reason,
+        workspace_id=row["workspace_id"],
+        agent=row["agent"],
+        principal_id=row["principal_id"],
+        options=dict(row["options"] or {}),
+        options_digest=row["options_digest"],
+        source_entry_id=row["source_entry_id"],
+        resume=row["resume"],
+        trigger=row["trigger"],
+        lineage=row["lineage"],
+        parent_run_id=row["parent_run_id"],
+        checkpoint_id=row["checkpoint_id"],
+        checkpoint_seq=row["checkpoint_seq"],
+        start_checkpoint_id=row["start_checkpoint_id"],
+        cancel_requested=row["cancel_requested_at"] is not None,
+        queue_wait_ms=max(0, int((now - row["available_at"]) * 1000)),
+    )
+
+
+def _snapshot(run: Mapping[str, Any], attempt: Mapping[str, Any]) -> FenceSnapshot:
+    return FenceSnapshot(
+        run_status=run["status"],
+        run_current_attempt_id=run["current_attempt_id"],
+        attempt_id=attempt["id"],
+        attempt_status=attempt["status"],
+        attempt_worker_id=attempt["worker_id"],
+        lease_token_hash=attempt["lease_token_hash"],
+        lease_expires_at=to_datetime(attempt["lease_expires_at"]),
+    )
+
+
+async def lock_fenced(conn: AsyncConnection, lease: Lease) -> Fenced:
+    """S-20: lock thread → run → attempt, read now, and raise `LeaseLost` unless the fence predicate holds.
+
+    Call it first in every execution-dependent write transaction; nothing may be written before it returns.
+    """
+    thread = (await conn.execute(lock_thread(lease.thread_id))).mappings().one_or_none()
+    run = (await conn.execute(lock_run(lease.run_id))).mappings().one_or_none()
+    attempt = (await conn.execute(lock_attempt(lease.attempt_id))).mappings().one_or_none()
+    now = await read_now(conn)
+    if thread is None or run is None or attempt is None or attempt["run_id"] != lease.run_id:
+        raise LeaseLost("attempt_not_current")
+    verdict = check_fence(_snapshot(run, attempt), lease, to_datetime(now))
+    if not verdict.ok:
+        raise LeaseLost(str(verdict.reason))
+    return Fenced(now=now, run=run, thread_archived=thread["archived_at"] is not None)
+
+
+async def lock_for_expiry(conn: AsyncConnection, *, run_id: str, attempt_id: str) -> Fenced | None:
+    """S-27: lock thread → run → attempt with `SKIP LOCKED` and confirm the lease is still past due.
+
+    Returns None when a row is locked by someone else, or when under lock the run is no longer running, the
+    attempt no longer current and live, or its lease was renewed meanwhile.
+    """
+    thread_id = (await conn.execute(select(runs.c.thread_id).where(runs.c.id == run_id))).scalar_one_or_none()
+    if thread_id is None:
+        return None
+    thread = (await conn.execute(lock_thread(thread_id, skip_locked=True))).mappings().one_or_none()
+    if thread is None:
+        return None
+    run = (await conn.execute(lock_run(run_id, skip_locked=True))).mappings().one_or_none()
+    if run is None:
+        return None
+    attempt = (await conn.execute(lock_attempt(attempt_id, skip_locked=True))).mappings().one_or_none()
+    if attempt is None or attempt["run_id"] != run_id:
+        return None
+    now = await read_now(conn)
+    if not is_expired_for_recovery(_snapshot(run, attempt), now=to_datetime(now)):
+        return None
+    return Fenced(now=now, run=run, thread_archived=thread["archived_at"] is not None)
+
+
+async def start_attempt(engine: AsyncEngine, lease: Lease, *, harness_run_id: str) -> None:
+    """S-16: fenced `leased → running` with `harness_run_id`; raises `LeaseLost` if the lease is gone."""
+    async with write_transaction(engine) as conn:
+        fenced = await lock_fenced(conn, lease)
+        await conn.execute(
+            update_attempt_started(attempt_id=lease.attempt_id, harness_run_id=harness_run_id, now=fenced.now)
+        )
+        # TODO(outbox): stage `run_attempt.running` (S-16) once store/outbox exists.

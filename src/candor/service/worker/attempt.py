@@ -1,0 +1,428 @@
+"""One attempt (§7.7): authority, state, harness stream → a checkpoint commit per boundary → seal or recovery.
+
+`run_attempt()` never raises for anything the attempt itself ran into: what happened is classified with
+`protocol.outcomes.classify_outcome` (§7.9) and settled with one write (final commit + seal, seal, recovery).
+`LeaseLost` and the supervisor's deadline cancellation end the attempt without a seal; the usage it incurred is
+still recorded (S-22, S-51). No transaction is ever open while the model or a tool works: each boundary is one
+short fenced transaction, committed before the stream is asked for the next event (S-35, S-36).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, assert_never
+
+from pydantic import JsonValue
+from pydantic_ai.usage import RunUsage
+from pydantic_core import to_jsonable_python
+
+from candor import BoundaryEvent, HarnessState, RunBindings
+from candor.errors import HarnessError
+
+from .. import failpoints
+from ..agents import AgentUnavailable
+from ..core import Service
+from ..errors import CheckpointCorrupt, LeaseLost, StoreUnavailable
+from ..protocol.outcomes import AttemptOutcome, NoSeal, Recover, Requeue, Seal, classify_outcome
+from ..protocol.pending import PendingInvalid, build_pending, wait_reason
+from ..store.checkpoints import EncodedMessage, canonical_json, encode_envelope, encode_history, envelope_for_state
+from ..store.run_inputs import AttemptStart, load_attempt_start
+from ..store.leases import check_authority
+from ..store.recovery import recover_attempt
+from ..store.runs import start_attempt
+from ..store.seals import (
+    SealRequest,
+    advance_thread_after_seal,
+    commit_checkpoint,
+    failure,
+    record_usage,
+    seal_run,
+)
+from .handle import AttemptHandle
+from .inputs import deferred_json, input_content, resume_batch, resume_input, start_state, usage_delta, usage_json
+
+__all__ = ("run_attempt",)
+
+log = logging.getLogger("candor.worker")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Finished:
+    """How the attempt ended, before classification."""
+
+    outcome: AttemptOutcome
+    result: Any = None
+    """The harness `RunResult` when the stream produced one."""
+    message: str | None = None
+    """A people-facing failure message from the harness (SafeFailure or HarnessError), if any."""
+
+
+def _ended(kind: Any, **fields: Any) -> _Finished:
+    message = fields.pop("message", None)
+    result = fields.pop("result", None)
+    return _Finished(outcome=AttemptOutcome(kind=kind, **fields), result=result, message=message)
+
+
+async def run_attempt(service: Service, handle: AttemptHandle) -> None:
+    """Execute the claimed attempt of `handle` to its end (§7.7–§7.11)."""
+    await _Attempt(service, handle).run()
+
+
+class _Attempt:
+    def __init__(self, service: Service, handle: AttemptHandle) -> None:
+        self.service = service
+        self.handle = handle
+        self.claimed = handle.claimed
+        self.lease = handle.claimed.lease
+        self.settings = service.settings
+        self.expected_seq = self.claimed.checkpoint_seq
+        self.base_id: str | None = self.claimed.checkpoint_id or self.claimed.start_checkpoint_id
+        self.base_encoded: list[EncodedMessage] = []
+        self.recorded = RunUsage()
+        """The usage already written to `usage_records` by this attempt."""
+        self.stream: Any = None
+        self.has_resume_input = resume_input(self.claimed.resume, consumed=False) is not None
+        """Whether the run carries a resume `input`; every envelope it commits records it as in history (S-88)."""
+
+    # -- top level ------------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        status, reason = "crashed", "exception"
+        try:
+            finished = await self._execute()
+            status, reason = await self._settle(finished)
+        except LeaseLost as exc:
+            status, reason = "abandoned", f"lease_lost:{exc.reason}"
+            await self._record_usage_unfenced()
+        except asyncio.CancelledError:
+            status, reason = "abandoned", "cancelled"
+            if not self.handle.deadline_cancelled:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            reason = "deadline_cancelled"
+            await self._record_usage_unfenced()
+        finally:
+            duration_ms = int((self.service.clock.monotonic() - self.handle.started_at) * 1000)
+            log.info(
+                "Attempt ended",
+                extra={"run_id": self.lease.run_id, "attempt": self.lease.attempt_number, "status": status,
+                       "reason": reason, "duration_ms": duration_ms},
+            )
+
+    def _guard(self) -> None:
+        """S-24, S-25: no fenced write too close to the local lease deadline."""
+        now = self.service.clock.monotonic()
+        if not self.handle.may_write(now, db_timeout=self.settings.database.timeout):
+            raise LeaseLost("local_deadline")
+
+    # -- execution -----------------------------------------------------------------------------------------------
+
+    def _before_harness(self) -> _Finished | None:
+        """Stops honoured while the harness has not started: handoff at once (S-54), cancellation, revocation."""
+        if self.handle.handoff_requested:
+            return _ended("handoff")
+        if self.handle.stop_reason is not None:
+            return self._stopped()
+        if self.claimed.cancel_requested:
+            return _ended("cancelled_by_request")
+        return None
+
+    async def _execute(self) -> _Finished:
+        handle, claimed = self.handle, self.claimed
+        if (stop := self._before_harness()) is not None:
+            return stop
+        verdict = await check_authority(self.service.engine, claimed.principal_id)
+        if verdict == "refused":
+            return _ended("authority_refused")  # S-63: the agent is never called
+        if verdict == "unavailable":
+            return _ended("authority_unavailable")
+        try:
+            start = await load_attempt_start(self.service.engine, claimed)
+            state = self._start_state(start)
+        except CheckpointCorrupt:
+            return _ended("checkpoint_corrupt")
+        except StoreUnavailable:
+            return _ended("database_unavailable")
+        try:
+            harness = self.service.agents.build(claimed.agent, claimed.options)
+        except AgentUnavailable:
+            return _ended("agent_factory_failed")
+        try:
+            stream = harness.stream(
+                self._input(start),
+                previous_state=state,
+                tool_recovery="declared",
+                bindings=RunBindings(deferred_tools_supported=True),
+                deferred_resume=self._resume_batch(start),
+            )
+        except HarnessError as exc:
+            return _ended("harness_error", failure_code=exc.code, message=str(exc))
+        except ValueError:
+            return _ended("harness_error", failure_code="deferred_results_invalid")
+        if (stop := self._before_harness()) is not None:
+            return stop
+        self._guard()
+        try:
+            await start_attempt(self.service.engine, self.lease, harness_run_id=stream.run_id)
+        except StoreUnavailable:
+            return _ended("database_unavailable")
+        self.stream = handle.stream = stream
+        try:
+            finished = await self._consume(stream, start)
+        except HarnessError as exc:
+            _raise_if_cancelling()  # the stream's teardown may report a task cancellation as RunCleanupError
+            return _ended("harness_error", failure_code=exc.code, message=str(exc))
+        except StoreUnavailable:
+            _raise_if_cancelling()
+            return _ended("database_unavailable")
+        except (LeaseLost, asyncio.CancelledError):
+            raise
+        except Exception:
+            _raise_if_cancelling()
+            log.exception("Attempt failed unexpectedly", extra={"run_id": self.lease.run_id})
+            return _ended("unexpected_exception")
+        _raise_if_cancelling()
+        return finished
+
+    def _start_state(self, start: AttemptStart) -> HarnessState:
+        loaded = start.checkpoint
+        if loaded is not None:
+            self.base_encoded = list(loaded.encoded)
+        return start_state(
+            loaded.state if loaded is not None else None,
+            thread_id=self.lease.thread_id,
+            from_own_checkpoint=start.from_own_checkpoint,
+        )
+
+    def _input(self, start: AttemptStart) -> Any:
+        resume = self.claimed.resume
+        if resume is not None:
+            loaded = start.checkpoint
+            consumed = start.from_own_checkpoint and loaded is not None and loaded.resume_input_consumed
+            return resume_input(resume, consumed=consumed)
+        return input_content(start.source_payload)
+
+    def _resume_batch(self, start: AttemptStart) -> Any:
+        if self.claimed.trigger != "resume" or self.claimed.resume is None:
+            return None
+        return resume_batch(start.resume_requests, self.claimed.resume, attempt_number=self.lease.attempt_number)
+
+    async def _consume(self, stream: Any, start: AttemptStart) -> _Finished:
+        async with stream:
+            for entry in start.assigned:  # §7.7 step 6, S-34
+                await self._steer(stream, entry.id, entry.payload)
+            async for event in stream:
+                if isinstance(event, BoundaryEvent):
+                    stop = await self._boundary(stream, event)
+                    if stop is not None:
+                        return stop  # leaving the block closes the stream: nothing more runs
+                # TODO(stream): model/tool deltas → stream_entries (§7.7 step 7, §8.7).
+        return self._classify_end(stream)
+
+    async def _steer(self, stream: Any, entry_id: str, payload: dict[str, Any]) -> None:
+        content = input_content(payload)
+        if content is not None:
+            await stream.steer(content, key=entry_id)
+
+    async def _boundary(self, stream: Any, event: BoundaryEvent) -> _Finished | None:
+        """§7.8: commit the boundary before asking for the next event (S-35, S-36); then the stop checks."""
+        if event.kind == "tool":
+            failpoints.hit(failpoints.AFTER_MODEL_RESPONSE)
+        state = await stream.export_state()
+        envelope = encode_envelope(envelope_for_state(state, resume_input_consumed=self.has_resume_input))
+        if len(envelope.text) > self.settings.worker.envelope_bytes:
+            return _ended("envelope_too_large")
+        encoded = encode_history(state._history_ref())
+        usage = stream.usage
+        self._guard()
+        result = await commit_checkpoint(
+            self.service.engine,
+            self.lease,
+            expected_seq=self.expected_seq,
+            base_id=self.base_id,
+            base_encoded=self.base_encoded,
+            new_encoded=encoded,
+            envelope=envelope,
+            incorporated_keys=event.incorporated_keys,
+            source_entry_consumed=self.expected_seq == 0,
+            usage=usage_json(usage - self.recorded),  # §7.8 step 5: one usage record per commit
+            delivery_count=self.settings.worker.delivery_count,
+            delivery_bytes=self.settings.worker.delivery_bytes,
+        )
+        self._committed(result.checkpoint_id, result.seq, encoded, usage)
+        failpoints.hit(failpoints.CHECKPOINT_AFTER_COMMIT)
+        for entry in result.assigned:
+            await self._steer(stream, entry.id, entry.payload)
+        if event.kind == "tool":
+            failpoints.hit(failpoints.BEFORE_TOOL)
+        if self.handle.stop_reason is not None:
+            return self._stopped()
+        if event.kind == "model" and self.handle.handoff_requested:
+            return _ended("handoff")  # S-53: only at a model boundary, after committing it (S-54)
+        return None
+
+    def _committed(self, checkpoint_id: str, seq: int, encoded: list[EncodedMessage], usage: RunUsage) -> None:
+        self.base_id, self.expected_seq, self.base_encoded, self.recorded = checkpoint_id, seq, encoded, usage
+
+    def _stopped(self) -> _Finished:
+        match self.handle.stop_reason:
+            case "cancelled":
+                return _ended("cancelled_by_request")
+            case "authority_revoked":
+                return _ended("authority_refused")
+            case None:
+                raise AssertionError("no stop was requested")
+            case other:
+                assert_never(other)
+
+    def _classify_end(self, stream: Any) -> _Finished:
+        result = stream.outcome
+        if result is None:
+            return _ended("unexpected_exception")
+        if result.status == "cancelled" and self.handle.stop_reason is not None:
+            return self._stopped()
+        if result.status == "completed":
+            output_bytes = len(canonical_json(_output_json(result.output)))
+            return _ended("harness_result", harness_status="completed", output_bytes=output_bytes, result=result)
+        if result.status == "failed":
+            code = result.failure.code if result.failure is not None else "agent_run_failed"
+            message = result.failure.message if result.failure is not None else None
+            return _ended("harness_result", harness_status="failed", failure_code=code, message=message, result=result)
+        return _ended("harness_result", harness_status=result.status, result=result)
+
+    # -- settling ------------------------------------------------------------------------------------------------
+
+    async def _settle(self, finished: _Finished) -> tuple[str, str]:
+        decision = classify_outcome(finished.outcome, output_limit=self.settings.worker.output_bytes)
+        failpoints.hit(failpoints.BEFORE_SEAL)
+        match decision:
+            case Seal(final_commit=True):
+                return await self._final_commit(decision, finished.result)
+            case Seal():
+                assert decision.failure_code is not None
+                await self._seal(decision.status, decision.failure_code, finished.message)
+                return decision.status, decision.failure_code
+            case Recover():
+                self._guard()
+                current = self._current_usage()
+                result = await recover_attempt(
+                    self.service.engine,
+                    run_id=self.lease.run_id,
+                    attempt_id=self.lease.attempt_id,
+                    outcome=decision.attempt_outcome,
+                    failure_code=decision.failure_code,
+                    failure_message=finished.message,
+                    lease=self.lease,
+                    usage=usage_delta(current, self.recorded),
+                )
+                self.recorded = current
+                if isinstance(result, Requeue) and result.wake_workers:
+                    self.service.wake_workers()
+                return decision.attempt_outcome, decision.failure_code or "handoff"
+            case NoSeal():
+                await self._record_usage_unfenced()
+                return "abandoned", decision.reason
+            case _:
+                assert_never(decision)
+
+    async def _seal(self, status: Any, code: str, message: str | None) -> None:
+        self._guard()
+        request = SealRequest(status=status, failure=failure(code, message))
+        current = self._current_usage()
+        await seal_run(self.service.engine, self.lease, request, usage=usage_delta(current, self.recorded))
+        self.recorded = current
+
+    async def _final_commit(self, decision: Seal, result: Any) -> tuple[str, str]:
+        """§7.9: the final checkpoint and the `completed`/`waiting` seal in one transaction (S-5, S-89)."""
+        state: HarnessState = result.state
+        deferred: JsonValue = None
+        if decision.status == "waiting":
+            try:
+                pending = build_pending(result.deferred)
+            except PendingInvalid as exc:
+                await self._seal("failed", exc.code, None)
+                return "failed", exc.code
+            deferred = deferred_json(result.deferred)
+            request = SealRequest(
+                status="waiting", pending=pending.model_dump(mode="json"), wait_reason=wait_reason(pending)
+            )
+        else:
+            request = SealRequest(status="completed", output=_output_json(result.output))
+        envelope = encode_envelope(
+            envelope_for_state(state, deferred=deferred, resume_input_consumed=self.has_resume_input)
+        )
+        if len(envelope.text) > self.settings.worker.envelope_bytes:
+            await self._seal("failed", "checkpoint_envelope_too_large", None)
+            return "failed", "checkpoint_envelope_too_large"
+        encoded = encode_history(state._history_ref())
+        self._guard()
+        await commit_checkpoint(
+            self.service.engine,
+            self.lease,
+            expected_seq=self.expected_seq,
+            base_id=self.base_id,
+            base_encoded=self.base_encoded,
+            new_encoded=encoded,
+            envelope=envelope,
+            source_entry_consumed=self.expected_seq == 0,
+            usage=usage_json(result.usage - self.recorded),
+            seal=request,
+        )
+        self.recorded = result.usage
+        await self._advance_thread()
+        return decision.status, "sealed"
+
+    async def _advance_thread(self) -> None:
+        """§7.8: after a completed/waiting seal, try to start the thread's next run; the sweep retries failures."""
+        try:
+            started = await advance_thread_after_seal(
+                self.service.engine,
+                thread_id=self.lease.thread_id,
+                settings=self.settings,
+                agent_names=self.service.agents.names(),
+                entropy=self.service.entropy,
+            )
+        except Exception:  # noqa: BLE001 - advance_threads (§10.2) starts it later
+            log.warning("Thread advance failed", extra={"thread_id": self.lease.thread_id}, exc_info=True)
+            return
+        if started is not None:
+            self.service.wake_workers()
+
+    # -- usage ---------------------------------------------------------------------------------------------------
+
+    def _current_usage(self) -> RunUsage:
+        return self.stream.usage if self.stream is not None else RunUsage()
+
+    async def _record_usage_unfenced(self) -> None:
+        """S-51: no seal, but the usage already incurred is written, bounded by `database.timeout`."""
+        current = self._current_usage()
+        delta = usage_delta(current, self.recorded)
+        if delta is None:
+            return
+        self.recorded = current
+        try:
+            await asyncio.wait_for(
+                record_usage(
+                    self.service.engine, run_id=self.lease.run_id, attempt_id=self.lease.attempt_id, usage=delta,
+                    checkpoint_seq=self.expected_seq or None,
+                ),
+                timeout=self.settings.database.timeout,
+            )
+        except Exception:  # noqa: BLE001 - best effort; the attempt is over either way
+            log.warning("Usage record failed", extra={"run_id": self.lease.run_id}, exc_info=True)
+
+
+def _raise_if_cancelling() -> None:
+    """A cancelled attempt task (deadline, abandonment, shutdown) ends without settling, whatever the stream said."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+def _output_json(output: Any) -> JsonValue:
+    value: JsonValue = to_jsonable_python(output, fallback=str)
+    return value

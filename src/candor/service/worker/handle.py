@@ -1,0 +1,79 @@
+"""AttemptHandle: the remote control of one running attempt, shared by the loop, the supervisor and drain.
+
+The supervisor asks an attempt to stop (cancellation, revoked authority), cancels its task at the local lease
+deadline, and moves the deadline when a renewal is confirmed; drain flags it for handoff. The attempt itself
+reads the flags at its boundaries and asks `may_write()` before every fenced write (S-25).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..protocol.fencing import Lease, local_deadline, local_deadline_reached, may_start_fenced_write
+from ..store.runs import ClaimedRun
+
+__all__ = ("StopReason", "AttemptHandle")
+
+StopReason = Literal["cancelled", "authority_revoked"]
+
+
+@dataclass(kw_only=True, eq=False)
+class AttemptHandle:
+    """One claimed lease while its attempt task runs."""
+
+    claimed: ClaimedRun
+    lease_seconds: float
+    sent_at: float
+    """Process monotonic time at which the claim (or the last confirmed renewal) was sent (§7.4 step 3)."""
+    task: asyncio.Task[Any] | None = None
+    stream: Any = None
+    """The attempt's `RunStream` once started; `request_stop()` cancels it (H-105)."""
+    stop_reason: StopReason | None = None
+    handoff_requested: bool = False
+    deadline_cancelled: bool = False
+    started_at: float = field(default=0.0)
+    """Monotonic time the attempt task started (for `duration_ms`)."""
+
+    @property
+    def lease(self) -> Lease:
+        return self.claimed.lease
+
+    @property
+    def deadline(self) -> float:
+        """The local lease deadline on the monotonic clock (§7.4 step 3)."""
+        return local_deadline(self.sent_at, self.lease_seconds)
+
+    def renewed(self, sent_at: float) -> None:
+        """A renewal sent at `sent_at` was confirmed: the local deadline moves (§7.4 step 3)."""
+        self.sent_at = max(self.sent_at, sent_at)
+
+    def deadline_reached(self, now: float) -> bool:
+        """S-24: a third of the lease remains unconfirmed."""
+        return local_deadline_reached(now, self.deadline, self.lease_seconds)
+
+    def may_write(self, now: float, *, db_timeout: float) -> bool:
+        """S-24, S-25: no fenced write after a deadline cancellation or within `database.timeout` of the deadline."""
+        return not self.deadline_cancelled and may_start_fenced_write(now, self.deadline, db_timeout)
+
+    def request_stop(self, reason: StopReason) -> None:
+        """S-57, S-61: stop the attempt with this outcome; the first reason wins. Running tools are cancelled."""
+        if self.stop_reason is not None:
+            return
+        self.stop_reason = reason
+        if self.stream is not None:
+            self.stream.cancel()
+
+    def request_handoff(self) -> None:
+        """§7.11: yield at the next model boundary (or at once, before the harness starts)."""
+        self.handoff_requested = True
+
+    def cancel_for_deadline(self) -> bool:
+        """S-24: cancel the attempt task once; returns whether this call cancelled it."""
+        if self.deadline_cancelled:
+            return False
+        self.deadline_cancelled = True
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        return True

@@ -1,0 +1,107 @@
+"""The supervisor (§7.4): every `worker.authority_seconds`, cancellation and authority checks, renewal, deadlines.
+
+One heartbeat, bounded by a timeout of `worker.authority_seconds`:
+
+1. read each running attempt's run without locks; `cancel_requested_at` → stop it `cancelled` (S-57); otherwise
+   the authority check, *refused* → stop it `failed`/`authority_revoked` (S-61, S-62, S-127). When any check is
+   *unavailable* the heartbeat fails: it stops nothing and extends nothing (S-26);
+2. renew the leases that are due (S-23); a confirmed renewal moves the handle's local deadline.
+
+After every tick, heartbeat or not, each attempt whose local deadline is reached (a third of the lease left
+unconfirmed) has its task cancelled once and writes nothing more (S-24); its run is picked up after expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from ..core import Service
+from ..protocol.authority import AuthorityVerdict
+from ..store.leases import check_authority, read_supervision, renew_leases
+from .handle import AttemptHandle, StopReason
+
+__all__ = ("HeartbeatFailed", "Supervisor")
+
+log = logging.getLogger("candor.worker")
+
+
+class HeartbeatFailed(Exception):
+    """S-26: an authority check was unavailable; nothing was stopped or extended."""
+
+
+class Supervisor:
+    """Heartbeats for the live attempts of one worker."""
+
+    def __init__(self, service: Service, *, handles: Callable[[], Sequence[AttemptHandle]]) -> None:
+        self.service = service
+        self._handles = handles
+
+    async def run_forever(self) -> None:
+        """A tick every `worker.authority_seconds`, start to start (a slow heartbeat does not stretch the period)."""
+        clock, period = self.service.clock, self.service.settings.worker.authority_seconds
+        while True:
+            started = clock.monotonic()
+            await self.tick()
+            await clock.sleep(max(0.0, period - (clock.monotonic() - started)))
+
+    async def tick(self) -> None:
+        """One heartbeat (bounded by `worker.authority_seconds`), then the deadline check."""
+        period = self.service.settings.worker.authority_seconds
+        try:
+            await asyncio.wait_for(self.heartbeat(), timeout=period)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed heartbeat extends nothing; deadlines still apply
+            log.warning("Heartbeat failed", extra={"error_type": type(exc).__name__})
+        self.enforce_deadlines()
+
+    async def heartbeat(self) -> set[str]:
+        """§7.4 steps 1–2; returns the attempt ids whose lease was renewed. Raises on failure (S-26)."""
+        handles = [h for h in self._handles() if not h.deadline_cancelled and not _done(h)]
+        if not handles:
+            return set()
+        sent_at = self.service.clock.monotonic()
+        stops = await self._decide_stops(handles)
+        for handle, reason in stops:
+            log.info("Attempt stop requested", extra={"run_id": handle.lease.run_id, "reason": reason})
+            handle.request_stop(reason)
+        renewed = await renew_leases(
+            self.service.engine, [h.lease for h in handles], lease_seconds=self.service.settings.worker.lease_seconds
+        )
+        for handle in handles:
+            if handle.lease.attempt_id in renewed:
+                handle.renewed(sent_at)
+        return renewed
+
+    async def _decide_stops(self, handles: Sequence[AttemptHandle]) -> list[tuple[AttemptHandle, StopReason]]:
+        runs = await read_supervision(self.service.engine, [h.lease.run_id for h in handles])
+        verdicts: dict[str, AuthorityVerdict] = {}
+        stops: list[tuple[AttemptHandle, StopReason]] = []
+        for handle in handles:
+            run = runs.get(handle.lease.run_id)
+            if run is None:
+                continue
+            if run.cancel_requested:
+                stops.append((handle, "cancelled"))
+                continue
+            if run.principal_id not in verdicts:
+                verdicts[run.principal_id] = await check_authority(self.service.engine, run.principal_id)
+            verdict = verdicts[run.principal_id]
+            if verdict == "unavailable":
+                raise HeartbeatFailed("an authority check was unavailable")
+            if verdict == "refused":
+                stops.append((handle, "authority_revoked"))
+        return stops
+
+    def enforce_deadlines(self) -> None:
+        """S-24: cancel, once, each attempt whose local lease deadline is reached."""
+        now = self.service.clock.monotonic()
+        for handle in self._handles():
+            if not _done(handle) and handle.deadline_reached(now) and handle.cancel_for_deadline():
+                log.warning("Attempt lease deadline reached", extra={"run_id": handle.lease.run_id})
+
+
+def _done(handle: AttemptHandle) -> bool:
+    return handle.task is not None and handle.task.done()

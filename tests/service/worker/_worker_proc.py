@@ -1,0 +1,30 @@
+"""A worker process for the crash test: `python _worker_proc.py DATABASE_URL WORKER_ID`.
+
+It opens a Service on the database (lease 3 s, heartbeat 0.5 s, the scripted agents of `support.py`) and runs
+`WorkerLoop.run_forever()` with one slot until it is killed, or until a failpoint armed through
+`CANDOR_FAILPOINTS` ends the process. Tool effects go to the files named by the run's `options["workdir"]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/service: makes `worker.support` importable
+
+from candor.service.core import Service  # noqa: E402
+from candor.service.worker import WorkerLoop  # noqa: E402
+from worker.support import make_settings  # noqa: E402
+
+
+async def main(url: str, worker_id: str) -> None:
+    service = await Service.open(make_settings(url, lease_seconds=3))
+    try:
+        await WorkerLoop(service, worker_id=worker_id, slots=1).run_forever()
+    finally:
+        await service.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))

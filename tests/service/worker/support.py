@@ -1,0 +1,337 @@
+"""Shared pieces of the worker tests: scripted agents behind one factory, a Service on the test database, rows.
+
+The factory `worker.support:factory` builds a fresh `candor.Harness` per attempt from `options["script"]`:
+
+* `echo` – one model turn answering `echo: <prompt>`;
+* `tools` – the model asks for `charge` (not retry-safe) and `lookup` (retry-safe) in one response, then answers
+  `done`; with `options["workdir"]` both tools also append a line to files there (the crash test's ledger);
+* `approval` – the model calls `delete_file`, which requires approval; after approval it answers `deleted`;
+* `unavailable` – the model fails with HTTP 503 (`model_unavailable`, a transient failure);
+* `step` – the model calls the retry-safe `step` tool once, then answers `stepped`;
+* `boom` – the factory raises (`agent_unavailable`).
+
+Tests steer timing through `CONTROL`: `model_gate` / `tool_gate` make the model or the tools wait, `model_entered`
+/ `tool_entered` say they were reached, `ledger` records every tool effect, `on_tool` runs inside each tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import Agent, RunContext, Tool
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from candor import Harness
+from candor.service.agents import AgentRegistry
+from candor.service.core import Service
+from candor.service.runtime import SeededEntropy
+from candor.service.settings import ServiceSettings
+from candor.service.store.dialect import db_now
+from candor.service.store.tables import inbox_entries, principals, run_attempts, runs, threads, workspaces
+from candor.tools import recovery_retryable
+
+FACTORY = f"{__name__}:factory"
+
+
+@dataclass
+class Control:
+    ledger: list[str] = field(default_factory=list)
+    model_calls: int = 0
+    model_gate: asyncio.Event | None = None
+    model_entered: asyncio.Event = field(default_factory=asyncio.Event)
+    tool_gate: asyncio.Event | None = None
+    tool_entered: asyncio.Event = field(default_factory=asyncio.Event)
+    on_tool: Callable[[str], Awaitable[None]] | None = None
+
+
+CONTROL = Control()
+
+
+def reset_control() -> Control:
+    global CONTROL
+    CONTROL = Control()
+    return CONTROL
+
+
+# --- agents ------------------------------------------------------------------------------------------------------
+
+
+def _append(workdir: str | None, name: str, line: str) -> None:
+    if workdir is None:
+        return
+    with open(Path(workdir) / name, "a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _last_prompt(messages: list[ModelMessage]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    return part.content
+    return ""
+
+
+def _has_response(messages: list[ModelMessage]) -> bool:
+    return any(isinstance(m, ModelResponse) for m in messages)
+
+
+async def _tool_effect(name: str, workdir: str | None, line: str) -> None:
+    control = CONTROL
+    control.ledger.append(line)
+    _append(workdir, f"{name}.txt", line)
+    control.tool_entered.set()
+    if control.on_tool is not None:
+        await control.on_tool(name)
+    if control.tool_gate is not None:
+        await control.tool_gate.wait()
+
+
+def _model(respond: Callable[[list[ModelMessage]], ModelResponse]) -> FunctionModel:
+    async def function(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        control = CONTROL
+        control.model_calls += 1
+        control.model_entered.set()
+        if control.model_gate is not None:
+            await control.model_gate.wait()
+        return respond(messages)
+
+    return FunctionModel(function)
+
+
+def _echo(options: dict[str, Any]) -> Agent[Any, Any]:
+    return Agent(_model(lambda messages: ModelResponse(parts=[TextPart(f"echo: {_last_prompt(messages)}")])))
+
+
+def _tools(options: dict[str, Any]) -> Agent[Any, Any]:
+    workdir = options.get("workdir")
+    role = os.environ.get("WORKER_TEST_ROLE", "inproc")
+
+    async def charge(ctx: RunContext[Any], amount: int) -> str:
+        """Charge the card (not safe to repeat)."""
+        await _tool_effect("charge", workdir, f"{role} {ctx.tool_call_id} charge {amount}")
+        return f"charged {amount}"
+
+    async def lookup(ctx: RunContext[Any], account: str) -> str:
+        """Read a balance (safe to repeat)."""
+        await _tool_effect("lookup", workdir, f"{role} {ctx.tool_call_id} lookup {account}")
+        return f"balance of {account}: 10"
+
+    def respond(messages: list[ModelMessage]) -> ModelResponse:
+        if not _has_response(messages):
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("charge", {"amount": 42}, tool_call_id="call_charge"),
+                    ToolCallPart("lookup", {"account": "acme"}, tool_call_id="call_lookup"),
+                ]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+    return Agent(_model(respond), tools=[Tool(charge), recovery_retryable(Tool(lookup))])
+
+
+def _approval(options: dict[str, Any]) -> Agent[Any, Any]:
+    async def delete_file(ctx: RunContext[Any], path: str) -> str:
+        """Delete a file."""
+        await _tool_effect("delete_file", None, f"delete {path}")
+        return f"deleted {path}"
+
+    def respond(messages: list[ModelMessage]) -> ModelResponse:
+        if not _has_response(messages):
+            return ModelResponse(parts=[ToolCallPart("delete_file", {"path": "a.txt"}, tool_call_id="call_delete")])
+        return ModelResponse(parts=[TextPart("deleted")])
+
+    return Agent(_model(respond), tools=[Tool(delete_file, requires_approval=True)])
+
+
+def _unavailable(options: dict[str, Any]) -> Agent[Any, Any]:
+    def respond(messages: list[ModelMessage]) -> ModelResponse:
+        raise ModelHTTPError(503, "scripted")
+
+    return Agent(_model(respond))
+
+
+def _step(options: dict[str, Any]) -> Agent[Any, Any]:
+    async def step(ctx: RunContext[Any]) -> str:
+        """Take one step (safe to repeat)."""
+        await _tool_effect("step", None, f"step {ctx.tool_call_id}")
+        return "stepped"
+
+    def respond(messages: list[ModelMessage]) -> ModelResponse:
+        if not _has_response(messages):
+            return ModelResponse(parts=[ToolCallPart("step", {}, tool_call_id="call_step")])
+        return ModelResponse(parts=[TextPart("stepped")])
+
+    return Agent(_model(respond), tools=[recovery_retryable(Tool(step))])
+
+
+SCRIPTS: dict[str, Callable[[dict[str, Any]], Agent[Any, Any]]] = {
+    "echo": _echo,
+    "tools": _tools,
+    "approval": _approval,
+    "unavailable": _unavailable,
+    "step": _step,
+}
+
+
+def factory(options: dict[str, Any]) -> Harness[Any]:
+    script = options.get("script", "echo")
+    if script == "boom":
+        raise RuntimeError("the factory failed")
+    return Harness(SCRIPTS[script](options))
+
+
+# --- service and rows --------------------------------------------------------------------------------------------
+
+
+def make_settings(url: str, **worker: Any) -> ServiceSettings:
+    values: dict[str, Any] = {"lease_seconds": 10, "authority_seconds": 0.5, "scan_seconds": 0.05}
+    values.update(worker)
+    return ServiceSettings(
+        database={"url": url, "timeout": 0.9},
+        worker=values,
+        agents={"scripted": {"factory": FACTORY}},
+    )
+
+
+def make_service(url: str, engine: AsyncEngine, **worker: Any) -> Service:
+    return Service(
+        settings=make_settings(url, **worker),
+        engine=engine,
+        agents=AgentRegistry({"scripted": FACTORY}),
+        entropy=SeededEntropy(secrets.randbits(32)),
+        wakeups=asyncio.Event(),
+    )
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+@dataclass(frozen=True)
+class Tenant:
+    workspace_id: str
+    principal_id: str
+
+
+@dataclass(frozen=True)
+class RunRef:
+    tenant: Tenant
+    thread_id: str
+    run_id: str
+    entry_id: str | None
+
+
+async def add_tenant(conn: AsyncConnection) -> Tenant:
+    workspace_id, principal_id = new_id("wsp"), new_id("key")
+    await conn.execute(insert(workspaces).values(id=workspace_id, name=workspace_id, created_at=db_now()))
+    await conn.execute(
+        insert(principals).values(
+            id=principal_id, workspace_id=workspace_id, name="test", secret_hash=secrets.token_hex(32),
+            permissions=["read", "run", "admin"], created_at=db_now(),
+        )
+    )
+    return Tenant(workspace_id=workspace_id, principal_id=principal_id)
+
+
+def content(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}]}
+
+
+async def add_thread_run(
+    conn: AsyncConnection,
+    tenant: Tenant,
+    *,
+    script: str = "echo",
+    text: str | None = "hello",
+    agent: str = "scripted",
+    max_attempts: int = 3,
+    options: dict[str, Any] | None = None,
+    thread_id: str | None = None,
+    **run_values: Any,
+) -> RunRef:
+    """A thread (unless `thread_id`) and an `accepted` run whose source entry (if `text`) is assigned to it."""
+    run_id = new_id("run")
+    if thread_id is None:
+        thread_id = new_id("thr")
+        await conn.execute(
+            insert(threads).values(
+                id=thread_id, workspace_id=tenant.workspace_id, origin="new", agent=agent, created_at=db_now(),
+                updated_at=db_now(),
+            )
+        )
+    entry_id = None
+    if text is not None:
+        entry_id = new_id("ent")
+        payload = content(text)
+        position = run_values.pop("position", 1)
+        await conn.execute(
+            insert(inbox_entries).values(
+                id=entry_id, workspace_id=tenant.workspace_id, thread_id=thread_id, kind="message",
+                delivery="next_run", position=position, principal_id=tenant.principal_id,
+                payload=payload, size=len(json.dumps(payload)), status="assigned", assigned_run_id=run_id,
+                created_at=db_now(),
+            )
+        )
+    opts = {"script": script, **(options or {})}
+    row: dict[str, Any] = {
+        "id": run_id, "workspace_id": tenant.workspace_id, "thread_id": thread_id, "agent": agent,
+        "principal_id": tenant.principal_id,
+        "authority": {"principal_id": tenant.principal_id, "permissions": ["read", "run", "admin"]},
+        "options": opts, "options_digest": "0" * 64, "source_entry_id": entry_id, "trigger": "input",
+        "lineage": "root", "status": "accepted", "available_at": db_now(), "max_attempts": max_attempts,
+        "created_at": db_now(),
+    }
+    row.update(run_values)
+    await conn.execute(insert(runs).values(**row))
+    await conn.execute(update(threads).where(threads.c.id == thread_id).values(current_run_id=run_id))
+    return RunRef(tenant=tenant, thread_id=thread_id, run_id=run_id, entry_id=entry_id)
+
+
+async def run_row(engine: AsyncEngine, run_id: str) -> Any:
+    async with engine.connect() as conn:
+        return (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().one()
+
+
+async def attempt_rows(engine: AsyncEngine, run_id: str) -> list[Any]:
+    async with engine.connect() as conn:
+        query = select(run_attempts).where(run_attempts.c.run_id == run_id).order_by(run_attempts.c.number)
+        return list((await conn.execute(query)).mappings().all())
+
+
+async def make_due(engine: AsyncEngine, run_id: str) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(update(runs).where(runs.c.id == run_id).values(available_at=db_now()))
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 15.0, interval: float = 0.05) -> None:
+    async with asyncio.timeout(timeout):
+        while not await predicate():
+            await asyncio.sleep(interval)
+
+
+async def add_steer_entry(conn: AsyncConnection, ref: RunRef, *, text: str, position: int) -> str:
+    """A `pending` steer entry on the run's thread."""
+    entry_id = new_id("ent")
+    payload = content(text)
+    await conn.execute(
+        insert(inbox_entries).values(
+            id=entry_id, workspace_id=ref.tenant.workspace_id, thread_id=ref.thread_id, kind="message",
+            delivery="steer", position=position, principal_id=ref.tenant.principal_id, payload=payload,
+            size=len(json.dumps(payload)), status="pending", created_at=db_now(),
+        )
+    )
+    return entry_id
