@@ -796,3 +796,27 @@ async def test_cancel_before_first_step() -> None:
     assert stream.outcome.status == "cancelled"  # type: ignore[union-attr]
     assert model.seen == []  # type: ignore[attr-defined]
     assert isinstance(events[-1], RunResultEvent)
+
+
+async def test_cancelling_the_consumer_task_propagates_cancellation() -> None:
+    """H-105, H-101: cancelling the task that consumes a stream cancels the run; it is not a teardown failure."""
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(30)
+        return "never"
+
+    agent = make_agent(script(calls(tool_call("slow")), text("done")), slow)
+
+    async def consumer() -> None:
+        async with Harness(agent).stream("go") as stream:
+            async for _ in stream:
+                pass
+
+    task = asyncio.create_task(consumer())
+    await asyncio.wait_for(started.wait(), timeout=5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, timeout=5)
+    assert task.cancelled()

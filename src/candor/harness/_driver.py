@@ -26,6 +26,7 @@ class TaskDrivenGenerator:
         self._task: asyncio.Task[None] | None = None
         self._requests: asyncio.Queue[Literal["next", "close"]] = asyncio.Queue()
         self._replies: asyncio.Queue[_Reply] = asyncio.Queue()
+        self._abandoned = False
 
     async def next(self) -> Any:
         """The next item; raises StopAsyncIteration at the end, or what the generator raised."""
@@ -38,6 +39,7 @@ class TaskDrivenGenerator:
             kind, value = await self._replies.get()
         except asyncio.CancelledError:
             self._task.cancel()  # the consumer gave up: the run must not go on without it
+            self._abandoned = True
             raise
         if kind == "item":
             return value
@@ -47,6 +49,10 @@ class TaskDrivenGenerator:
 
     async def aclose(self) -> None:
         """Close the generator in its own task; raises what its teardown raised."""
+        if self._abandoned and self._task is not None:
+            # The consumer was cancelled; the run task was cancelled with it. Its end is not a teardown failure.
+            await asyncio.gather(self._task, return_exceptions=True)
+            return
         if self._task is None or self._task.done():
             if self._task is not None:
                 await asyncio.gather(self._task, return_exceptions=True)

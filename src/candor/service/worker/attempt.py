@@ -174,7 +174,7 @@ class _Attempt:
         try:
             finished = await self._consume(stream, start)
         except HarnessError as exc:
-            _raise_if_cancelling()  # the stream's teardown may report a task cancellation as RunCleanupError
+            _raise_if_cancelling()  # a cancelled attempt never settles, whatever the stream reported
             return _ended("harness_error", failure_code=exc.code, message=str(exc))
         except StoreUnavailable:
             _raise_if_cancelling()
