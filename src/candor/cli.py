@@ -64,6 +64,25 @@ def migrate(
     err.print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
 
 
+@app.command()
+def serve(
+    role: Annotated[str, typer.Option("--role", help="all | control | worker")] = "all",
+    config: ConfigOption = None,
+) -> None:
+    """Run a process: `control` (HTTP API, sweeps), `worker` (executes runs) or `all` (both)."""
+    from .service.process import serve as serve_process
+
+    if role not in ("all", "control", "worker"):
+        err.print("[red]candor[/red]: --role must be all, control or worker")
+        raise typer.Exit(2)
+    settings = load_settings(config)
+    try:
+        asyncio.run(serve_process(settings, role))  # type: ignore[arg-type]
+    except ServiceError as exc:
+        err.print(f"[red]candor: cannot start[/red]: {exc} (code {exc.code})")
+        raise typer.Exit(1) from exc
+
+
 def run_operator(action: Any) -> Any:
     """Run one operator action; service errors become a message on stderr and exit code 1."""
     try:

@@ -1,0 +1,88 @@
+"""One `candor serve` process: startup checks, then the role's tasks (worker loop, sweeps, HTTP) until stopped.
+
+Startup (§3.3, §10.3): settings are checked by the caller; `control`/`all` migrate under the lock when
+`database.auto_migrate` is on; every role then refuses a schema that is not the build's (S-122); `worker`/`all`
+import every agent factory. Shutdown: SIGTERM or SIGINT marks the process draining (`/readyz` 503, S-52), drains
+the worker (§7.11), stops the sweeps, then stops HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+from typing import Literal
+
+import uvicorn
+
+from .control.sweeps import run_sweeps
+from .core import Service
+from .http.app import create_app
+from .http.readiness import Readiness
+from .settings import ServiceSettings
+from .store.migrate import migrate, require_current_schema
+from .worker.drain import drain
+from .worker.loop import WorkerLoop
+
+Role = Literal["all", "control", "worker"]
+log = logging.getLogger("candor.process")
+
+__all__ = ("Role", "serve", "prepare")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the process runner owns SIGTERM (drain first, then stop HTTP)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def prepare(settings: ServiceSettings, role: Role) -> Service:
+    """Startup checks and the process-wide `Service`; raises when the process must not start."""
+    url = settings.database.url
+    if role in ("control", "all") and settings.database.auto_migrate:
+        await migrate(url, lock_timeout=settings.database.migration_lock_timeout)
+    await require_current_schema(url, timeout=settings.database.timeout)
+    service = await Service.open(settings)
+    if role in ("worker", "all"):
+        service.agents.check_all()
+    return service
+
+
+async def serve(settings: ServiceSettings, role: Role) -> None:
+    """Run until SIGTERM/SIGINT; then drain and stop."""
+    service = await prepare(settings, role)
+    readiness = Readiness()
+    host, _, port = settings.server.listen.rpartition(":")
+    server = _Server(uvicorn.Config(create_app(service, role=role, readiness=readiness), host=host, port=int(port)))
+    worker = WorkerLoop(service) if role in ("worker", "all") else None
+    background: list[asyncio.Task[None]] = []
+    if worker is not None:
+        background.append(asyncio.create_task(worker.run_forever(), name="worker"))
+    if role in ("control", "all"):
+        background.append(asyncio.create_task(run_sweeps(service), name="sweeps"))
+    readiness.tasks_alive = lambda: all(not task.done() for task in background)
+    http = asyncio.create_task(server.serve(), name="http")
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    readiness.started = True
+    log.info("Process started", extra={"role": role, "listen": settings.server.listen})
+    try:
+        waiters = {asyncio.create_task(stopping.wait()), http, *background}
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        readiness.draining = True
+        if worker is not None:
+            abandoned = await drain(worker)
+            log.info("Worker drained", extra={"abandoned": abandoned})
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        server.should_exit = True
+        await asyncio.gather(http, return_exceptions=True)
+        await service.close()
