@@ -526,10 +526,16 @@ async def run_demo(out_dir: Path, console: Console) -> dict[str, Any]:
     facts["act1"] = await act1(out_dir, console)
     facts["act2"] = await act2(out_dir, console)
     facts["act3"] = await act3(out_dir, console)
+    _act_header(console, 4, "The same crash, hosted by the service",
+                "candor serve on the embedded SQLite default: a worker process dies, another finishes the run")
+    facts["act4"] = await act4(out_dir, console)
     console.print()
     console.print(Rule(Text(f"done in {time.perf_counter() - started:.1f} s", style="bold")))
     console.print(Text("Read more: README.md, docs/state-and-resume.md, docs/human-in-the-loop.md"))
     return facts
+
+
+from examples.service_demo import act4  # noqa: E402 - the service act lives in its own module
 
 
 def main(argv: list[str] | None = None) -> int:

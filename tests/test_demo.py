@@ -196,3 +196,23 @@ def test_support_agent_factory_is_reusable() -> None:
     assert tools["lookup_order"].metadata == {"candor.recovery_retry_safe": True}
     assert not (tools["charge_card"].metadata or {}).get("candor.recovery_retry_safe")
     assert tools["refund_order"].requires_approval
+
+
+@pytest.mark.crash
+async def test_service_act_fails_over_after_a_killed_worker(tmp_path: Path) -> None:
+    """S-28, S-29, S-13, S-30 (one charged recovery): a `candor serve --role worker` process is SIGKILLed after
+    charging; after lease expiry another worker continues from the last checkpoint: one charge on the ledger, the
+    charge reported as unknown, the retry-safe lookup replayed, the run completed."""
+    from examples.service_demo import run_service_crash
+
+    facts = await run_service_crash(tmp_path)
+    assert facts.worker_returncode == -9
+    assert facts.run.status == "completed"
+    assert [(a.number, a.start_reason, a.status) for a in facts.attempts] == [
+        (1, "initial", "failed"),
+        (2, "recovery", "succeeded"),
+    ]
+    assert (facts.attempts[0].failure or {}).get("code") == "lease_expired"
+    assert sum(1 for e in facts.ledger if e.get("tool") == "charge_card") == 1
+    assert sum(1 for e in facts.ledger if e.get("tool") == "lookup_order") == 2
+    assert "could not confirm the charge" in str(facts.run.output)

@@ -56,8 +56,17 @@ MiB = 1024 * KiB
 ENV_PREFIX = "CANDOR_"
 ENV_DELIMITER = "__"
 
-NON_SETTING_VARIABLES = frozenset({"CANDOR_FAILPOINTS", "CANDOR_TEST_POSTGRES_URL", "CANDOR_REQUIRE_POSTGRES"})
-"""`CANDOR_` variables that are not settings (failpoints, the test database); allowed next to the settings."""
+NON_SETTING_VARIABLES = frozenset(
+    {
+        "CANDOR_FAILPOINTS",
+        "CANDOR_TEST_POSTGRES_URL",
+        "CANDOR_REQUIRE_POSTGRES",
+        "CANDOR_DEMO_LEDGER",
+        "CANDOR_DEMO_CRASH_AFTER",
+    }
+)
+"""`CANDOR_` variables that are not settings (failpoints, the test database, the default demo agents' ledger and
+crash point); allowed next to the settings."""
 
 OutboxKind = Literal["webhook", "child_result", "checkpoint_cleanup"]
 OUTBOX_KINDS: tuple[OutboxKind, ...] = get_args(OutboxKind)
