@@ -8,6 +8,7 @@ It opens a Service on the database (lease 3 s, heartbeat 0.5 s, the scripted age
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -15,13 +16,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/service: m
 
 from candor.service.core import Service  # noqa: E402
 from candor.service.worker import WorkerLoop  # noqa: E402
+from candor.service.worker.drain import install_sigterm  # noqa: E402
 from worker.support import make_settings  # noqa: E402
 
 
 async def main(url: str, worker_id: str) -> None:
     service = await Service.open(make_settings(url, lease_seconds=3))
     try:
-        await WorkerLoop(service, worker_id=worker_id, slots=1).run_forever()
+        worker = WorkerLoop(service, worker_id=worker_id, slots=1)
+        if os.environ.get("WORKER_TEST_DRAIN"):
+            install_sigterm(worker, on_drained=worker.stop)  # SIGTERM: hand off at the next model boundary
+        await worker.run_forever()
     finally:
         await service.close()
 

@@ -8,6 +8,7 @@ The factory `worker.support:factory` builds a fresh `candor.Harness` per attempt
 * `approval` – the model calls `delete_file`, which requires approval; after approval it answers `deleted`;
 * `unavailable` – the model fails with HTTP 503 (`model_unavailable`, a transient failure);
 * `step` – the model calls the retry-safe `step` tool once, then answers `stepped`;
+* `client` – the model calls the client tool `get_weather` (§8.8), then answers with what it received;
 * `boom` – the factory raises (`agent_unavailable`).
 
 Tests steer timing through `CONTROL`: `model_gate` / `tool_gate` make the model or the tools wait, `model_entered`
@@ -178,7 +179,41 @@ def _step(options: dict[str, Any]) -> Agent[Any, Any]:
     return Agent(_model(respond), tools=[recovery_retryable(Tool(step))])
 
 
+def _client(options: dict[str, Any]) -> Agent[Any, Any]:
+    """§8.8: the model calls the client tool `get_weather` (not an agent tool), then reports what it received."""
+
+    def respond(messages: list[ModelMessage]) -> ModelResponse:
+        for message in reversed(messages):
+            if isinstance(message, ModelRequest):
+                for part in message.parts:
+                    if getattr(part, "tool_call_id", None) == "call_weather" and hasattr(part, "content"):
+                        return ModelResponse(parts=[TextPart(f"{type(part).__name__}: {part.content}")])
+        return ModelResponse(parts=[ToolCallPart("get_weather", {"city": "Paris"}, tool_call_id="call_weather")])
+
+    return Agent(_model(respond))
+
+
+def _slow(options: dict[str, Any]) -> Agent[Any, Any]:
+    """One slow retry-safe step: the test knows it started (a file appears) and can stop the worker meanwhile."""
+    workdir = options.get("workdir")
+
+    async def slow_step(ctx: RunContext[Any]) -> str:
+        """Take one slow step (safe to repeat)."""
+        await _tool_effect("slow_started", workdir, f"{os.environ.get('WORKER_TEST_ROLE', 'inproc')} started")
+        await asyncio.sleep(float(options.get("sleep", 1.0)))
+        return "slow step done"
+
+    def respond(messages: list[ModelMessage]) -> ModelResponse:
+        if not _has_response(messages):
+            return ModelResponse(parts=[ToolCallPart("slow_step", {}, tool_call_id="call_slow")])
+        return ModelResponse(parts=[TextPart("slow done")])
+
+    return Agent(_model(respond), tools=[recovery_retryable(Tool(slow_step))])
+
+
 SCRIPTS: dict[str, Callable[[dict[str, Any]], Agent[Any, Any]]] = {
+    "slow": _slow,
+    "client": _client,
     "echo": _echo,
     "tools": _tools,
     "approval": _approval,

@@ -103,3 +103,41 @@ async def test_worker_process_dies_before_tools_and_the_run_recovers(db, tenant,
     assert returns["call_charge"].content == UNKNOWN_OUTCOME_CONTENT
     assert returns["call_charge"].metadata == {"candor.unknown_outcome": True}
     assert returns["call_lookup"].content == "balance of acme: 10"
+
+
+@pytest.mark.parametrize("db_kind", ["postgresql"], indirect=True)
+async def test_sigterm_drains_a_worker_process_and_hands_off_uncharged(db, tenant, control, tmp_path: Path) -> None:
+    """S-52, S-53, S-54, S-32, S-14: a worker process that gets SIGTERM mid-tool finishes the tool, commits the next
+    model boundary, yields the run (handoff) and exits; another worker continues it without a charged attempt."""
+    async with db.engine.begin() as conn:
+        ref = await add_thread_run(conn, tenant, script="slow", options={"workdir": str(tmp_path), "sleep": 1.0})
+    env = dict(os.environ, WORKER_TEST_ROLE="first", WORKER_TEST_DRAIN="1")
+    env.pop("PYTHONSTARTUP", None)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(PROC), db.url, "worker-first", env=env, cwd=str(tmp_path),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async def tool_started() -> bool:
+            return bool(_lines(tmp_path / "slow_started.txt"))
+
+        await support.wait_for(tool_started, timeout=30, interval=0.05)
+        process.terminate()  # SIGTERM while the tool runs: no handoff at a tool boundary (S-54)
+        _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, stderr.decode()[-3000:]
+    run = await run_row(db.engine, ref.run_id)
+    assert (run["status"], run["attempts"]) == ("accepted", 1)  # S-53: due now, uncharged
+    attempts = await attempt_rows(db.engine, ref.run_id)
+    assert [(a["status"], a["yield_reason"]) for a in attempts] == [("yielded", "handoff")]
+
+    survivor = support.make_service(db.url, db.engine, lease_seconds=10)
+    await WorkerLoop(survivor, worker_id="worker-second").run_until_idle(timeout=30)
+    run = await run_row(db.engine, ref.run_id)
+    assert (run["status"], run["output"], run["attempts"]) == ("completed", "slow done", 1)  # S-14: handoff is free
+    attempts = await attempt_rows(db.engine, ref.run_id)
+    assert [(a["start_reason"], a["status"]) for a in attempts] == [("initial", "yielded"), ("handoff", "succeeded")]
+    assert _lines(tmp_path / "slow_started.txt") == ["first started"]  # the tool ran once, in the first worker
