@@ -308,3 +308,16 @@ async def test_checkpoint_keys_and_insert_only_rows(db: Any) -> None:
     await _rejected(db, lambda c: c.execute(update(usage_records).values(usage={"x": 1})))
     async with write_transaction(db.engine) as conn:  # cleanup (§9.6) deletes rows; that stays possible
         await conn.execute(delete(checkpoint_messages).where(checkpoint_messages.c.checkpoint_id == "ckp_1"))
+
+
+async def test_current_attempt_is_set_exactly_while_running(db: Any) -> None:
+    """S-3: `current_attempt_id` is non-null exactly when the run is `running`; the database refuses either
+    half of the pair on its own."""
+    workspace_id, _, run_id = await _run(db)
+    async with write_transaction(db.engine) as conn:
+        attempt_id = await add_attempt(conn, workspace_id, run_id)
+    await _rejected(db, _set_run(run_id, status="running"))  # running without its attempt
+    await _rejected(db, _set_run(run_id, current_attempt_id=attempt_id))  # an attempt on an accepted run
+    async with write_transaction(db.engine) as conn:
+        await _set_run(run_id, status="running", current_attempt_id=attempt_id, attempts=1)(conn)
+    await _rejected(db, _set_run(run_id, current_attempt_id=None))  # running loses its attempt

@@ -13,6 +13,7 @@ from candor.service.store.dialect import db_now
 from candor.service.store.tables import (
     checkpoint_messages,
     checkpoints,
+    run_attempts,
     inbox_entries,
     principals,
     runs,
@@ -263,3 +264,25 @@ async def test_oversized_envelope_and_output_seal_failed(db, tenant) -> None:
     assert (run["status"], run["failure"]["code"], run["attempts"]) == ("failed", "output_too_large", 1)
     # S-48: a failed seal keeps the checkpoint of the last commit
     assert run["checkpoint_seq"] == 1 and run["output"] is None
+
+
+async def test_started_attempt_records_the_harness_run(db, service, tenant, control) -> None:
+    """S-16: when the harness starts, the attempt becomes `running` with the harness `run_id` recorded."""
+    async with db.engine.begin() as conn:
+        ref = await add_thread_run(conn, tenant, script="tools")
+    observed: list[tuple[str, str | None]] = []
+
+    async def on_tool(name: str) -> None:
+        async with db.engine.connect() as conn:
+            row = (await conn.execute(
+                select(run_attempts.c.status, run_attempts.c.harness_run_id).where(run_attempts.c.run_id == ref.run_id)
+            )).one()
+        observed.append((row.status, row.harness_run_id))
+
+    control.on_tool = on_tool
+    await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
+    status, harness_run_id = observed[0]
+    assert status == "running"
+    assert harness_run_id is not None and harness_run_id.startswith("run_") and len(harness_run_id) == 36
+    attempt = (await attempt_rows(db.engine, ref.run_id))[0]
+    assert (attempt["status"], attempt["harness_run_id"]) == ("succeeded", harness_run_id)
