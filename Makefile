@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -20,7 +20,20 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Benchmarks (docs/benchmarks.md). The peers they compare against (LangGraph and its checkpointers) live in their own
+# venv, bench/.venv-peers, never in candor's; if it cannot be built, the LangGraph figures are reported as skipped.
+PEERS_VENV := bench/.venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+
+$(PEERS_STAMP): bench/peers/requirements.txt
+	@test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV) || python3 -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/peers/requirements.txt
+	@touch $@
+
+bench-peers: $(PEERS_STAMP)
+
 bench: $(STAMP)
+	@$(MAKE) --no-print-directory bench-peers || echo "bench-peers failed: the LangGraph side will be reported as skipped"
 	$(PY) -m bench.run_all
 
 clean:

@@ -20,6 +20,7 @@ from .core import Service
 from .errors import Conflict, Disabled, Forbidden, InvalidArgument, NotFound, PreconditionFailed, RaceLost
 from .errors import RateLimited
 from .protocol.authority import Permission, Principal
+from .protocol.client_tools import CLIENT_TOOLS_FIELD, ClientToolsProblem, colliding_names, validate_client_tools
 from .protocol.idempotency import (
     KeyProblem,
     canonical_json,
@@ -117,7 +118,29 @@ def _checked_options(value: Any) -> dict[str, Any] | None:
         raise InvalidArgument(fields=[("options", "not_an_object")])
     if _json_size(value, "options") > OPTIONS_LIMIT:
         raise InvalidArgument(fields=[("options", "too_large")])
+    tools = validate_client_tools(value.get("client_tools"))  # §8.8, S-133
+    if isinstance(tools, ClientToolsProblem):
+        raise InvalidArgument(fields=[(tools.field, tools.reason)])
     return dict(value)
+
+
+def _checked_client_tool_names(service: Service, agent: str, options: Mapping[str, Any] | None) -> None:
+    """§8.8, S-133: a client tool named like one of the agent's own tools → 400 `options.client_tools`.
+
+    Best effort: the agent's tools are known only by building its harness, which needs its factory importable
+    here; when it is not (a control-only process), the worker seals the run `failed` / `client_tool_conflict`.
+    """
+    tools = validate_client_tools((options or {}).get("client_tools"))
+    if isinstance(tools, ClientToolsProblem) or not tools:
+        return
+    from .worker.client_tools import agent_tool_names  # pydantic-ai toolsets; only needed when tools are given
+
+    try:
+        harness = service.agents.build(agent, options or {})
+    except Exception:  # noqa: BLE001 - the factory cannot run here; the worker checks again
+        return
+    if colliding_names(tools, agent_tool_names(harness)):
+        raise InvalidArgument(fields=[(CLIENT_TOOLS_FIELD, "name_collision")])
 
 
 def _checked_agent(service: Service, agent: str) -> str:
@@ -256,6 +279,7 @@ async def create_thread(
     _require(principal, "run")
     key = _checked_key(key)
     payload, agent, checked_options = _checked_input(input), _checked_agent(service, agent), _checked_options(options)
+    _checked_client_tool_names(service, agent, checked_options)
     history = _checked_history(message_history)
     body = _with({"agent": agent, "input": payload}, options=checked_options,
                  message_history=None if history is None else history[1])  # fmt: skip
@@ -305,6 +329,7 @@ async def post_input(
         raise InvalidArgument(fields=[("delivery", "invalid")])
     if agent is not None:
         _checked_agent(service, agent)
+        _checked_client_tool_names(service, agent, checked_options)
     digest = request_digest(
         "message", thread_id, _with({"input": payload, "delivery": delivery}, agent=agent, options=checked_options)
     )
@@ -320,6 +345,8 @@ async def post_input(
             _may_write(facts, principal)
             if thread.state == "archived":
                 raise Conflict("archived", kind="thread", id=thread_id)
+            if agent is None:
+                _checked_client_tool_names(service, thread.agent, checked_options)
             if thread.state == "active" and delivery == "steer":
                 await _check_steer(conn, thread, agent, checked_options)
             usage = await threads.inbox_usage(conn, thread_id=thread_id)
@@ -392,6 +419,7 @@ async def fork_run(
                 raise Conflict(f"run_{origin.status}", kind="run", id=run_id)
             if origin.agent not in service.agents.names():
                 raise InvalidArgument(fields=[("agent", "not_configured")])
+            _checked_client_tool_names(service, origin.agent, checked_options)
             thread_id = threads.new_id("thr", service.entropy)
             await threads.insert_thread(
                 conn, thread_id=thread_id, workspace_id=principal.workspace_id, agent=origin.agent, origin="fork",

@@ -10,6 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import signing_keys
 from .agents import AgentRegistry
 from .runtime import Clock, Entropy, SystemClock, SystemEntropy
 from .settings import ServiceSettings
@@ -49,6 +50,7 @@ class Service:
         entropy: Entropy | None = None,
     ) -> Service:
         engine = create_engine(settings.database.url, timeout=settings.database.timeout)
+        signing_keys.configure(key.get_secret_value() for key in settings.security.keys)
         return cls(
             settings=settings,
             engine=engine,

@@ -17,13 +17,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import Service
+from ..metrics import SWEEP_PASSES
+from ..outbox.delivery import deliver_outbox
 from ..protocol.outcomes import Requeue
 from ..runtime import Clock
+from ..settings import OUTBOX_KINDS
 from ..store.recovery import list_expired_attempts, recover_attempt
+from ..store.streams import TrimResult
+from ..store.streams import trim_streams as trim_stream_entries
+from .backlog import BacklogAlarm, purge_outbox, report_backlog
 
-__all__ = ("Sweep", "ExpiryCursor", "expire_leases", "sweep_table", "run_sweep", "run_sweeps")
+__all__ = ("Sweep", "ExpiryCursor", "expire_leases", "trim_streams", "sweep_table", "run_sweep", "run_sweeps")
 
 log = logging.getLogger("candor.control")
+
+REPORT_BACKLOG_SECONDS = 15.0
+"""§10.2: backlog gauges are refreshed every 15 s."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,6 +90,41 @@ async def expire_leases(service: Service, *, cursor: ExpiryCursor | None = None,
             wrapped = True
 
 
+async def trim_streams(service: Service) -> TrimResult:
+    """§8.7, S-105: remove stream entries covered by a checkpoint for `worker.stream_trim_seconds`, older than
+    `worker.stream_ttl`, or beyond `worker.stream_length` per thread."""
+    worker = service.settings.worker
+    return await trim_stream_entries(
+        service.engine, trim_seconds=worker.stream_trim_seconds, ttl_seconds=worker.stream_ttl,
+        length=worker.stream_length, batch=service.settings.control.sweep_batch,
+    )  # fmt: skip
+
+
+def _outbox_sweeps(service: Service, *, floor: float) -> tuple[Sweep, ...]:
+    """`deliver_outbox`, `purge_outbox` and `report_backlog` (§10.2)."""
+    settings = service.settings
+    scan = settings.control.scan_seconds
+    # §9.2: a deliver pass ends within two lease periods of its slowest kind.
+    deliver_timeout = max(2 * max(settings.outbox.policy(kind).lease_seconds for kind in OUTBOX_KINDS), floor)
+    purge_period = settings.outbox.purge_interval_seconds
+    alarm = BacklogAlarm()
+    return (
+        Sweep(name="deliver_outbox", period=scan, run=lambda: deliver_outbox(service), timeout=deliver_timeout),
+        Sweep(
+            name="purge_outbox",
+            period=purge_period,
+            run=lambda: purge_outbox(service),
+            timeout=settings.outbox.purge_budget_seconds + floor,
+        ),
+        Sweep(
+            name="report_backlog",
+            period=REPORT_BACKLOG_SECONDS,
+            run=lambda: report_backlog(service, alarm=alarm),
+            timeout=max(REPORT_BACKLOG_SECONDS, floor),
+        ),
+    )
+
+
 def sweep_table(service: Service) -> tuple[Sweep, ...]:
     """The sweeps of §10.2 this build runs, with their periods and pass timeouts.
 
@@ -91,7 +135,8 @@ def sweep_table(service: Service) -> tuple[Sweep, ...]:
     cursor = ExpiryCursor()
     floor = 3 * settings.database.timeout
     period = settings.worker.authority_seconds
-    # TODO(control): advance_threads, deliver_outbox, purge_outbox, trim_streams and report_backlog (§10.2).
+    trim_period = settings.worker.stream_trim_seconds
+    # TODO(control): advance_threads (§10.2).
     return (
         Sweep(
             name="expire_leases",
@@ -99,6 +144,9 @@ def sweep_table(service: Service) -> tuple[Sweep, ...]:
             run=lambda: expire_leases(service, cursor=cursor),
             timeout=max(period, floor),
         ),
+        *_outbox_sweeps(service, floor=floor),
+        Sweep(name="trim_streams", period=trim_period, run=lambda: trim_streams(service),
+              timeout=max(trim_period, floor)),  # fmt: skip
     )
 
 
@@ -112,7 +160,9 @@ async def run_sweep(sweep: Sweep, *, clock: Clock, rng: random.Random) -> None:
             raise
         except Exception as exc:  # noqa: BLE001 - S-125: logged, retried at the next period
             log.warning("Sweep failed", extra={"sweep": sweep.name, "error_type": type(exc).__name__})
-            # TODO(metrics): candor_sweep_passes_total{sweep, result="failed"} once metrics.py exists (S-125).
+            SWEEP_PASSES.labels(sweep=sweep.name, result="failed").inc()  # S-125
+        else:
+            SWEEP_PASSES.labels(sweep=sweep.name, result="ok").inc()
         await clock.sleep(sweep.period)
 
 

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
 from sqlalchemy import exc as sa_exc
@@ -23,6 +23,7 @@ from .dialect import BEGIN_OPTION, async_url, engine_options, install_connection
 
 __all__ = (
     "create_engine",
+    "after_commit",
     "write_transaction",
     "read_transaction",
     "translate_errors",
@@ -32,6 +33,14 @@ __all__ = (
 
 DEFAULT_TIMEOUT = 5.0
 """`database.timeout` default (seconds)."""
+
+_AFTER_COMMIT = "candor_after_commit"
+
+
+def after_commit(conn: AsyncConnection, hook: Callable[[], None]) -> None:
+    """Run `hook` once the `write_transaction` of `conn` has committed (dropped if it rolls back); for metrics."""
+    conn.info.setdefault(_AFTER_COMMIT, []).append(hook)
+
 
 # SQLSTATE classes and codes that mean "the database is not usable right now" rather than "your statement is wrong".
 _UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "53", "57P")
@@ -91,7 +100,11 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
     """
     with translate_errors():
         async with engine.begin() as connection:
+            connection.info.pop(_AFTER_COMMIT, None)  # left behind by a transaction that rolled back
             yield connection
+            hooks = connection.info.pop(_AFTER_COMMIT, ())
+    for hook in hooks:  # committed: now count what happened (metrics)
+        hook()
 
 
 @asynccontextmanager

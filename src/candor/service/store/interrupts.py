@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..protocol.outcomes import CANCELLED_MESSAGE
 from .dialect import db_now
+from .outbox import stage_seal_rows
 from .tables import inbox_entries, runs, threads
 from .views import RunRow, load_run
 
@@ -49,6 +50,8 @@ async def cancel_accepted_run(conn: AsyncConnection, *, run_id: str, thread_id: 
         .where(inbox_entries.c.assigned_run_id == run_id, inbox_entries.c.status == "assigned")
         .values(status="failed", failure={"code": "run_ended", "message": RUN_ENDED_MESSAGE}, finished_at=db_now())
     )
+    # S-106: a seal without an attempt stages `run.cancelled` and the `checkpoint_cleanup` row.
+    await stage_seal_rows(conn, run_id=run_id, attempt_id=None)
     return int(failed.rowcount or 0)
 
 

@@ -18,6 +18,7 @@ from ..protocol.fencing import Lease
 from ..protocol.outcomes import RecoveryDecision, Requeue, SealAfterRecovery, recovery_decision
 from .dialect import db_now
 from .engine import read_transaction, write_transaction
+from .outbox import stage_run_transition
 from .runs import Fenced, lock_fenced, lock_for_expiry
 from .seals import SealRequest, failure, finish_attempt, insert_usage_record, seal_locked
 from .tables import LIVE_ATTEMPT_STATUSES, run_attempts, runs
@@ -121,7 +122,11 @@ async def recover_attempt(
                                    now=fenced.now)
                 )
                 await conn.execute(requeue_run(run_id=run_id, available_at=fenced.now + decision.delay_seconds))
-                # TODO(outbox): stage `run.accepted` and `run_attempt.yielded|failed` (§7.6 step 3).
+                # §7.6 step 3, S-106: `run.accepted` and `run_attempt.yielded|failed` in the same transaction.
+                await stage_run_transition(
+                    conn, run_id=run_id, run_status="accepted", attempt_id=attempt_id,
+                    attempt_status=decision.attempt.status,
+                )
     return decision
 
 

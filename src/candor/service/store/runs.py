@@ -31,6 +31,7 @@ from ..protocol.fencing import (
 )
 from .dialect import db_now
 from .engine import write_transaction
+from .outbox import stage_run_transition
 from .tables import CHECKPOINT_FORMAT, checkpoints, run_attempts, runs, threads
 
 __all__ = (
@@ -287,7 +288,11 @@ async def claim_runs(
                     now=now,
                 )
             )
-            # TODO(outbox): stage `run.running` and `run_attempt.leased` here (S-15, S-106) once store/outbox exists.
+            # S-15, S-106: the claim's webhooks in the claim transaction.
+            await stage_run_transition(
+                conn, run_id=row["id"], run_status="running", attempt_id=attempt_id, attempt_status="leased",
+                workspace_id=row["workspace_id"],
+            )
             lease = Lease(
                 run_id=row["id"],
                 attempt_id=attempt_id,
@@ -382,4 +387,7 @@ async def start_attempt(engine: AsyncEngine, lease: Lease, *, harness_run_id: st
         await conn.execute(
             update_attempt_started(attempt_id=lease.attempt_id, harness_run_id=harness_run_id, now=fenced.now)
         )
-        # TODO(outbox): stage `run_attempt.running` (S-16) once store/outbox exists.
+        # S-16, S-106: `run_attempt.running` in the same transaction.
+        await stage_run_transition(
+            conn, run_id=lease.run_id, run_status=None, attempt_id=lease.attempt_id, attempt_status="running"
+        )

@@ -32,6 +32,7 @@ from .checkpoints import EncodedEnvelope, EncodedMessage, insert_checkpoint
 from .dialect import db_now
 from .engine import write_transaction
 from .interrupts import RUN_ENDED_MESSAGE
+from .outbox import stage_seal_rows
 from .runs import Fenced, lock_fenced
 from .tables import LIVE_ATTEMPT_STATUSES, inbox_entries, run_attempts, runs, threads, usage_records
 from .threads import advance_thread
@@ -380,8 +381,9 @@ async def seal_locked(
     else:
         released = "failed"
     await conn.execute(release_entries(run_id=run_id, status=released, now=now))
-    # TODO(outbox): stage run.<status> and run_attempt.<status> webhooks, the `checkpoint_cleanup` row (dedupe key
-    # = run id) and, for a child thread and a status other than waiting, the `child_result` row (§7.10, S-106).
+    # §7.10, S-106: run.<status> and run_attempt.<status> webhooks and the `checkpoint_cleanup` row (dedupe key =
+    # run id). TODO(outbox): the `child_result` row for a child thread and a status other than waiting (§9.5).
+    await stage_seal_rows(conn, run_id=run_id, attempt_id=attempt_id)
 
 
 async def seal_run(

@@ -25,6 +25,7 @@ from ..runtime import Entropy, SystemEntropy
 from ..settings import ServiceSettings
 from .auth import get_workspace, new_id, read_authority
 from .dialect import db_now, violated_constraint
+from .outbox import count_accepted, stage_run_transition
 from .tables import inbox_entries, runs, threads
 from .views import EntryRow, RunRow, ThreadRow, get_entry, load_run, load_thread
 
@@ -343,6 +344,9 @@ async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> 
             .where(inbox_entries.c.id == run.source_entry_id)
             .values(status="assigned", assigned_run_id=run_id)
         )
+    # S-106: `run.accepted` in the creating transaction.
+    await stage_run_transition(conn, run_id=run_id, run_status="accepted", workspace_id=run.workspace_id)
+    count_accepted(conn, trigger=run.trigger)
     started = await load_run(conn, run_id=run_id)
     assert started is not None
     return started

@@ -32,6 +32,7 @@ from ..store.run_inputs import AttemptStart, load_attempt_start
 from ..store.leases import check_authority
 from ..store.recovery import recover_attempt
 from ..store.runs import start_attempt
+from ..store.streams import NewStreamEntry, append_stream_entries
 from ..store.seals import (
     SealRequest,
     advance_thread_after_seal,
@@ -40,6 +41,7 @@ from ..store.seals import (
     record_usage,
     seal_run,
 )
+from .client_tools import CLIENT_TOOL_CONFLICT, agent_tool_names, client_tools_of, client_toolsets
 from .handle import AttemptHandle
 from .inputs import deferred_json, input_content, resume_batch, resume_input, start_state, usage_delta, usage_json
 
@@ -85,6 +87,10 @@ class _Attempt:
         self.stream: Any = None
         self.has_resume_input = resume_input(self.claimed.resume, consumed=False) is not None
         """Whether the run carries a resume `input`; every envelope it commits records it as in history (S-88)."""
+        self.stream_sequence = 0
+        self.deltas: list[NewStreamEntry] = []
+        self.deltas_since: float | None = None
+        """§8.7: deltas buffered for `worker.stream_coalesce_seconds` since this monotonic time."""
 
     # -- top level ------------------------------------------------------------------------------------------------
 
@@ -151,12 +157,18 @@ class _Attempt:
             harness = self.service.agents.build(claimed.agent, claimed.options)
         except AgentUnavailable:
             return _ended("agent_factory_failed")
+        tools = client_tools_of(claimed.options)  # §8.8: validated at post time; re-checked, never trusted
+        if not isinstance(tools, list):
+            return _ended("harness_error", failure_code="client_tools_invalid", message=f"{tools.field}: {tools.reason}")
+        if clash := sorted({tool.name for tool in tools} & agent_tool_names(harness)):
+            message = "client tools named like the agent's own tools: " + ", ".join(clash)
+            return _ended("harness_error", failure_code=CLIENT_TOOL_CONFLICT, message=message)
         try:
             stream = harness.stream(
                 self._input(start),
                 previous_state=state,
                 tool_recovery="declared",
-                bindings=RunBindings(deferred_tools_supported=True),
+                bindings=RunBindings(deferred_tools_supported=True, toolsets=client_toolsets(tools)),
                 deferred_resume=self._resume_batch(start),
             )
         except HarnessError as exc:
@@ -217,11 +229,42 @@ class _Attempt:
                 await self._steer(stream, entry.id, entry.payload)
             async for event in stream:
                 if isinstance(event, BoundaryEvent):
+                    await self._flush_deltas()
                     stop = await self._boundary(stream, event)
                     if stop is not None:
                         return stop  # leaving the block closes the stream: nothing more runs
-                # TODO(stream): model/tool deltas → stream_entries (§7.7 step 7, §8.7).
+                elif getattr(event, "event_kind", None) != "candor_run_result":
+                    await self._delta(event)  # §7.7 step 7: deltas → stream_entries (§8.7)
+            await self._flush_deltas()
         return self._classify_end(stream)
+
+    # -- stream entries (§8.7): provisional, fenced, best effort ------------------------------------------------
+
+    def _next_entry(self, **fields: Any) -> NewStreamEntry:
+        self.stream_sequence += 1
+        return NewStreamEntry(sequence=self.stream_sequence, **fields)
+
+    async def _delta(self, event: Any) -> None:
+        self.deltas.append(self._next_entry(type="delta", event=to_jsonable_python(event, fallback=str)))
+        now = self.service.clock.monotonic()
+        if self.deltas_since is None:
+            self.deltas_since = now
+        if now - self.deltas_since >= self.settings.worker.stream_coalesce_seconds:
+            await self._flush_deltas()
+
+    async def _flush_deltas(self) -> None:
+        entries, self.deltas, self.deltas_since = self.deltas, [], None
+        await self._append_stream(entries)
+
+    async def _append_stream(self, entries: list[NewStreamEntry]) -> None:
+        """One fenced write; `LeaseLost` ends the attempt as usual, a store failure only loses live output."""
+        if not entries:
+            return
+        self._guard()
+        try:
+            await append_stream_entries(self.service.engine, self.lease, entries)
+        except StoreUnavailable:
+            log.warning("Stream entries dropped", extra={"run_id": self.lease.run_id}, exc_info=True)
 
     async def _steer(self, stream: Any, entry_id: str, payload: dict[str, Any]) -> None:
         content = input_content(payload)
@@ -255,6 +298,7 @@ class _Attempt:
         )
         self._committed(result.checkpoint_id, result.seq, encoded, usage)
         failpoints.hit(failpoints.CHECKPOINT_AFTER_COMMIT)
+        await self._append_stream([self._next_entry(type="boundary", checkpoint_seq=result.seq)])  # §7.8 step 7
         for entry in result.assigned:
             await self._steer(stream, entry.id, entry.payload)
         if event.kind == "tool":

@@ -18,6 +18,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from ..core import Service
+from ..metrics import ATTEMPT_QUEUE_WAIT
 from ..store.runs import ClaimedRun, claim_runs
 from .attempt import run_attempt
 from .handle import AttemptHandle
@@ -126,7 +127,7 @@ class WorkerLoop:
             extra={"run_id": lease.run_id, "attempt": lease.attempt_number, "worker_id": self.worker_id,
                    "start_reason": claimed.start_reason, "queue_wait_ms": claimed.queue_wait_ms},
         )
-        # TODO(metrics): observe candor_attempt_queue_wait_seconds once metrics.py exists.
+        ATTEMPT_QUEUE_WAIT.observe(claimed.queue_wait_ms / 1000)
         handle = AttemptHandle(
             claimed=claimed,
             lease_seconds=self.service.settings.worker.lease_seconds,

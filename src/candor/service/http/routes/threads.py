@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
+from sse_starlette import EventSourceResponse
 
 from ... import commands
 from ..cursors import issue_cursor, keyset, read_cursor
 from ..dependencies import IdempotencyKey, IfMatch, expected_version
 from ..schemas import AcceptedView, CreateThreadBody, EntryView, ErrorBody, PostInputBody, RunPage, RunView, ThreadView
+from ..stream import parse_last_event_id, thread_stream_response
 from ._common import ERRORS, Reader, Runner, created_or_replayed, with_etag
 
 __all__ = ("router",)
@@ -96,3 +98,31 @@ async def list_runs(
     if more:
         next_cursor = issue_cursor("thread_runs", scope=scope, filters={}, position=[rows[-1].created_at, rows[-1].id])
     return RunPage(items=[RunView.of(row) for row in rows], next_cursor=next_cursor)
+
+
+@router.get(
+    "/{thread_id}/stream",
+    summary="Stream a thread's live output (SSE)",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "Server-sent events `delta`, `boundary`, `changed`, `reset`, `gap` and keep-alive comments "
+            "(§8.7). Provisional: the durable record is the run and its messages.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    },
+)
+async def stream_thread(
+    thread_id: str,
+    caller: Reader,
+    request: Request,
+    last_event_id: Annotated[
+        str | None, Header(alias="Last-Event-ID", description="Resume after this entry id (§8.7).")
+    ] = None,
+) -> EventSourceResponse:
+    """A reconnect with `Last-Event-ID` replays the retained entries after it, `gap` first when some were trimmed
+    (S-104); `reset` precedes the first entry of a run's new attempt (S-103); a keep-alive comment at least every
+    15 s (S-102). The stream ends when the caller's access ends."""
+    after = parse_last_event_id(last_event_id)
+    secret = request.headers.get("authorization", "").partition(" ")[2].strip()
+    return await thread_stream_response(request, caller.principal, secret, thread_id, after)

@@ -1,0 +1,154 @@
+"""Webhook signing and the POST (§9.4, S-108, S-113).
+
+The body is the canonical JSON `{"id", "type", "created_at", "data"}` (sorted keys, compact separators) whose `id`
+is the outbox row id, sent as `Candor-Delivery-Id`. The signature is
+
+    Candor-Signature: v1=<hex HMAC-SHA256 of "{Candor-Timestamp}.{Candor-Delivery-Id}.{raw body}">
+
+under the subscription's signing secret. Only a 2xx answer within `control.webhook_timeout` counts; redirects are
+not followed and the response body is never read.
+
+Receivers check a delivery with `verify_signature(secret, headers, body)`:
+
+    from candor.service.outbox.webhooks import verify_signature
+    if not verify_signature(secret, request.headers, await request.body()):
+        return Response(status_code=400)
+
+It recomputes the HMAC over the raw body, compares in constant time, and refuses timestamps more than
+`tolerance_seconds` away from now (replays). Deliveries are at-least-once: deduplicate on `Candor-Delivery-Id`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import httpx
+
+__all__ = (
+    "DELIVERY_ID_HEADER",
+    "TIMESTAMP_HEADER",
+    "SIGNATURE_HEADER",
+    "WebhookResult",
+    "canonical_body",
+    "sign",
+    "signed_headers",
+    "verify_signature",
+    "target_allowed",
+    "post_webhook",
+)
+
+DELIVERY_ID_HEADER = "Candor-Delivery-Id"
+TIMESTAMP_HEADER = "Candor-Timestamp"
+SIGNATURE_HEADER = "Candor-Signature"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookResult:
+    """How one POST went: `delivered` (2xx), `failed` (anything else), or `refused` (URL against policy)."""
+
+    result: Literal["delivered", "failed", "refused"]
+    error: str | None = None
+
+
+def canonical_body(*, delivery_id: str, payload: Mapping[str, Any]) -> bytes:
+    """The exact bytes POSTed: canonical JSON of `{"id", "type", "created_at", "data"}` (S-113: id = delivery id)."""
+    document = {
+        "id": delivery_id,
+        "type": payload["type"],
+        "created_at": payload["created_at"],
+        "data": payload.get("data", {}),
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def sign(secret: str, *, timestamp: int, delivery_id: str, body: bytes) -> str:
+    """S-113: `v1=` + hex HMAC-SHA256 of `"{timestamp}.{delivery_id}.{body}"` under `secret`."""
+    message = f"{timestamp}.{delivery_id}.".encode() + body
+    return "v1=" + hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
+
+
+def signed_headers(secret: str, *, timestamp: int, delivery_id: str, body: bytes) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        DELIVERY_ID_HEADER: delivery_id,
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: sign(secret, timestamp=timestamp, delivery_id=delivery_id, body=body),
+    }
+
+
+def verify_signature(
+    secret: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    tolerance_seconds: float = 300,
+    now: float | None = None,
+) -> bool:
+    """For receivers: whether `body` with `headers` was signed with `secret` within `tolerance_seconds` of now.
+
+    Header names are matched case-insensitively. Returns False on a missing or malformed header, a timestamp
+    outside the tolerance, or a signature mismatch (compared in constant time).
+    """
+    lowered = {key.lower(): value for key, value in headers.items()}
+    delivery_id = lowered.get(DELIVERY_ID_HEADER.lower())
+    stamp = lowered.get(TIMESTAMP_HEADER.lower())
+    signature = lowered.get(SIGNATURE_HEADER.lower())
+    if not delivery_id or not stamp or not signature:
+        return False
+    try:
+        timestamp = int(stamp)
+    except ValueError:
+        return False
+    current = time.time() if now is None else now
+    if abs(current - timestamp) > tolerance_seconds:
+        return False
+    expected = sign(secret, timestamp=timestamp, delivery_id=delivery_id, body=body)
+    return hmac.compare_digest(expected, signature)
+
+
+def target_allowed(url: str | None, *, allow_insecure: bool) -> bool:
+    """§9.4 outbound policy: `https://` with a host, or `http://` too when `control.webhook_allow_insecure`."""
+    if not url:
+        return False
+    parts = urlsplit(url)
+    schemes = ("https", "http") if allow_insecure else ("https",)
+    return parts.scheme in schemes and bool(parts.hostname)
+
+
+async def post_webhook(
+    client: httpx.AsyncClient,
+    *,
+    url: str,
+    secret: str,
+    delivery_id: str,
+    payload: Mapping[str, Any],
+    timestamp: int,
+    timeout: float,
+    allow_insecure: bool,
+) -> WebhookResult:
+    """One signed POST (S-108): 2xx → delivered; 3xx (not followed), other statuses and errors → failed."""
+    if not target_allowed(url, allow_insecure=allow_insecure):
+        return WebhookResult("refused", "target_refused")
+    body = canonical_body(delivery_id=delivery_id, payload=payload)
+    headers = signed_headers(secret, timestamp=timestamp, delivery_id=delivery_id, body=body)
+    try:
+        async with asyncio.timeout(timeout):  # the whole exchange, not each phase
+            async with client.stream(
+                "POST", url, content=body, headers=headers, timeout=timeout, follow_redirects=False
+            ) as response:
+                status = response.status_code  # the body is never read (§9.4)
+    except (httpx.TimeoutException, TimeoutError):
+        return WebhookResult("failed", "timeout")
+    except httpx.HTTPError as exc:
+        return WebhookResult("failed", f"transport: {type(exc).__name__}")
+    if 200 <= status < 300:
+        return WebhookResult("delivered")
+    return WebhookResult("failed", f"http_status: {status}")

@@ -1,0 +1,522 @@
+"""The outbox (§9): staging rows in the caller's transaction, claiming them under a lease, settling, purging.
+
+* `enqueue_once(conn, …)` inserts one row unless `(kind, dedupe_key)` exists (S-107); `stage_run_event` stages the
+  webhook rows of one run or attempt transition for every matching enabled subscription (S-106), and
+  `stage_seal_rows` the `checkpoint_cleanup` row of a seal. Both run inside the transaction that makes the change.
+* `claim_rows` leases due rows per kind (§9.2), `FOR UPDATE SKIP LOCKED` on PostgreSQL and `BEGIN IMMEDIATE` on
+  SQLite; a row already at `max_attempts` becomes `dead`/`unsettled` instead (S-110).
+* `settle` is fenced by the claim token (S-111); `deferred` gives the attempt back (S-112).
+* `purge` removes settled rows past their retention (S-115); `redeliver` resets a `dead` row (S-114).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ..errors import Conflict, NotFound
+from ..metrics import RUNS_ACCEPTED, RUNS_SEALED
+from ..protocol.backoff import is_unsettled_at_claim
+from ..protocol.fencing import hash_lease_token, new_lease_token
+from ..signing_keys import decrypt_secret
+from .dialect import db_now, dialect_name, insert_ignoring_conflicts
+from .engine import after_commit, read_transaction, write_transaction
+from .tables import checkpoint_messages, checkpoints, outbox, run_attempts, runs, subscriptions, threads
+
+__all__ = (
+    "BACKLOG_COUNT_CAP",
+    "ClaimedRow",
+    "Backlog",
+    "new_outbox_id",
+    "enqueue_once",
+    "stage_run_event",
+    "stage_run_transition",
+    "stage_seal_rows",
+    "count_accepted",
+    "claim_rows",
+    "settle",
+    "purge",
+    "redeliver",
+    "read_backlog",
+    "read_runs_backlog",
+    "has_dead",
+    "CLEANUP_PAGE",
+    "cleanup_checkpoints",
+    "cleanup_checkpoint_page",
+)
+
+BACKLOG_COUNT_CAP = 10000
+"""`candor_backlog_size` counts at most this many rows (§10.4)."""
+
+Outcome = Literal["delivered", "dead", "retry", "deferred"]
+
+_RUN_VIEW_FIELDS = (
+    "id", "thread_id", "agent", "status", "trigger", "lineage", "parent_run_id", "wait_reason", "attempts",
+    "max_attempts", "checkpoint_seq", "failure", "created_at", "started_at", "sealed_at",
+)
+_ATTEMPT_VIEW_FIELDS = (
+    "id", "run_id", "number", "status", "start_reason", "replaces_attempt_id", "worker_id", "yield_reason", "failure",
+    "created_at", "started_at", "finished_at",
+)
+
+
+def new_outbox_id(token_hex: Callable[[int], str] = secrets.token_hex) -> str:
+    return "obx_" + token_hex(16)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimedRow:
+    """One leased outbox row; `token` fences its settle (S-111)."""
+
+    id: str
+    kind: str
+    dedupe_key: str
+    target: str | None
+    payload: dict[str, Any]
+    signing_secret: str | None
+    subscription_id: str | None
+    attempts: int
+    created_at: float
+    token: bytes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Backlog:
+    size: int
+    """Due or leased pending rows, capped at `BACKLOG_COUNT_CAP`."""
+    oldest_age_seconds: float
+
+
+# --- staging (inside the caller's transaction) -------------------------------------------------------------------
+
+
+async def enqueue_once(
+    conn: AsyncConnection,
+    *,
+    kind: str,
+    dedupe_key: str,
+    target: str | None,
+    payload: Mapping[str, Any],
+    workspace_id: str,
+    subscription_id: str | None = None,
+    signing_secret: str | None = None,
+    status: Literal["pending", "dead"] = "pending",
+    last_error: str | None = None,
+    row_id: str | None = None,
+) -> bool:
+    """S-107: insert one row unless `(kind, dedupe_key)` already exists; returns whether a row was added."""
+    now = db_now()
+    values = dict(
+        id=row_id or new_outbox_id(),
+        workspace_id=workspace_id,
+        kind=kind,
+        dedupe_key=dedupe_key,
+        target=target,
+        payload=dict(payload),
+        signing_secret=signing_secret,
+        subscription_id=subscription_id,
+        status=status,
+        available_at=now,
+        attempts=0,
+        last_error=None if last_error is None else last_error[:1024],
+        created_at=now,
+        settled_at=now if status != "pending" else None,
+    )
+    statement = insert_ignoring_conflicts(outbox, dialect_name(conn), index_elements=("kind", "dedupe_key"))
+    result = await conn.execute(statement.values(**values))
+    return bool(result.rowcount)
+
+
+def _view(row: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: row[name] for name in names}
+
+
+def _matches(sub: Mapping[str, Any], event_type: str, run: Mapping[str, Any]) -> bool:
+    if event_type not in (sub["events"] or ()):
+        return False
+    wanted = sub["filter"] or {}
+    if wanted.get("agent") is not None and wanted["agent"] != run["agent"]:
+        return False
+    if wanted.get("thread_id") is not None and wanted["thread_id"] != run["thread_id"]:
+        return False
+    return True
+
+
+async def stage_run_event(
+    conn: AsyncConnection,
+    *,
+    event_type: str,
+    run_row_or_id: Mapping[str, Any] | Any,
+    workspace_id: str | None = None,
+    attempt_id: str | None = None,
+) -> int:
+    """S-106: stage one `webhook` row per enabled subscription of the run's workspace that wants `event_type`.
+
+    Call it in the transaction that makes the transition, after the write, so the payload shows the new state.
+    `run_attempt.*` events need `attempt_id`. The row copies the subscription's URL and encrypted secret (S-119);
+    a secret that cannot be decrypted now is staged `dead` with `signing_secret_unavailable` (§9.4). Returns the
+    number of rows staged.
+    """
+    run_id = run_row_or_id if isinstance(run_row_or_id, str) else getattr(run_row_or_id, "id", None)
+    if run_id is None:
+        run_id = run_row_or_id["id"]
+    if workspace_id is None:
+        workspace_id = (await conn.execute(select(runs.c.workspace_id).where(runs.c.id == run_id))).scalar_one()
+    subs = (
+        await conn.execute(
+            select(subscriptions).where(subscriptions.c.workspace_id == workspace_id, subscriptions.c.enabled)
+        )
+    ).mappings().all()
+    if not subs:
+        return 0
+    run = (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().one()
+    wanted = [sub for sub in subs if _matches(sub, event_type, run)]
+    if not wanted:
+        return 0
+    if event_type.startswith("run_attempt."):
+        if attempt_id is None:
+            raise ValueError(f"{event_type} needs attempt_id")
+        attempt = (await conn.execute(select(run_attempts).where(run_attempts.c.id == attempt_id))).mappings().one()
+        data: dict[str, Any] = {"attempt": _view(attempt, _ATTEMPT_VIEW_FIELDS)}
+    else:
+        data = {"run": _view(run, _RUN_VIEW_FIELDS)}
+    created_at = float((await conn.execute(select(db_now()))).scalar_one())
+    payload = {"type": event_type, "created_at": created_at, "data": data}
+    staged = 0
+    for sub in wanted:
+        readable = decrypt_secret(sub["signing_secret"]) is not None
+        # One row per (subscription, event, run, attempt): each transition happens once.
+        key = f"{sub['id']}:{event_type}:{run_id}:{attempt_id or '-'}"
+        staged += await enqueue_once(
+            conn,
+            kind="webhook",
+            dedupe_key=key,
+            target=sub["url"],
+            payload=payload,
+            workspace_id=workspace_id,
+            subscription_id=sub["id"],
+            signing_secret=sub["signing_secret"],
+            status="pending" if readable else "dead",
+            last_error=None if readable else "signing_secret_unavailable",
+        )
+    return staged
+
+
+async def stage_run_transition(
+    conn: AsyncConnection,
+    *,
+    run_id: str,
+    run_status: str | None,
+    attempt_id: str | None = None,
+    attempt_status: str | None = None,
+    workspace_id: str | None = None,
+) -> None:
+    """Stage `run.<run_status>` and/or `run_attempt.<attempt_status>` for one transition (S-106)."""
+    if run_status is not None:
+        await stage_run_event(
+            conn, event_type=f"run.{run_status}", run_row_or_id=run_id, workspace_id=workspace_id,
+            attempt_id=attempt_id,
+        )
+    if attempt_status is not None and attempt_id is not None:
+        await stage_run_event(
+            conn, event_type=f"run_attempt.{attempt_status}", run_row_or_id=run_id, workspace_id=workspace_id,
+            attempt_id=attempt_id,
+        )
+
+
+def count_accepted(conn: AsyncConnection, *, trigger: str) -> None:
+    """`candor_runs_accepted_total{trigger}` once the creating transaction commits."""
+    after_commit(conn, RUNS_ACCEPTED.labels(trigger=trigger).inc)
+
+
+async def stage_seal_rows(conn: AsyncConnection, *, run_id: str, attempt_id: str | None) -> None:
+    """§7.10: a sealed run's `run.<status>` and `run_attempt.<status>` webhooks plus its `checkpoint_cleanup` row."""
+    query = select(runs.c.workspace_id, runs.c.status, runs.c.failure, runs.c.wait_reason).where(runs.c.id == run_id)
+    run = (await conn.execute(query)).one()
+    attempt_status = None
+    if attempt_id is not None:
+        attempt_status = (
+            await conn.execute(select(run_attempts.c.status).where(run_attempts.c.id == attempt_id))
+        ).scalar_one_or_none()
+    await stage_run_transition(
+        conn, run_id=run_id, run_status=run.status, attempt_id=attempt_id, attempt_status=attempt_status,
+        workspace_id=run.workspace_id,
+    )
+    reason = (run.failure or {}).get("code") or run.wait_reason or run.status
+    after_commit(conn, RUNS_SEALED.labels(status=run.status, reason=reason).inc)
+    await enqueue_once(
+        conn, kind="checkpoint_cleanup", dedupe_key=run_id, target=run_id, payload={"run_id": run_id},
+        workspace_id=run.workspace_id,
+    )
+
+
+# --- claim and settle (own transactions) -------------------------------------------------------------------------
+
+
+async def claim_rows(
+    engine: AsyncEngine,
+    *,
+    kind: str,
+    limit: int,
+    lease_seconds: float,
+    max_attempts: int,
+    owner: str | None = None,
+    randbytes: Callable[[int], bytes] = secrets.token_bytes,
+) -> list[ClaimedRow]:
+    """§9.2 in one transaction: lease up to `limit` due rows of `kind`, oldest `available_at` first.
+
+    Each claim increments `attempts` and stores the hashed token with `lease_expires_at = now + lease_seconds`. A
+    row already at `max_attempts` (its last claim lapsed without a settle) is settled `dead`/`unsettled` (S-110)
+    and not returned.
+    """
+    if limit < 1:
+        return []
+    o = outbox.c
+    claimed: list[ClaimedRow] = []
+    async with write_transaction(engine) as conn:
+        now = float((await conn.execute(select(db_now()))).scalar_one())
+        rows = (
+            await conn.execute(
+                select(outbox)
+                .where(
+                    o.kind == kind,
+                    o.status == "pending",
+                    o.available_at <= now,
+                    or_(o.lease_expires_at.is_(None), o.lease_expires_at <= now),
+                )
+                .order_by(o.available_at, o.id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+        ).mappings().all()
+        for row in rows:
+            if is_unsettled_at_claim(attempts=row["attempts"], max_attempts=max_attempts):
+                await conn.execute(
+                    update(outbox)
+                    .where(o.id == row["id"])
+                    .values(status="dead", last_error="unsettled", settled_at=now, lease_token_hash=None,
+                            lease_expires_at=None, lease_owner=None)
+                )
+                continue
+            token = new_lease_token(randbytes)
+            await conn.execute(
+                update(outbox)
+                .where(o.id == row["id"])
+                .values(attempts=o.attempts + 1, lease_owner=owner, lease_token_hash=hash_lease_token(token),
+                        lease_expires_at=now + lease_seconds)
+            )
+            claimed.append(
+                ClaimedRow(
+                    id=row["id"], kind=row["kind"], dedupe_key=row["dedupe_key"], target=row["target"],
+                    payload=dict(row["payload"] or {}), signing_secret=row["signing_secret"],
+                    subscription_id=row["subscription_id"], attempts=row["attempts"] + 1,
+                    created_at=row["created_at"], token=token,
+                )
+            )
+    return claimed
+
+
+async def settle(
+    engine: AsyncEngine,
+    *,
+    row_id: str,
+    token: bytes,
+    outcome: Outcome,
+    error: str | None = None,
+    delay_seconds: float = 0.0,
+    payload: Mapping[str, Any] | None = None,
+) -> bool:
+    """§9.2: settle a claimed row; only while it is `pending` and `token` is its current claim (S-111).
+
+    `retry` and `deferred` make it due again after `delay_seconds`; `deferred` also gives the attempt back (S-112).
+    `payload`, when given, replaces the stored payload (a handler's cursor). Returns whether the row changed.
+    """
+    o = outbox.c
+    now = db_now()
+    values: dict[str, Any] = {"lease_token_hash": None, "lease_expires_at": None, "lease_owner": None}
+    if error is not None:
+        values["last_error"] = error[:1024]
+    if payload is not None:
+        values["payload"] = dict(payload)
+    match outcome:
+        case "delivered":
+            values.update(status="delivered", delivered_at=now, settled_at=now)
+        case "dead":
+            values.update(status="dead", settled_at=now)
+        case "retry":
+            values.update(available_at=now + delay_seconds)
+        case "deferred":
+            values.update(available_at=now + delay_seconds, attempts=o.attempts - 1)
+        case _:
+            raise ValueError(f"unknown outcome {outcome!r}")
+    async with write_transaction(engine) as conn:
+        result = await conn.execute(
+            update(outbox)
+            .where(o.id == row_id, o.status == "pending", o.lease_token_hash == hash_lease_token(token))
+            .values(**values)
+        )
+    return bool(result.rowcount)
+
+
+async def purge(
+    engine: AsyncEngine,
+    *,
+    kind: str,
+    delivered_retention_seconds: float,
+    dead_retention_seconds: float,
+    batch: int,
+) -> int:
+    """S-115: delete at most `batch` settled rows of `kind` whose `settled_at` is older than their retention."""
+    o = outbox.c
+    async with write_transaction(engine) as conn:
+        now = float((await conn.execute(select(db_now()))).scalar_one())
+        expired = or_(
+            and_(o.status == "delivered", o.settled_at < now - delivered_retention_seconds),
+            and_(o.status == "dead", o.settled_at < now - dead_retention_seconds),
+        )
+        ids = (
+            await conn.execute(
+                select(o.id).where(o.kind == kind, o.status != "pending", expired).order_by(o.settled_at).limit(batch)
+            )
+        ).scalars().all()
+        if not ids:
+            return 0
+        result = await conn.execute(delete(outbox).where(o.id.in_(ids), o.status != "pending"))
+    return int(result.rowcount or 0)
+
+
+async def redeliver(conn: AsyncConnection, row_id: str, *, workspace_id: str | None = None) -> None:
+    """S-114 (§9.7): a `dead` webhook row back to `pending` with `attempts = 0`, same id, URL, payload and secret.
+
+    Raises `NotFound`, `Conflict("not_dead")`, or `Conflict("signing_secret_unavailable")`.
+    """
+    o = outbox.c
+    query = select(o.id, o.kind, o.status, o.signing_secret, o.workspace_id).where(o.id == row_id)
+    row = (await conn.execute(query.with_for_update())).mappings().one_or_none()
+    if row is None or (workspace_id is not None and row["workspace_id"] != workspace_id):
+        raise NotFound("delivery", row_id)
+    if row["status"] != "dead":
+        raise Conflict("not_dead", kind="delivery", id=row_id)
+    if row["kind"] == "webhook" and decrypt_secret(row["signing_secret"]) is None:
+        raise Conflict("signing_secret_unavailable", kind="delivery", id=row_id)
+    await conn.execute(
+        update(outbox)
+        .where(o.id == row_id, o.status == "dead")
+        .values(status="pending", attempts=0, available_at=db_now(), settled_at=None, delivered_at=None,
+                lease_token_hash=None, lease_expires_at=None, lease_owner=None)
+    )
+
+
+# --- backlog (report_backlog) ------------------------------------------------------------------------------------
+
+
+async def read_backlog(engine: AsyncEngine, *, kind: str) -> Backlog:
+    """Pending rows of `kind` that are due (count capped) and the age of the oldest one (§10.4)."""
+    o = outbox.c
+    async with read_transaction(engine) as conn:
+        now = float((await conn.execute(select(db_now()))).scalar_one())
+        due = select(o.available_at).where(o.kind == kind, o.status == "pending", o.available_at <= now)
+        size = (await conn.execute(select(func.count()).select_from(due.limit(BACKLOG_COUNT_CAP).subquery()))).scalar()
+        oldest = (await conn.execute(select(func.min(o.available_at)).where(
+            o.kind == kind, o.status == "pending", o.available_at <= now))).scalar()
+    return Backlog(size=int(size or 0), oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest))
+
+
+async def read_runs_backlog(engine: AsyncEngine) -> Backlog:
+    """Accepted runs that are due (count capped) and the age of the oldest one (`queue="runs"`)."""
+    r = runs.c
+    async with read_transaction(engine) as conn:
+        now = float((await conn.execute(select(db_now()))).scalar_one())
+        due = select(r.id).where(r.status == "accepted", r.available_at <= now)
+        size = (await conn.execute(select(func.count()).select_from(due.limit(BACKLOG_COUNT_CAP).subquery()))).scalar()
+        oldest = (await conn.execute(select(func.min(r.available_at)).where(
+            r.status == "accepted", r.available_at <= now))).scalar()
+    return Backlog(size=int(size or 0), oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest))
+
+
+async def has_dead(engine: AsyncEngine, *, kind: str) -> bool:
+    """S-116: whether any `dead` row of `kind` is retained."""
+    async with read_transaction(engine) as conn:
+        found = (
+            await conn.execute(select(outbox.c.id).where(outbox.c.kind == kind, outbox.c.status == "dead").limit(1))
+        ).first()
+    return found is not None
+
+
+# --- checkpoint cleanup (§9.6) -----------------------------------------------------------------------------------
+
+
+CLEANUP_PAGE = 1000
+"""§9.6: checkpoints looked at per `checkpoint_cleanup` invocation."""
+
+
+async def cleanup_checkpoints(engine: AsyncEngine, *, run_id: str) -> int:
+    """All pages of `cleanup_checkpoint_page` (tests and tools); returns rows touched."""
+    touched, after = 0, 0
+    while True:
+        count, next_after = await cleanup_checkpoint_page(engine, run_id=run_id, after=after)
+        touched += count
+        if next_after is None:
+            return touched
+        after = next_after
+
+
+async def cleanup_checkpoint_page(
+    engine: AsyncEngine, *, run_id: str, after: int = 0, limit: int = CLEANUP_PAGE
+) -> tuple[int, int | None]:
+    """§9.6 for one sealed run, checkpoints with `seq > after` (at most `limit`): delete shadowed message rows and
+    clear superseded envelopes. Returns the rows touched and the cursor of the next page (None when done).
+
+    A checkpoint is protected when it is any run's current or start checkpoint or a thread's imported base (S-47);
+    its messages and envelope stay. For the others, message rows at or beyond the largest `kept` of any checkpoint
+    based on them are unreachable and deleted (only when a later checkpoint of the same run shadows them), and the
+    envelope of every checkpoint but the run's last one is cleared.
+    """
+    c, m = checkpoints.c, checkpoint_messages.c
+    touched = 0
+    async with write_transaction(engine) as conn:
+        last_seq = (await conn.execute(select(func.max(c.seq)).where(c.run_id == run_id))).scalar()
+        rows = (
+            await conn.execute(
+                select(c.id, c.seq, c.count)
+                .where(c.run_id == run_id, c.seq > after, c.seq < func.coalesce(last_seq, 0))
+                .order_by(c.seq)
+                .limit(limit)
+            )
+        ).mappings().all()
+        if not rows:
+            return 0, None
+        ids = [row["id"] for row in rows]
+        protected = set(
+            (await conn.execute(select(runs.c.checkpoint_id).where(runs.c.checkpoint_id.in_(ids)))).scalars()
+        )
+        protected |= set(
+            (await conn.execute(select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)))).scalars()
+        )
+        protected |= set(
+            (await conn.execute(select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids))))
+            .scalars()
+        )
+        for row in rows:  # never the run's last checkpoint (excluded above)
+            if row["id"] in protected:
+                continue
+            children = (
+                await conn.execute(select(c.kept, c.run_id).where(c.base_id == row["id"]))
+            ).all()
+            shadowed = any(child.run_id == run_id for child in children)
+            needed = max((child.kept for child in children), default=row["count"])
+            if shadowed and needed < row["count"]:
+                result = await conn.execute(
+                    delete(checkpoint_messages).where(m.checkpoint_id == row["id"], m.index >= needed)
+                )
+                touched += int(result.rowcount or 0)
+            result = await conn.execute(
+                update(checkpoints).where(c.id == row["id"], c.envelope.is_not(None)).values(envelope=None)
+            )
+            touched += int(result.rowcount or 0)
+    return touched, (rows[-1]["seq"] if len(rows) == limit else None)

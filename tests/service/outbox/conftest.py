@@ -1,0 +1,42 @@
+"""Fixtures of the outbox tests: a tenant, a Service with a key ring and a FakeClock, a local receiver."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from candor.service import failpoints, signing_keys
+from candor.service.runtime import FakeClock
+
+from worker import support as worker_support
+
+from . import support
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    failpoints.reset({})
+    worker_support.reset_control()
+    signing_keys.configure([support.KEY])
+    yield
+    signing_keys.configure(())
+
+
+@pytest.fixture
+async def tenant(db: Any) -> worker_support.Tenant:
+    async with db.engine.begin() as conn:
+        return await worker_support.add_tenant(conn)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[support.Receiver]:
+    server = await support.Receiver().start()
+    yield server
+    await server.stop()
