@@ -348,8 +348,12 @@ async def attempt_rows(engine: AsyncEngine, run_id: str) -> list[Any]:
 
 
 async def make_due(engine: AsyncEngine, run_id: str) -> None:
+    """Skip a recovered run's backoff. Only an `accepted` run is touched: on a slow machine the worker may already
+    have claimed (or finished) it once the backoff ran out, and a sealed run is immutable (S-6)."""
     async with engine.begin() as conn:
-        await conn.execute(update(runs).where(runs.c.id == run_id).values(available_at=db_now()))
+        await conn.execute(
+            update(runs).where(runs.c.id == run_id, runs.c.status == "accepted").values(available_at=db_now())
+        )
 
 
 async def wait_for(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 15.0, interval: float = 0.05) -> None:
