@@ -67,3 +67,13 @@ def test_sweep_table_runs_expire_leases_every_authority_period(db) -> None:
     expire, *_ = sweep_table(service)
     assert (expire.name, expire.period) == ("expire_leases", 0.5)
     assert expire.timeout >= expire.period
+
+
+def test_sweep_table_has_every_control_sweep(db) -> None:
+    """§10.2, S-125: the control role runs each sweep of the spec once, each with a bounded pass."""
+    service = support.make_service(db.url, db.engine)
+    table = sweep_table(service)
+    assert sorted(s.name for s in table) == sorted(
+        ["advance_threads", "expire_leases", "deliver_outbox", "purge_outbox", "trim_streams", "report_backlog"]
+    )
+    assert all(s.timeout >= s.period or s.timeout >= 3 * service.settings.database.timeout for s in table)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .advance import advance_threads
 from ..core import Service
 from ..metrics import SWEEP_PASSES
 from ..outbox.delivery import deliver_outbox
@@ -136,7 +137,7 @@ def sweep_table(service: Service) -> tuple[Sweep, ...]:
     floor = 3 * settings.database.timeout
     period = settings.worker.authority_seconds
     trim_period = settings.worker.stream_trim_seconds
-    # TODO(control): advance_threads (§10.2).
+    scan = settings.control.scan_seconds
     return (
         Sweep(
             name="expire_leases",
@@ -144,6 +145,7 @@ def sweep_table(service: Service) -> tuple[Sweep, ...]:
             run=lambda: expire_leases(service, cursor=cursor),
             timeout=max(period, floor),
         ),
+        Sweep(name="advance_threads", period=scan, run=lambda: advance_threads(service), timeout=max(scan, floor)),
         *_outbox_sweeps(service, floor=floor),
         Sweep(name="trim_streams", period=trim_period, run=lambda: trim_streams(service),
               timeout=max(trim_period, floor)),  # fmt: skip
