@@ -325,3 +325,33 @@ async def test_tampered_rows_are_detected(db: Any) -> None:
         await _load(db, second.id)
     with pytest.raises(CheckpointCorrupt):
         await _load(db, "ckp_missing")
+
+
+def test_encoding_is_reused_only_for_the_same_message_objects() -> None:
+    """§6, S-42: a boundary re-encodes only messages it has not encoded before; a replaced message (a rewrite)
+    is encoded again from there on; the result always equals a full encoding."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    from candor.service.store import checkpoints as store_checkpoints
+    from candor.service.store.checkpoints import encode_history, encode_history_reusing
+
+    first = [ModelRequest(parts=[UserPromptPart(f"q{i}")]) for i in range(3)]
+    encoded = encode_history(first)
+    grown = [*first, ModelResponse(parts=[TextPart("a")])]
+    calls: list[int] = []
+    real = store_checkpoints.encode_history
+
+    def counting(messages: Any) -> Any:
+        calls.append(len(messages))
+        return real(messages)
+
+    store_checkpoints.encode_history = counting  # type: ignore[assignment]
+    try:
+        assert encode_history_reusing(grown, first, encoded) == encode_history(grown)
+        assert calls == [1]  # only the new message was encoded
+        rewritten = [first[0], ModelRequest(parts=[UserPromptPart("changed")]), *grown[2:]]
+        calls.clear()
+        assert encode_history_reusing(rewritten, first, encoded) == real(rewritten)
+        assert calls == [3]  # from the first replaced message on
+    finally:
+        store_checkpoints.encode_history = real  # type: ignore[assignment]

@@ -159,6 +159,24 @@ def encode_history(messages: Sequence[ModelMessage]) -> list[EncodedMessage]:
     return [EncodedMessage(body=body, digest=sha256_hex(body)) for body in bodies]
 
 
+def encode_history_reusing(
+    messages: Sequence[ModelMessage],
+    previous_messages: Sequence[ModelMessage],
+    previous_encoded: Sequence[EncodedMessage],
+) -> list[EncodedMessage]:
+    """`encode_history(messages)`, reusing the encoding of the leading messages that are the very same objects.
+
+    §6: the worker keeps the history it last committed in encoded form. The harness never changes a message once
+    it is in a run's history, so an identical object has an identical encoding; a replaced message (a rewrite)
+    is encoded again from there on. Encoding cost per boundary then follows the new messages, not the history.
+    """
+    reusable = min(len(messages), len(previous_messages), len(previous_encoded))
+    kept = 0
+    while kept < reusable and messages[kept] is previous_messages[kept]:
+        kept += 1
+    return [*previous_encoded[:kept], *encode_history(messages[kept:])] if kept else encode_history(messages)
+
+
 def encode_envelope(envelope: CheckpointEnvelope) -> EncodedEnvelope:
     """Stored text and digest of an envelope; the worker compares `len(text)` with `worker.envelope_bytes`."""
     data = envelope.model_dump(mode="json")

@@ -27,7 +27,13 @@ from ..core import Service
 from ..errors import CheckpointCorrupt, LeaseLost, StoreUnavailable
 from ..protocol.outcomes import AttemptOutcome, NoSeal, Recover, Requeue, Seal, classify_outcome
 from ..protocol.pending import PendingInvalid, build_pending, wait_reason
-from ..store.checkpoints import EncodedMessage, canonical_json, encode_envelope, encode_history, envelope_for_state
+from ..store.checkpoints import (
+    EncodedMessage,
+    canonical_json,
+    encode_envelope,
+    encode_history_reusing,
+    envelope_for_state,
+)
 from ..store.run_inputs import AttemptStart, load_attempt_start
 from ..store.leases import check_authority
 from ..store.recovery import recover_attempt
@@ -82,6 +88,8 @@ class _Attempt:
         self.expected_seq = self.claimed.checkpoint_seq
         self.base_id: str | None = self.claimed.checkpoint_id or self.claimed.start_checkpoint_id
         self.base_encoded: list[EncodedMessage] = []
+        self.base_messages: tuple[Any, ...] = ()
+        """The message objects `base_encoded` encodes (identity lets a boundary re-encode only new messages)."""
         self.recorded = RunUsage()
         """The usage already written to `usage_records` by this attempt."""
         self.stream: Any = None
@@ -204,11 +212,14 @@ class _Attempt:
         loaded = start.checkpoint
         if loaded is not None:
             self.base_encoded = list(loaded.encoded)
-        return start_state(
+        state = start_state(
             loaded.state if loaded is not None else None,
             thread_id=self.lease.thread_id,
             from_own_checkpoint=start.from_own_checkpoint,
         )
+        if loaded is not None and state is loaded.state:
+            self.base_messages = state._history_ref()
+        return state
 
     def _input(self, start: AttemptStart) -> Any:
         resume = self.claimed.resume
@@ -279,7 +290,8 @@ class _Attempt:
         envelope = encode_envelope(envelope_for_state(state, resume_input_consumed=self.has_resume_input))
         if len(envelope.text) > self.settings.worker.envelope_bytes:
             return _ended("envelope_too_large")
-        encoded = encode_history(state._history_ref())
+        history = state._history_ref()
+        encoded = encode_history_reusing(history, self.base_messages, self.base_encoded)
         usage = stream.usage
         self._guard()
         result = await commit_checkpoint(
@@ -297,6 +309,7 @@ class _Attempt:
             delivery_bytes=self.settings.worker.delivery_bytes,
         )
         self._committed(result.checkpoint_id, result.seq, encoded, usage)
+        self.base_messages = history
         failpoints.hit(failpoints.CHECKPOINT_AFTER_COMMIT)
         await self._append_stream([self._next_entry(type="boundary", checkpoint_seq=result.seq)])  # §7.8 step 7
         for entry in result.assigned:
@@ -402,7 +415,7 @@ class _Attempt:
         if len(envelope.text) > self.settings.worker.envelope_bytes:
             await self._seal("failed", "checkpoint_envelope_too_large", None)
             return "failed", "checkpoint_envelope_too_large"
-        encoded = encode_history(state._history_ref())
+        encoded = encode_history_reusing(state._history_ref(), self.base_messages, self.base_encoded)
         self._guard()
         await commit_checkpoint(
             self.service.engine,
