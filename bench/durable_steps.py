@@ -37,7 +37,12 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
 
 from candor import BoundaryEvent, Harness, HarnessState
-from candor.service.store.checkpoints import EncodedMessage, encode_envelope, encode_history, envelope_for_state
+from candor.service.store.checkpoints import (
+    EncodedMessage,
+    encode_envelope,
+    encode_history_reusing,
+    envelope_for_state,
+)
 from candor.service.store.seals import SealRequest, commit_checkpoint
 from candor.service.worker.inputs import usage_json
 
@@ -113,6 +118,7 @@ class CandorSide:
         lease = await _store.claim(engine, self.agent_name, run_id)
         seq, base_id = 0, None
         base_encoded: list[EncodedMessage] = []
+        base_messages: tuple[Any, ...] = ()
         recorded = None
         commits = 0
         in_commit = in_prepare = 0.0
@@ -124,7 +130,8 @@ class CandorSide:
                 prepare_started = time.perf_counter()
                 state = await stream.export_state()
                 envelope = encode_envelope(envelope_for_state(state))
-                encoded = encode_history(state._history_ref())
+                history = state._history_ref()
+                encoded = encode_history_reusing(history, base_messages, base_encoded)  # as the worker does (§6)
                 usage = stream.usage
                 commit_started = time.perf_counter()
                 in_prepare += commit_started - prepare_started
@@ -135,6 +142,7 @@ class CandorSide:
                 )
                 in_commit += time.perf_counter() - commit_started
                 seq, base_id, base_encoded, recorded = result.seq, result.checkpoint_id, encoded, usage
+                base_messages = history
                 commits += 1
                 if probe is not None:
                     probe.append((len(encoded), await _store.stored_bytes(self.store, thread_id)))
@@ -142,7 +150,7 @@ class CandorSide:
         assert outcome is not None and outcome.status == "completed", outcome
         assert outcome.output == f"finished {self.steps} steps", outcome.output
         state = outcome.state
-        encoded = encode_history(state._history_ref())
+        encoded = encode_history_reusing(state._history_ref(), base_messages, base_encoded)
         await commit_checkpoint(
             engine, lease, expected_seq=seq, base_id=base_id, base_encoded=base_encoded, new_encoded=encoded,
             envelope=encode_envelope(envelope_for_state(state)), source_entry_consumed=seq == 0,
