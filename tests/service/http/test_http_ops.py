@@ -87,3 +87,23 @@ async def test_metrics_are_prometheus_text(db: Any) -> None:
         assert "# HELP" in response.text or "# TYPE" in response.text
         wrong = await client.post("/metrics")
         assert wrong.status_code == 404 and error_of(wrong)["details"]["kind"] == "route"
+
+
+async def test_request_durations_are_labelled_by_route_template(api: Any) -> None:
+    """§10.4: `candor_http_request_duration_seconds{method, route, status}` uses the route's template, not the
+    raw path (ids would make the label set unbounded); unmatched paths share one label."""
+    from prometheus_client import REGISTRY
+
+    def count(route: str, status: str) -> float:
+        value = REGISTRY.get_sample_value(
+            "candor_http_request_duration_seconds_count", {"method": "GET", "route": route, "status": status}
+        )
+        return value or 0.0
+
+    key = await api.key()
+    before_run = count("/v1/runs/{run_id}", "404")
+    before_unmatched = count("unmatched", "404")
+    await api.client.get("/v1/runs/run_missing", headers=key.headers())
+    await api.client.get("/v1/no/such/route", headers=key.headers())
+    assert count("/v1/runs/{run_id}", "404") == before_run + 1
+    assert count("unmatched", "404") == before_unmatched + 1

@@ -8,6 +8,8 @@ Two pure ASGI middlewares wrap every request, outermost first:
 
 * `RequestIdMiddleware` gives every response `X-Request-Id: req_<32 hex>`, generated here (a caller's value is
   ignored, S-95), stores it in the scope for error bodies, and turns an unexpected exception into 500 `internal`;
+* `RequestMetricsMiddleware` observes `candor_http_request_duration_seconds{method, route, status}`, labelled
+  with the route's template (`/v1/runs/{run_id}`), never the raw path, so ids do not explode the label set;
 * `BodyLimitMiddleware` reads the body up front and answers 413 `payload_too_large` beyond
   `server.max_request_bytes`, before anything parses it.
 """
@@ -15,6 +17,7 @@ Two pure ASGI middlewares wrap every request, outermost first:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core import Service
 from ..errors import ServiceError
+from ..metrics import HTTP_REQUEST_DURATION
 from ..runtime import Entropy
 from .errors import (
     PayloadTooLarge,
@@ -36,9 +40,9 @@ from .errors import (
     internal_error_response,
 )
 from .readiness import Readiness, Role
-from .routes import ops, runs, threads
+from .routes import inbox, keys, ops, runs, subscriptions, threads
 
-__all__ = ("create_app", "RequestIdMiddleware", "BodyLimitMiddleware", "REQUEST_ID_HEADER")
+__all__ = ("create_app", "RequestIdMiddleware", "RequestMetricsMiddleware", "BodyLimitMiddleware", "REQUEST_ID_HEADER")
 
 log = logging.getLogger("candor.http")
 
@@ -85,13 +89,17 @@ def create_app(service: Service, *, role: Role, readiness: Readiness | None = No
     app.include_router(ops.router)
     if serves_api:
         app.include_router(threads.router)
+        app.include_router(inbox.router)
         app.include_router(runs.router)
+        app.include_router(keys.router)
+        app.include_router(subscriptions.router)
         _document_400_not_422(app)
     app.add_exception_handler(ServiceError, handle_service_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(HTTPException, handle_http_exception)
     # add_middleware puts the last one outermost: the request id wraps everything, the body limit included.
     app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.server.max_request_bytes)
+    app.add_middleware(RequestMetricsMiddleware)
     app.add_middleware(RequestIdMiddleware, entropy=service.entropy)
     return app
 
@@ -127,6 +135,35 @@ class RequestIdMiddleware:
             if started:
                 raise
             await internal_error_response(request_id)(scope, receive, send_with_id)
+
+
+class RequestMetricsMiddleware:
+    """Times every HTTP request to its last response byte (a stream is observed when it closes)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            HTTP_REQUEST_DURATION.labels(scope["method"], template, str(status)).observe(
+                time.perf_counter() - started
+            )
 
 
 class BodyLimitMiddleware:

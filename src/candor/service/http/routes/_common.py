@@ -10,12 +10,14 @@ from fastapi import Depends, Response
 from ..dependencies import Caller, authorized
 from ..schemas import ErrorBody, etag
 
-__all__ = ("Reader", "Runner", "ERRORS", "created_or_replayed", "with_etag")
+__all__ = ("Reader", "Runner", "Admin", "ERRORS", "created_or_replayed", "with_etag")
 
 Reader = Annotated[Caller, Depends(authorized("read"))]
 """A caller holding `read` (every GET, §4.2)."""
 Runner = Annotated[Caller, Depends(authorized("run"))]
 """A caller holding `run` (thread and run commands, §4.2)."""
+Admin = Annotated[Caller, Depends(authorized("admin"))]
+"""A caller holding `admin` (keys and subscriptions, §4.2)."""
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
