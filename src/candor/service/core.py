@@ -15,6 +15,7 @@ from .agents import AgentRegistry
 from .runtime import Clock, Entropy, SystemClock, SystemEntropy
 from .settings import ServiceSettings
 from .store.engine import Engine, create_engine
+from .store.notify import Notifier
 
 __all__ = ("Service", "DEFAULT_AGENTS", "agent_registry")
 
@@ -39,6 +40,8 @@ class Service:
     entropy: Entropy = field(default_factory=SystemEntropy)
     wakeups: Any = None
     """In-process wake-up signal for workers (an asyncio.Event-like object), set when a run becomes due."""
+    notifier: Notifier | None = None
+    """Cross-process wake-ups (PostgreSQL `NOTIFY candor_wake`); workers listen in `process.serve`."""
 
     @classmethod
     async def open(
@@ -58,11 +61,17 @@ class Service:
             clock=clock if clock is not None else SystemClock(),
             entropy=entropy if entropy is not None else SystemEntropy(),
             wakeups=asyncio.Event(),
+            notifier=Notifier(engine),
         )
 
     def wake_workers(self) -> None:
+        """A run became due (after its commit): wake this process's worker loop and, on PostgreSQL, the others."""
         if self.wakeups is not None:
             self.wakeups.set()
+        if self.notifier is not None:
+            self.notifier.notify()
 
     async def close(self) -> None:
+        if self.notifier is not None:
+            await self.notifier.close()
         await self.engine.dispose()

@@ -23,6 +23,7 @@ from .http.app import create_app
 from .http.readiness import Readiness
 from .settings import ServiceSettings
 from .store.migrate import migrate, require_current_schema
+from .store.notify import listen_for_wakeups
 from .worker.drain import drain
 from .worker.loop import WorkerLoop
 
@@ -62,6 +63,7 @@ async def serve(settings: ServiceSettings, role: Role) -> None:
     background: list[asyncio.Task[None]] = []
     if worker is not None:
         background.append(asyncio.create_task(worker.run_forever(), name="worker"))
+        background.append(asyncio.create_task(_listen(service, readiness), name="wakeups"))
     if role in ("control", "all"):
         background.append(asyncio.create_task(run_sweeps(service), name="sweeps"))
     readiness.tasks_alive = lambda: all(not task.done() for task in background)
@@ -86,3 +88,20 @@ async def serve(settings: ServiceSettings, role: Role) -> None:
         server.should_exit = True
         await asyncio.gather(http, return_exceptions=True)
         await service.close()
+
+
+async def _listen(service: Service, readiness: Readiness) -> None:
+    """Wake this worker on `NOTIFY candor_wake` (PostgreSQL); a lost connection is `degraded: ["notify"]` (S-121).
+
+    On SQLite there is nothing to listen to: the task then idles so that `tasks_alive` keeps meaning "every
+    background task is running".
+    """
+
+    def connected(ok: bool) -> None:
+        if ok:
+            readiness.degraded.discard("notify")
+        else:
+            readiness.degraded.add("notify")
+
+    await listen_for_wakeups(service.settings.database.url, on_wake=service.wakeups.set, on_connected=connected)
+    await asyncio.Event().wait()

@@ -1,0 +1,122 @@
+"""Cross-process wake-ups on PostgreSQL (§2.2): `NOTIFY candor_wake` when runs become due, `LISTEN` in workers.
+
+Within one process `Service.wakeups` (an `asyncio.Event`) already wakes the worker loop. With many processes on
+PostgreSQL, a run accepted by the control process (or requeued by a sweep) should not wait for a worker's next
+`worker.scan_seconds` scan, so:
+
+* `Notifier.notify()` sends `NOTIFY candor_wake` after the commit that made a run due. It is fire-and-forget and
+  coalesced (at most one send in flight and one queued behind it): a wake-up is an optimisation, never the only way
+  a run gets claimed, since every worker still scans every `worker.scan_seconds`.
+* `listen_for_wakeups()` holds one dedicated asyncpg connection that `LISTEN`s on the channel and sets the local
+  event on every notification. When that connection is lost it reports `degraded` (so `/readyz` says
+  `"degraded": ["notify"]`, S-121) and reconnects with capped backoff; scans keep the worker working meanwhile.
+
+SQLite has a single machine and a single writer, so there is nothing to do there: both are no-ops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+from sqlalchemy import text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ("CHANNEL", "Notifier", "listen_for_wakeups", "is_postgres_url", "plain_postgres_dsn")
+
+CHANNEL = "candor_wake"
+log = logging.getLogger("candor.notify")
+
+
+def is_postgres_url(url: str | URL) -> bool:
+    return make_url(url).get_backend_name() == "postgresql"
+
+
+def plain_postgres_dsn(url: str | URL) -> str:
+    """The operator URL as a DSN asyncpg accepts (no `+driver` part)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class Notifier:
+    """Sends coalesced, best-effort `NOTIFY candor_wake` through the service's engine (PostgreSQL only)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._enabled = engine.dialect.name == "postgresql"
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+
+    def notify(self) -> None:
+        """Ask every listening worker to scan now. Safe to call from any coroutine of the running loop."""
+        if not self._enabled:
+            return
+        if self._task is not None and not self._task.done():
+            self._again = True  # the send in flight may have started before the caller's commit
+            return
+        self._task = asyncio.get_running_loop().create_task(self._send(), name="candor-notify")
+
+    async def _send(self) -> None:
+        while True:
+            self._again = False
+            try:
+                async with self._engine.connect() as conn:
+                    await conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
+                    await conn.commit()
+            except Exception as exc:  # noqa: BLE001 - best effort: the workers' scans pick the run up anyway
+                log.debug("Wake-up notification not sent", extra={"error_type": type(exc).__name__})
+            if not self._again:
+                return
+
+    async def close(self) -> None:
+        """Wait for a send in flight (so the engine can be disposed cleanly)."""
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+
+
+async def listen_for_wakeups(
+    url: str | URL,
+    *,
+    on_wake: Callable[[], None],
+    on_connected: Callable[[bool], None],
+    retry_seconds: float = 1.0,
+    max_retry_seconds: float = 30.0,
+) -> None:
+    """LISTEN on `candor_wake` until cancelled, calling `on_wake()` per notification.
+
+    `on_connected(True)` once listening, `on_connected(False)` whenever the connection is lost or cannot be made;
+    reconnects with doubling backoff capped at `max_retry_seconds`. Returns at once for a non-PostgreSQL URL.
+    """
+    if not is_postgres_url(url):
+        return
+    dsn = plain_postgres_dsn(url)
+    delay = retry_seconds
+    while True:
+        lost = asyncio.Event()
+        conn: Any = None
+        try:
+            conn = await asyncpg.connect(dsn)
+            conn.add_termination_listener(lambda _conn: lost.set())
+            await conn.add_listener(CHANNEL, lambda *_args: on_wake())
+            on_connected(True)
+            delay = retry_seconds
+            # A wake-up may have been sent while we were not listening: scan once now.
+            on_wake()
+            await lost.wait()
+            log.warning("Wake-up connection lost; workers fall back to scanning")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure to listen degrades to scanning, then retries
+            log.warning("Wake-up connection unavailable", extra={"error_type": type(exc).__name__})
+        finally:
+            if conn is not None and not conn.is_closed():
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(conn.close(timeout=2))
+        on_connected(False)
+        await asyncio.sleep(delay)
+        delay = min(max_retry_seconds, delay * 2)
