@@ -38,6 +38,12 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(16)}"
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank `q` quantile (0..1) of `values` (p50 = `percentile(v, 0.5)`); `values` must not be empty."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
 def dsn(url: str) -> str:
     """A plain libpq-style URL (no SQLAlchemy driver suffix)."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)

@@ -62,11 +62,6 @@ def history_of(length: int) -> list[ModelMessage]:
     return messages[:length]
 
 
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 async def measure_size(store: _store.Store, size: int, commits: int) -> dict[str, Any]:
     agent = f"bench_cost_{size}"
     workspace_id, principal_id = await _store.add_tenant(store.engine)
@@ -119,7 +114,7 @@ async def measure_size(store: _store.Store, size: int, commits: int) -> dict[str
         "bytes_read_back_median": statistics.median(read_back),
         "rows_per_commit": statistics.median(rows),
         "commit_ms_median": statistics.median(commit_ms),
-        "commit_ms_p90": _p(commit_ms, 0.9),
+        "commit_ms_p90": _store.percentile(commit_ms, 0.9),
         "encode_ms_median": statistics.median(encode_ms),
     }
 

@@ -31,13 +31,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 DEFAULT_REPORT = REPO_ROOT / "docs" / "benchmarks.md"
 NOT_BENCHMARKS = {"__init__", "run_all"}
-ISSUE_8_LATER = {
-    "failover_latency": "failover latency",
-    "resume_latency": "resume latency over HTTP",
-    "service_throughput": "service throughput",
-    "worker_memory": "worker memory",
-}
-"""Benchmarks issue 8 asks for that may not exist yet; the report names those still missing."""
+ISSUE_8_LATER: dict[str, str] = {}
+"""Benchmarks issue 8 asks for that may not exist yet (name -> label); the report names those still missing."""
 PACKAGES = ("candor", "pydantic-ai-slim", "pydantic-graph", "pydantic", "pydantic-core", "sqlalchemy", "asyncpg",
             "aiosqlite", "rich")
 
@@ -235,8 +230,8 @@ def _targets(run: BenchRun) -> list[tuple[str, str, bool | None]]:
                         f"{v['bytes_ratio']:.2f}x", v["meets_bytes"]))
             out.append((f"{v['backend']}: commit time at {v['large']} messages <= 2x at {v['small']}",
                         f"{v['commit_time_ratio']:.2f}x", v["meets_time"]))
-    elif bench == "durable_steps":
-        out += [(v["target"], v["value"], v["met"]) for v in summary["verdicts"]]
+    else:  # durable_steps and every benchmark with a `table()`: verdicts are {target, value, met}
+        out += [(v["target"], v["value"], v["met"]) for v in summary.get("verdicts", [])]
     out += [(name, f"skipped: {reason}", None) for name, reason in summary.get("skipped", {}).items()]
     return out
 
@@ -283,7 +278,12 @@ def render_report(runs: list[BenchRun], *, argv: list[str], total_seconds: float
         command = " ".join(["python", *run.command[1:]])
         lines += [f"Command: `{command}` (exit status {run.returncode}, {run.seconds:.1f} s)", ""]
         if run.summary is not None:
-            lines += [*_summary_table(run.summary), ""]
+            table = getattr(module, "table", None)
+            if table is None:
+                lines += [*_summary_table(run.summary), ""]
+            else:  # the benchmark renders its figures; the targets follow in the common form
+                verdicts = [(v["target"], v["value"], v["met"]) for v in run.summary.get("verdicts", [])]
+                lines += [*table(run.summary), *_verdict_lines(verdicts, run.summary.get("skipped", {})), ""]
             reading = getattr(module, "reading", None)
             if reading is not None:
                 lines += ["Reading:", "", *(f"- {line}" for line in reading(run.summary)), ""]

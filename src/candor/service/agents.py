@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from candor import Harness
 
 from .errors import ServiceError
+from .protocol.children import unknown_child_agents
 
 if TYPE_CHECKING:
     from .settings import AgentSettings
@@ -62,14 +63,25 @@ class AgentUnavailable(ServiceError):
 class AgentRegistry:
     """Agent name → factory string, resolved on first use."""
 
-    def __init__(self, factories: Mapping[str, str]) -> None:
+    def __init__(self, factories: Mapping[str, str], *, children: Mapping[str, Iterable[str]] | None = None) -> None:
+        """`children` maps an agent to the agents it may start as child runs (§7.13); each must be configured."""
         self._factories = dict(factories)
+        self._children = {name: tuple(names) for name, names in (children or {}).items()}
+        if unknown := unknown_child_agents(self._children, self._factories):
+            raise ValueError("child agents that are not configured: " + ", ".join(f"{a} → {c}" for a, c in unknown))
         self._resolved: dict[str, AgentFactory] = {}
 
     @classmethod
     def from_settings(cls, agents: Mapping[str, AgentSettings]) -> AgentRegistry:
         """The registry of the `[agents.<name>]` settings sections."""
-        return cls({name: section.factory for name, section in agents.items()})
+        return cls(
+            {name: section.factory for name, section in agents.items()},
+            children={name: section.children for name, section in agents.items()},
+        )
+
+    def children_of(self, name: str) -> tuple[str, ...]:
+        """§7.13: the agents `name` may start as child runs, sorted; empty unless configured (authority is explicit)."""
+        return tuple(sorted(self._children.get(name, ())))
 
     def names(self) -> tuple[str, ...]:
         """The configured agent names, sorted."""

@@ -1,7 +1,7 @@
 """Service: the embeddable face of the host that the CLI, the HTTP layer, the tests and the demo all drive.
 
 It owns the process-wide resources (settings, database engine, agent registry, clock and entropy); the
-user actions live in `commands.py`, execution in `worker/`, and the control sweeps in `control/`.
+user actions live in `commands/`, execution in `worker/`, and the control sweeps in `control/`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@
     ├── LeaseLost                internal: a fenced write found the lease gone (S-20); never a run outcome (S-22)
     ├── InvalidArgument          400 `invalid_argument`: `details.fields`, or `details.reason` (resume coverage)
     ├── Forbidden                403 `forbidden`: the principal lacks the permission (S-101)
+    │   └── NotSubmitter         403 `forbidden`: only an entry's submitter may edit or withdraw it (S-74)
     ├── NotFound                 404 `not_found`: unknown id, or an id of another workspace (S-126)
     ├── AlreadyExists            409 `already_exists`: a duplicate unique name
     ├── Conflict                 409 `conflict` with `details.reason` (§12.2), `kind` and `id`
@@ -36,6 +37,7 @@ __all__ = (
     "FieldProblem",
     "InvalidArgument",
     "Forbidden",
+    "NotSubmitter",
     "NotFound",
     "AlreadyExists",
     "Conflict",
@@ -132,6 +134,16 @@ class Forbidden(ServiceError):
         super().__init__(f"this key lacks the {permission!r} permission")
         self.permission = permission
         self.details: dict[str, Any] = {"permission": permission}
+
+
+class NotSubmitter(Forbidden):
+    """403 `forbidden`: the caller holds `run` but did not submit the inbox entry it edits or withdraws (S-74)."""
+
+    def __init__(self, entry_id: str) -> None:
+        super().__init__("run")
+        self.message = "only the key that submitted the entry may edit or withdraw it"
+        self.args = (self.message,)
+        self.details = {"reason": "not_submitter", "kind": "entry", "id": entry_id}
 
 
 class NotFound(ServiceError):

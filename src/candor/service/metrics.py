@@ -5,7 +5,11 @@ Names and labels are stable: the shipped alert rules (`docs/alerts.yml`) are wri
 
 from __future__ import annotations
 
+from typing import cast, get_args
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from .protocol.transitions import AttemptEnding, attempt_end
 
 __all__ = (
     "RUNS_ACCEPTED",
@@ -22,12 +26,17 @@ __all__ = (
     "SWEEP_PASSES",
     "HTTP_REQUEST_DURATION",
     "METRIC_NAMES",
+    "attempt_status_label",
 )
 
 RUNS_ACCEPTED = Counter("candor_runs_accepted_total", "Runs created, by trigger.", ["trigger"])
 RUNS_SEALED = Counter("candor_runs_sealed_total", "Runs sealed, by status and reason.", ["status", "reason"])
 ATTEMPT_QUEUE_WAIT = Histogram("candor_attempt_queue_wait_seconds", "Time from due to claim.")
-ATTEMPT_DURATION = Histogram("candor_attempt_duration_seconds", "Attempt duration, by final status.", ["status"])
+ATTEMPT_DURATION = Histogram(
+    "candor_attempt_duration_seconds",
+    "Attempt duration, by final status (succeeded, failed, cancelled, yielded; abandoned when left to lease expiry).",
+    ["status"],
+)
 WORKER_SLOTS = Gauge("candor_worker_slots", "Worker slots, by state (free, busy).", ["state"])
 CHECKPOINT_COMMIT_BYTES = Histogram(
     "candor_checkpoint_commit_bytes",
@@ -67,3 +76,15 @@ METRIC_NAMES: frozenset[str] = frozenset(
     }
 )
 """The §10.4 names as exposed (histograms add `_bucket`, `_sum`, `_count`)."""
+
+
+_SEAL_ENDINGS: frozenset[str] = frozenset(get_args(AttemptEnding))
+
+
+def attempt_status_label(ended: str) -> str:
+    """The `status` label of `candor_attempt_duration_seconds` for how the worker saw its attempt end: the §5.3
+    attempt status for a seal (`completed`/`waiting` → `succeeded`, …); the attempt statuses of a recovery
+    (`failed`, `yielded`) and the worker's own `abandoned` (lease lost, deadline) / `crashed` pass through."""
+    if ended in _SEAL_ENDINGS:
+        return attempt_end(cast(AttemptEnding, ended)).status
+    return ended

@@ -30,6 +30,7 @@ from pydantic_settings import (
 from pydantic_settings.sources.utils import parse_env_vars
 
 from .errors import SettingsError
+from .protocol.children import unknown_child_agents
 
 __all__ = (
     "ServiceSettings",
@@ -234,6 +235,18 @@ class AgentSettings(_Section):
 
     factory: str
     """`"module:attribute"` naming a callable `(options: dict) -> candor.Harness`."""
+    children: tuple[str, ...] = ()
+    """§7.13: the agents this agent may start as child runs (`start_child_run`); none by default. Every name must
+    be a configured agent (checked at startup)."""
+
+    @field_validator("children")
+    @classmethod
+    def _distinct_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not name for name in value):
+            raise ValueError("agent names must not be empty")
+        if len(set(value)) != len(value):
+            raise ValueError("agent names must be distinct")
+        return value
 
     @field_validator("factory")
     @classmethod
@@ -348,6 +361,11 @@ class ServiceSettings(BaseSettings):
                 ),
             )
             if not holds
+        ]
+        children = {name: section.children for name, section in self.agents.items()}
+        problems += [
+            f"agents.{name}.children names {child!r}, which is not a configured agent"
+            for name, child in unknown_child_agents(children, self.agents)
         ]
         if problems:
             raise SettingsError("unsafe settings: " + "; ".join(problems))

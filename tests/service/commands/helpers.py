@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from pydantic_ai import DeferredToolRequests
-from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.messages import ModelMessage, ToolCallPart
 from sqlalchemy import func, insert, select, update
 
 from candor.service.agents import AgentRegistry
@@ -22,7 +22,7 @@ from candor.service.protocol.pending import Pending, build_pending, wait_reason
 from candor.service.runtime import SystemEntropy
 from candor.service.settings import ServiceSettings
 from candor.service.store import auth
-from candor.service.store.checkpoints import CheckpointEnvelope, insert_checkpoint
+from candor.service.store.checkpoints import CheckpointEnvelope, encode_history, insert_checkpoint
 from candor.service.store.dialect import db_now
 from candor.service.store.engine import read_transaction, write_transaction
 from candor.service.store.tables import inbox_entries, run_attempts, runs, threads
@@ -126,8 +126,12 @@ def pending_of(approvals: Sequence[str] = ("a1",), calls: Sequence[str] = ("c1",
     return build_pending(requests).model_dump(mode="json")
 
 
-async def seal_run(service: Service, run_id: str, status: str, *, pending: dict[str, Any] | None = None) -> RunRow:
-    """§7.10 as the worker does it (claiming first if needed); completed/waiting commit one checkpoint first."""
+async def seal_run(
+    service: Service, run_id: str, status: str, *, pending: dict[str, Any] | None = None,
+    history: Sequence[ModelMessage] = (),
+) -> RunRow:  # fmt: skip
+    """§7.10 as the worker does it (claiming first if needed); completed/waiting commit one checkpoint of `history`
+    (without a base) first."""
     if (await run_row(service, run_id)).status == "accepted":
         await claim_run(service, run_id)
     async with write_transaction(service.engine) as conn:
@@ -142,7 +146,8 @@ async def seal_run(service: Service, run_id: str, status: str, *, pending: dict[
             seq = run.checkpoint_seq + 1
             written = await insert_checkpoint(
                 conn, thread_id=run.thread_id, run_id=run_id, seq=seq, attempt=run.attempts, base_id=None,
-                base_encoded=(), new_encoded=(), envelope=CheckpointEnvelope(thread_id=run.thread_id),
+                base_encoded=(), new_encoded=encode_history(history),
+                envelope=CheckpointEnvelope(thread_id=run.thread_id),
             )  # fmt: skip
             values |= {"checkpoint_id": written.id, "checkpoint_seq": seq}
             await conn.execute(entries.values(status="consumed", incorporated_checkpoint_seq=seq))
@@ -166,3 +171,19 @@ async def seal_run(service: Service, run_id: str, status: str, *, pending: dict[
         )
     return await run_row(service, run_id)
 
+
+
+async def commit_history(
+    service: Service, run: RunRow, history: Sequence[ModelMessage], *,
+    base: tuple[str, Sequence[ModelMessage]] | None, seq: int,
+) -> str:  # fmt: skip
+    """§6 as a worker commit does it: a checkpoint of `history` extending `base` (its id and history), made the
+    run's latest; the run is claimed first (see `claim_run`)."""
+    async with write_transaction(service.engine) as conn:
+        written = await insert_checkpoint(
+            conn, thread_id=run.thread_id, run_id=run.id, seq=seq, attempt=1,
+            base_id=None if base is None else base[0], base_encoded=() if base is None else encode_history(base[1]),
+            new_encoded=encode_history(history), envelope=CheckpointEnvelope(thread_id=run.thread_id),
+        )  # fmt: skip
+        await conn.execute(update(runs).where(runs.c.id == run.id).values(checkpoint_id=written.id, checkpoint_seq=seq))
+    return written.id

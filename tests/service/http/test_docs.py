@@ -5,7 +5,8 @@ A small interpreter understands the shell the page uses: `NAME=$(COMMAND | jq -r
 ```http block after a command is the response the page promises: its status line, the headers it shows (present
 in the real response; an `ETag` must also look like one) and the shape of its JSON body (the same keys, recursively)
 must match. A command without such a block must answer 2xx. `<!-- doc-test: the worker suspends $RUN_ID … -->`
-stands in for a worker: it seals the run `waiting` on the approval the page then answers.
+stands in for a worker: it seals the run `waiting` on the approval the page then answers, with the two messages
+(the prompt and the model's tool call) that got it there.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from http_support import client_for
+from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, UserPromptPart
 from typer.testing import CliRunner
 
 from candor import cli
@@ -39,6 +41,11 @@ DOC_PENDING = {
                    "arguments": {"order_id": "A1", "amount": 50}, "kind": "approval", "metadata": {}}],
     "calls": [],
 }  # fmt: skip
+DOC_HISTORY = (
+    ModelRequest(parts=[UserPromptPart(content="Please refund order A1.")]),
+    ModelResponse(parts=[ToolCallPart(tool_name="refund_order", args={"order_id": "A1", "amount": 50},
+                                      tool_call_id="call_refund_a1")]),  # fmt: skip
+)
 
 
 def commands_of(block: str) -> list[str]:
@@ -151,7 +158,7 @@ class Session:
     async def hook(self, text: str) -> None:
         match = re.fullmatch(r"the worker suspends \$(?P<var>[A-Z_]+) on .*", text.strip())
         assert match is not None, f"unknown doc-test directive: {text}"
-        await seal_run(self.service, self.variables[match["var"]], "waiting", pending=DOC_PENDING)
+        await seal_run(self.service, self.variables[match["var"]], "waiting", pending=DOC_PENDING, history=DOC_HISTORY)
 
 
 def events() -> list[tuple[str, str]]:
@@ -166,8 +173,9 @@ def test_the_page_has_examples() -> None:
 
 
 async def test_http_api_page_runs_as_written(db: Any) -> None:
-    """S-65, S-78, S-80, S-90, S-97, S-98, S-101: the page's session — bootstrap a key, create a thread, read a run,
-    resume it, list, post, archive — runs against the app and answers what the page shows."""
+    """S-65, S-74, S-75, S-78, S-80, S-90, S-97, S-98, S-101: the page's session — bootstrap a key, create a thread,
+    read a run and its messages, resume it, list, post, manage the inbox, archive — runs against the app and answers
+    what the page shows."""
     settings = ServiceSettings(database={"url": db.url})
     service = Service(settings=settings, engine=db.engine, agents=agent_registry(settings))
     async with client_for(create_app(service, role="all")) as client:

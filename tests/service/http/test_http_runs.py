@@ -1,16 +1,21 @@
-"""Runs over HTTP (§7.12, §8.3, §8.6): reads, interrupt, fork and the strict resume — S-77–S-84."""
+"""Runs over HTTP (§7.12, §8.3, §8.6): reads, messages, interrupt, fork and the strict resume — S-77–S-84, S-98."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+from datetime import UTC, datetime
+
 from http_support import TEXT, create_thread, error_of, text
+from pydantic_ai import ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from candor.service.store.tables import runs
 
-from commands.helpers import claim_run, count, pending_of, run_row, seal_run
+from commands.helpers import claim_run, commit_history, count, pending_of, run_row, seal_run
 
+_T = datetime(2025, 1, 1, tzinfo=UTC)
 ANSWERS = {"approvals": {"a1": {"action": "approve"}}, "calls": {"c1": {"status": "returned", "value": 42}}}
 
 
@@ -227,3 +232,33 @@ async def test_waiting_run_view_shows_pending(api: Any) -> None:
     assert [(c["tool_call_id"], c["tool_name"], c["arguments"]) for c in view["pending"]["calls"]] == [
         ("c1", "lookup", {"q": "x"}), ("c2", "lookup", {"q": "x"}),
     ]  # fmt: skip
+
+
+async def test_run_messages_are_paged_by_index(api: Any) -> None:
+    """§8.3, S-98: `GET /v1/runs/{id}/messages` answers the messages the run added (pydantic-ai JSON), rebuilt from
+    its latest checkpoint, in pages whose cursor is bound to the run; the last page has no cursor."""
+    key = await api.key()
+    imported = [ModelRequest(parts=[UserPromptPart(content="imported", timestamp=_T)])]
+    created = (await create_thread(api.client, key, message_history=_as_json(imported))).json()
+    run_id = created["run"]["id"]
+    path = f"/v1/runs/{run_id}/messages"
+    empty = await api.client.get(path, headers=key.headers())
+    assert empty.status_code == 200 and empty.json() == {"items": [], "next_cursor": None}
+    await claim_run(api.service, run_id)
+    added = [ModelResponse(parts=[TextPart(content=f"answer {n}")], timestamp=_T) for n in range(3)]
+    run = await run_row(api.service, run_id)
+    await commit_history(api.service, run, [*imported, *added], base=(run.start_checkpoint_id, imported), seq=1)
+    first = (await api.client.get(f"{path}?limit=2", headers=key.headers())).json()
+    assert ModelMessagesTypeAdapter.validate_python(first["items"]) == added[:2] and first["next_cursor"]
+    rest = (await api.client.get(f"{path}?limit=2&cursor={first['next_cursor']}", headers=key.headers())).json()
+    assert ModelMessagesTypeAdapter.validate_python(rest["items"]) == added[2:] and rest["next_cursor"] is None
+    other = (await create_thread(api.client, key, idempotency_key="other")).json()["run"]["id"]
+    misused = await api.client.get(f"/v1/runs/{other}/messages?cursor={first['next_cursor']}", headers=key.headers())
+    assert misused.status_code == 400 and error_of(misused)["code"] == "invalid_cursor"
+    stranger = await api.key()
+    hidden = await api.client.get(path, headers=stranger.headers())
+    assert hidden.status_code == 404 and error_of(hidden)["details"] == {"kind": "run", "id": run_id}
+
+
+def _as_json(messages: Any) -> Any:
+    return ModelMessagesTypeAdapter.dump_python(messages, mode="json")

@@ -125,10 +125,39 @@ async def test_worker_entries_stream_as_deltas_and_boundaries(api: Any) -> None:
     assert all(e["data"]["run_id"] == run_id and e["data"]["attempt"] == 1 for e in entries)
     assert [e["data"]["sequence"] for e in entries] == list(range(1, len(entries) + 1))
     assert [int(e["id"]) for e in entries] == sorted(int(e["id"]) for e in entries)
-    assert [b["data"]["checkpoint_seq"] for b in boundaries] == [1, 2, 3]
+    assert [b["data"]["checkpoint_seq"] for b in boundaries] == [1, 2, 3, 4]  # 4: the final, sealing commit
     assert [d["data"]["event"]["event_kind"] for d in deltas] == ["function_tool_call", "function_tool_result"]
     _, replayed = await read_stream(api, key, thread_id, last_event_id=entries[0]["id"])
     assert [e["id"] for e in named(replayed)] == [e["id"] for e in entries[1:]]
+
+
+async def test_the_sealing_commit_streams_its_boundary_and_trimming_covers_the_run(api: Any) -> None:
+    """§7.8 step 7, S-5, S-105: the final commit of a `completed` and of a `waiting` run writes its `boundary`
+    entry (the run's last checkpoint) in the sealing transaction, so the stream ends with it, after the last delta;
+    once it is older than `worker.stream_trim_seconds` every entry of the run is covered and trimmed."""
+    from worker.support import FACTORY, run_row
+
+    api.service.agents = AgentRegistry({"demo": FACTORY})
+    key = await api.key()
+    for script, status in (("step", "completed"), ("approval", "waiting")):
+        created = await create_thread(api.client, key, idempotency_key=script, options={"script": script})
+        thread_id, run_id = created.json()["thread"]["id"], created.json()["run"]["id"]
+        await WorkerLoop(api.service).run_until_idle(timeout=30)
+        run = await run_row(api.service.engine, run_id)
+        assert run["status"] == status
+        _, events = await read_stream(api, key, thread_id)
+        entries = [e for e in named(events) if e["event"] in ("delta", "boundary")]
+        assert entries[-1]["event"] == "boundary", entries
+        assert entries[-1]["data"] == {
+            "run_id": run_id, "attempt": 1, "sequence": len(entries), "checkpoint_seq": run["checkpoint_seq"]
+        }
+        async with api.service.engine.begin() as conn:
+            await conn.execute(update(stream_entries).where(stream_entries.c.thread_id == thread_id).values(
+                created_at=stream_entries.c.created_at - 11))  # fmt: skip
+        result = await trim_stream_entries(api.service.engine, trim_seconds=10, ttl_seconds=600, length=100)
+        assert result.covered >= len(entries) and result.expired == 0
+        _, events = await read_stream(api, key, thread_id)
+        assert [e for e in named(events) if e["event"] in ("delta", "boundary")] == []
 
 
 async def test_reset_precedes_the_first_entry_of_a_new_attempt(api: Any) -> None:

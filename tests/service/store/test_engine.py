@@ -3,11 +3,14 @@ translation of driver failures into `StoreUnavailable` (503 `unavailable`)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+import asyncpg
 import pytest
 from sqlalchemy import select, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from candor.service.errors import StoreUnavailable
@@ -99,3 +102,23 @@ async def test_integrity_errors_are_not_translated(db: Any) -> None:
             await conn.execute(text("INSERT INTO workspaces (id, name, created_at) VALUES ('w', 'n', 1)"))
     async with write_transaction(db.engine) as conn:
         await add_workspace(conn)
+
+
+@pytest.mark.postgres
+async def test_a_connection_closed_by_the_server_is_replaced_at_checkout(postgres_url: str) -> None:
+    """§2.2: a pooled connection whose backend was terminated (a restart, an operator) is not handed to the next
+    transaction: it is replaced at checkout without a ping round trip, and the transaction succeeds."""
+    engine = create_engine(postgres_url)
+    try:
+        async with write_transaction(engine) as conn:
+            terminated_pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        admin = await asyncpg.connect(make_url(postgres_url).set(drivername="postgresql").render_as_string(False))
+        try:
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", terminated_pid)
+        finally:
+            await admin.close()
+        await asyncio.sleep(0.2)  # the connection sits idle in the pool while the server closes it
+        async with write_transaction(engine) as conn:
+            assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one() != terminated_pid
+    finally:
+        await engine.dispose()

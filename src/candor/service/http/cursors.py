@@ -17,7 +17,7 @@ from typing import Any
 from ..protocol.idempotency import canonical_json, sha256_hex
 from .errors import InvalidCursor
 
-__all__ = ("issue_cursor", "read_cursor", "keyset")
+__all__ = ("issue_cursor", "read_cursor", "keyset", "index_keyset")
 
 _VERSION = 1
 
@@ -58,4 +58,12 @@ def keyset(position: list[Any]) -> tuple[float, str]:
     match position:
         case [int() | float() as created_at, str() as item_id] if not isinstance(created_at, bool):
             return float(created_at), item_id
+    raise InvalidCursor()
+
+
+def index_keyset(position: list[Any]) -> int:
+    """A `[index]` keyset position (an entry position, a message offset) of at least 0; `InvalidCursor` otherwise."""
+    match position:
+        case [int() as index] if not isinstance(index, bool) and index >= 0:
+            return index
     raise InvalidCursor()

@@ -25,6 +25,8 @@ __all__ = (
     "PostInputBody",
     "ForkBody",
     "ResumeBody",
+    "EditEntryBody",
+    "EntryOrderBody",
     "ThreadView",
     "EntryView",
     "PendingCallView",
@@ -34,6 +36,8 @@ __all__ = (
     "AttemptView",
     "AcceptedView",
     "RunPage",
+    "EntryPage",
+    "MessagePage",
     "AttemptList",
     "ErrorBody",
     "etag",
@@ -169,6 +173,26 @@ class ResumeBody(_Body):
         if body.get("input", ...) is None:
             del body["input"]
         return body
+
+
+class EditEntryBody(_Body):
+    """`PATCH /v1/threads/{thread_id}/inbox/{entry_id}`: the fields to change; at least one. `agent` or `options`
+    set to `null` make the entry inherit them again when it starts."""
+
+    input: InputContent | None = None
+    delivery: Literal["steer", "next_run"] | None = None
+    agent: str | None = Field(None, min_length=1)
+    options: RunOptions | None = None
+
+    def changes(self) -> dict[str, Any]:
+        """The fields as the client sent them (`commands.edit_entry` tells a `null` from an absent field)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class EntryOrderBody(_Body):
+    """`PUT /v1/threads/{thread_id}/inbox/order`: every pending entry, once, in the new order."""
+
+    entry_ids: list[str]
 
 
 # --- views -------------------------------------------------------------------------------------------------------
@@ -334,6 +358,20 @@ class RunPage(BaseModel):
     """§8.1 list shape; `next_cursor` is `null` on the last page (S-98)."""
 
     items: list[RunView]
+    next_cursor: str | None
+
+
+class EntryPage(BaseModel):
+    """§8.1 list shape of inbox entries, in position order; `next_cursor` is `null` on the last page (S-98)."""
+
+    items: list[EntryView]
+    next_cursor: str | None
+
+
+class MessagePage(BaseModel):
+    """The messages a run added, as pydantic-ai message JSON (`ModelMessagesTypeAdapter`), in history order."""
+
+    items: list[dict[str, JsonValue]]
     next_cursor: str | None
 
 

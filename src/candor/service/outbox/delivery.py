@@ -13,7 +13,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 import httpx
 
@@ -22,10 +22,15 @@ from ..core import Service
 from ..metrics import OUTBOX_DELIVERIES
 from ..protocol.backoff import outbox_backoff_seconds, outbox_failure_settlement
 from ..signing_keys import decrypt_secret
+from ..protocol.children import CHILD_RESULT_DEFER_SECONDS
+from ..store.children import deliver_child_result
 from ..store.outbox import ClaimedRow, claim_rows, cleanup_checkpoint_page, settle
 from .webhooks import post_webhook, target_allowed
 
-__all__ = ("HandlerResult", "Handler", "HANDLERS", "deliver_outbox", "deliver_kind")
+__all__ = (
+    "HandlerResult", "Handler", "HANDLERS", "deliver_outbox", "deliver_kind", "handle_webhook", "handle_child_result",
+    "handle_checkpoint_cleanup",
+)
 
 log = logging.getLogger("candor.outbox")
 
@@ -86,10 +91,38 @@ async def handle_checkpoint_cleanup(row: ClaimedRow, ctx: DeliveryContext) -> Ha
     return HandlerResult(outcome="delivered")
 
 
+async def handle_child_result(row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult:
+    """§9.5, S-118: one `child_result` entry in the parent thread; archived parent ignored, full inbox deferred."""
+    service = ctx.service
+    outcome = await deliver_child_result(
+        service.engine,
+        child_run_id=str(row.payload.get("child_run_id") or row.dedupe_key),
+        parent_thread_id=row.target,
+        settings=service.settings,
+        agent_names=service.agents.names(),
+        entropy=service.entropy,
+    )
+    if outcome.started_run_id is not None:
+        service.wake_workers()
+        log.info(
+            "Run accepted",
+            extra={"run_id": outcome.started_run_id, "thread_id": row.target, "trigger": "child_result"},
+        )
+    match outcome.plan:
+        case "insert" | "duplicate" | "ignore_archived":
+            return HandlerResult(outcome="delivered")
+        case "defer_inbox_full":  # never dropped: comes back later without using up an attempt (S-112)
+            return HandlerResult(outcome="deferred", error="inbox_full", delay_seconds=CHILD_RESULT_DEFER_SECONDS)
+        case "invalid_target":
+            return HandlerResult(outcome="dead", error="invalid_target")
+        case other:
+            assert_never(other)
+
+
 HANDLERS: dict[str, Handler] = {
     "webhook": handle_webhook,
+    "child_result": handle_child_result,
     "checkpoint_cleanup": handle_checkpoint_cleanup,
-    # TODO(outbox): "child_result" (§9.5) once child runs stage their rows.
 }
 
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ..admin.rules import checked_name
 from ..errors import AlreadyBootstrapped, AlreadyExists, InvalidArgument, NotFound
 from ..protocol.authority import PERMISSIONS, AuthorityVerdict, Principal, decide_authority
 from ..runtime import Entropy
@@ -47,6 +48,9 @@ __all__ = (
     "create_principal",
     "get_principal",
     "list_principals",
+    "lock_principal",
+    "count_enabled_admins",
+    "update_principal",
     "disable_principal",
     "set_permissions",
     "authenticate",
@@ -56,7 +60,6 @@ __all__ = (
 )
 
 SECRET_PREFIX = "cnd_"
-_NAME_LIMIT = 200
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,12 +171,6 @@ def checked_permissions(permissions: Collection[str]) -> list[str]:
     return sorted(chosen)
 
 
-def _checked_name(name: str) -> str:
-    if not isinstance(name, str) or not name.strip() or len(name) > _NAME_LIMIT:
-        raise InvalidArgument(fields=[("name", "invalid")])
-    return name
-
-
 # --- workspaces --------------------------------------------------------------------------------------------------
 
 
@@ -184,7 +181,7 @@ async def get_workspace(conn: AsyncConnection, workspace_id: str) -> WorkspaceRo
 
 async def create_workspace(conn: AsyncConnection, *, name: str, entropy: Entropy) -> WorkspaceRow:
     """A new workspace; a taken name → `AlreadyExists("workspace")`."""
-    name = _checked_name(name)
+    name = checked_name(name)
     taken = await conn.scalar(select(workspaces.c.id).where(workspaces.c.name == name))
     if taken is not None:
         raise AlreadyExists("workspace")
@@ -232,10 +229,63 @@ async def get_principal(
     return None if row is None else PrincipalRow.from_mapping(row)
 
 
-async def list_principals(conn: AsyncConnection, *, workspace_id: str) -> list[PrincipalRow]:
-    query = select(principals).where(principals.c.workspace_id == workspace_id)
-    query = query.order_by(principals.c.created_at, principals.c.id)
+async def list_principals(
+    conn: AsyncConnection, *, workspace_id: str, limit: int | None = None, after: tuple[float, str] | None = None
+) -> list[PrincipalRow]:
+    """A workspace's principals, oldest first (`created_at`, then `id`); `after` is the keyset of the previous page."""
+    p = principals.c
+    query = select(principals).where(p.workspace_id == workspace_id)
+    if after is not None:
+        query = query.where(or_(p.created_at > after[0], and_(p.created_at == after[0], p.id > after[1])))
+    query = query.order_by(p.created_at, p.id)
+    if limit is not None:
+        query = query.limit(limit)
     return [PrincipalRow.from_mapping(row) for row in (await conn.execute(query)).mappings()]
+
+
+async def lock_principal(conn: AsyncConnection, *, principal_id: str, workspace_id: str) -> PrincipalRow | None:
+    """The principal of `workspace_id`, locked for the rest of the transaction (S-126: others read as unknown)."""
+    row = (await conn.execute(_principal_query(principal_id, workspace_id).with_for_update())).mappings().first()
+    return None if row is None else PrincipalRow.from_mapping(row)
+
+
+async def count_enabled_admins(conn: AsyncConnection, *, workspace_id: str) -> int:
+    """How many enabled keys of `workspace_id` hold `admin`, with those rows locked so that two admins cannot
+    concurrently take away each other's access (the last-admin rule of `candor.service.admin.keys`)."""
+    p = principals.c
+    query = select(p.id, p.permissions).where(p.workspace_id == workspace_id, p.disabled_at.is_(None))
+    rows = (await conn.execute(query.order_by(p.id).with_for_update())).all()  # one lock order: no deadlock
+    return sum(1 for row in rows if "admin" in (row.permissions or ()))
+
+
+async def update_principal(
+    conn: AsyncConnection,
+    current: PrincipalRow,
+    *,
+    permissions: Collection[str] | None = None,
+    disabled: bool | None = None,
+) -> PrincipalRow:
+    """Set a locked key's permissions and/or disabled flag; the version increments only when something changes.
+
+    Disabling keeps the first `disabled_at` (S-61); `disabled=False` enables the key again.
+    """
+    values: dict[str, Any] = {}
+    if permissions is not None and frozenset(allowed := checked_permissions(permissions)) != current.permissions:
+        values["permissions"] = allowed
+    if disabled is True and current.disabled_at is None:
+        values["disabled_at"] = db_now()
+    elif disabled is False and current.disabled_at is not None:
+        values["disabled_at"] = None
+    if values:
+        p = principals.c
+        await conn.execute(
+            update(principals)
+            .where(p.id == current.id, p.workspace_id == current.workspace_id)
+            .values(**values, version=p.version + 1)
+        )
+    row = await get_principal(conn, principal_id=current.id, workspace_id=current.workspace_id)
+    assert row is not None
+    return row
 
 
 async def create_principal(
@@ -248,7 +298,7 @@ async def create_principal(
 ) -> CreatedKey:
     """A new API key of `workspace_id`; the secret is returned once and only its hash is stored (S-130)."""
     allowed = checked_permissions(permissions)
-    name = _checked_name(name)
+    name = checked_name(name)
     if await get_workspace(conn, workspace_id) is None:
         raise NotFound("workspace", workspace_id)
     principal_id = new_id("key", entropy)

@@ -53,6 +53,7 @@ __all__ = (
     "envelope_for_state",
     "common_prefix_length",
     "new_checkpoint_id",
+    "checkpoint_writes",
     "insert_checkpoint",
     "import_history",
     "load_state",
@@ -66,6 +67,8 @@ __all__ = (
 
 _MAX_CHAIN = 1_000_000
 _RANGES_PER_QUERY = 200
+_MESSAGE_ROWS_PER_STATEMENT = 500
+"""Message rows per multi-row INSERT: 4 bind parameters each, far below the drivers' parameter limits."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -244,9 +247,11 @@ def insert_checkpoint_row(
     )
 
 
-def insert_message_rows() -> Insert:
-    """`checkpoint_messages` insert, executed with one parameter set per new message."""
-    return insert(checkpoint_messages)
+def insert_message_rows(rows: Sequence[dict[str, Any]] = ()) -> Insert:
+    """`checkpoint_messages` insert: one multi-row statement for `rows` (`checkpoint_id, index, body, digest`), or,
+    without rows, a statement to execute with one parameter set per message."""
+    statement = insert(checkpoint_messages)
+    return statement.values(list(rows)) if rows else statement
 
 
 def select_checkpoint(checkpoint_id: str) -> Select[Any]:
@@ -288,6 +293,54 @@ def select_message_ranges(ranges: Sequence[tuple[str, int, int]]) -> Select[Any]
 # --- writes ------------------------------------------------------------------------------------------------------
 
 
+def checkpoint_writes(
+    *,
+    thread_id: str,
+    run_id: str | None,
+    seq: int,
+    attempt: int | None,
+    base_id: str | None,
+    base_encoded: Sequence[EncodedMessage],
+    new_encoded: Sequence[EncodedMessage],
+    envelope: CheckpointEnvelope | EncodedEnvelope,
+    checkpoint_id: str | None = None,
+) -> tuple[list[Insert], CheckpointWritten]:
+    """The inserts of one checkpoint extending `base_id` and only its `count − kept` new message rows (S-40, S-41).
+
+    `base_encoded` is the base's history in stored form as the caller last committed or restored it (§6); it is
+    not re-read. The statements are independent of each other's effects (the message rows only reference the
+    checkpoint row), so a commit may send them together with its other writes (`engine.execute_together`).
+    """
+    if base_id is None and base_encoded:
+        raise ValueError("base_encoded must be empty when there is no base checkpoint")
+    encoded_envelope = envelope if isinstance(envelope, EncodedEnvelope) else encode_envelope(envelope)
+    checkpoint_id = checkpoint_id or new_checkpoint_id()
+    kept = common_prefix_length([m.digest for m in base_encoded], [m.digest for m in new_encoded])
+    count = len(new_encoded)
+    statements = [
+        insert_checkpoint_row(
+            checkpoint_id=checkpoint_id,
+            thread_id=thread_id,
+            run_id=run_id,
+            seq=seq,
+            attempt=attempt,
+            base_id=base_id,
+            kept=kept,
+            count=count,
+            envelope=encoded_envelope,
+        )
+    ]
+    rows = [
+        {"checkpoint_id": checkpoint_id, "index": index, "body": message.body, "digest": message.digest}
+        for index, message in enumerate(new_encoded[kept:], start=kept)
+    ]
+    for start in range(0, len(rows), _MESSAGE_ROWS_PER_STATEMENT):
+        statements.append(insert_message_rows(rows[start : start + _MESSAGE_ROWS_PER_STATEMENT]))
+    written = sum(len(row["body"]) + len(row["digest"]) for row in rows)
+    written += len(encoded_envelope.text) + len(encoded_envelope.digest)
+    return statements, CheckpointWritten(id=checkpoint_id, kept=kept, count=count, bytes_written=written)
+
+
 async def insert_checkpoint(
     conn: AsyncConnection,
     *,
@@ -301,39 +354,21 @@ async def insert_checkpoint(
     envelope: CheckpointEnvelope | EncodedEnvelope,
     checkpoint_id: str | None = None,
 ) -> CheckpointWritten:
-    """Insert one checkpoint extending `base_id` and only its `count − kept` new message rows (S-40, S-41).
-
-    `base_encoded` is the base's history in stored form as the caller last committed or restored it (§6); it is
-    not re-read. Runs inside the caller's (fenced) transaction.
-    """
-    if base_id is None and base_encoded:
-        raise ValueError("base_encoded must be empty when there is no base checkpoint")
-    encoded_envelope = envelope if isinstance(envelope, EncodedEnvelope) else encode_envelope(envelope)
-    checkpoint_id = checkpoint_id or new_checkpoint_id()
-    kept = common_prefix_length([m.digest for m in base_encoded], [m.digest for m in new_encoded])
-    count = len(new_encoded)
-    await conn.execute(
-        insert_checkpoint_row(
-            checkpoint_id=checkpoint_id,
-            thread_id=thread_id,
-            run_id=run_id,
-            seq=seq,
-            attempt=attempt,
-            base_id=base_id,
-            kept=kept,
-            count=count,
-            envelope=encoded_envelope,
-        )
+    """Execute `checkpoint_writes()` inside the caller's transaction (fenced for a run's commit)."""
+    statements, written = checkpoint_writes(
+        thread_id=thread_id,
+        run_id=run_id,
+        seq=seq,
+        attempt=attempt,
+        base_id=base_id,
+        base_encoded=base_encoded,
+        new_encoded=new_encoded,
+        envelope=envelope,
+        checkpoint_id=checkpoint_id,
     )
-    rows = [
-        {"checkpoint_id": checkpoint_id, "index": index, "body": message.body, "digest": message.digest}
-        for index, message in enumerate(new_encoded[kept:], start=kept)
-    ]
-    if rows:
-        await conn.execute(insert_message_rows(), rows)
-    written = sum(len(row["body"]) + len(row["digest"]) for row in rows)
-    written += len(encoded_envelope.text) + len(encoded_envelope.digest)
-    return CheckpointWritten(id=checkpoint_id, kept=kept, count=count, bytes_written=written)
+    for statement in statements:
+        await conn.execute(statement)
+    return written
 
 
 async def import_history(

@@ -2,7 +2,8 @@
 
 * `enqueue_once(conn, …)` inserts one row unless `(kind, dedupe_key)` exists (S-107); `stage_run_event` stages the
   webhook rows of one run or attempt transition for every matching enabled subscription (S-106), and
-  `stage_seal_rows` the `checkpoint_cleanup` row of a seal. Both run inside the transaction that makes the change.
+  `stage_seal_rows` the `checkpoint_cleanup` (and, on a child thread, `child_result`) row of a seal. Both run
+  inside the transaction that makes the change.
 * `claim_rows` leases due rows per kind (§9.2), `FOR UPDATE SKIP LOCKED` on PostgreSQL and `BEGIN IMMEDIATE` on
   SQLite; a row already at `max_attempts` becomes `dead`/`unsettled` instead (S-110).
 * `settle` is fenced by the claim token (S-111); `deferred` gives the attempt back (S-112).
@@ -22,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ..errors import Conflict, NotFound
 from ..metrics import RUNS_ACCEPTED, RUNS_SEALED
 from ..protocol.backoff import is_unsettled_at_claim
+from ..protocol.children import stages_child_result
 from ..protocol.fencing import hash_lease_token, new_lease_token
 from ..signing_keys import decrypt_secret
 from .dialect import db_now, dialect_name, insert_ignoring_conflicts
@@ -235,8 +237,11 @@ def count_accepted(conn: AsyncConnection, *, trigger: str) -> None:
 
 
 async def stage_seal_rows(conn: AsyncConnection, *, run_id: str, attempt_id: str | None) -> None:
-    """§7.10: a sealed run's `run.<status>` and `run_attempt.<status>` webhooks plus its `checkpoint_cleanup` row."""
-    query = select(runs.c.workspace_id, runs.c.status, runs.c.failure, runs.c.wait_reason).where(runs.c.id == run_id)
+    """§7.10: a sealed run's `run.<status>` and `run_attempt.<status>` webhooks, its `checkpoint_cleanup` row and,
+    on a child thread, its `child_result` row (§9.5)."""
+    query = select(
+        runs.c.workspace_id, runs.c.thread_id, runs.c.status, runs.c.failure, runs.c.wait_reason
+    ).where(runs.c.id == run_id)
     run = (await conn.execute(query)).one()
     attempt_status = None
     if attempt_id is not None:
@@ -253,6 +258,15 @@ async def stage_seal_rows(conn: AsyncConnection, *, run_id: str, attempt_id: str
         conn, kind="checkpoint_cleanup", dedupe_key=run_id, target=run_id, payload={"run_id": run_id},
         workspace_id=run.workspace_id,
     )
+    origin = (
+        await conn.execute(select(threads.c.origin, threads.c.origin_thread_id).where(threads.c.id == run.thread_id))
+    ).one()
+    if stages_child_result(thread_origin=origin.origin, status=run.status):
+        # §7.10, S-118: one `child_result` row per non-waiting seal on a child thread; target = the parent thread.
+        await enqueue_once(
+            conn, kind="child_result", dedupe_key=run_id, target=origin.origin_thread_id,
+            payload={"child_run_id": run_id}, workspace_id=run.workspace_id,
+        )
 
 
 # --- claim and settle (own transactions) -------------------------------------------------------------------------

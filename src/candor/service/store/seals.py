@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 from pydantic import JsonValue, TypeAdapter
 from pydantic_ai.usage import RunUsage
-from sqlalchemy import Select, Update, case, insert, select, update
+from sqlalchemy import Exists, Select, Update, case, exists, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .. import failpoints
@@ -28,12 +28,13 @@ from ..protocol.outcomes import CANCELLED_MESSAGE
 from ..protocol.transitions import AttemptEnd, attempt_end
 from ..runtime import Entropy
 from ..settings import ServiceSettings
-from .checkpoints import EncodedEnvelope, EncodedMessage, insert_checkpoint
+from .checkpoints import EncodedEnvelope, EncodedMessage, checkpoint_writes
 from .dialect import db_now
-from .engine import write_transaction
+from .engine import execute_together, write_transaction
 from .interrupts import RUN_ENDED_MESSAGE
 from .outbox import stage_seal_rows
 from .runs import Fenced, lock_fenced
+from .streams import NewStreamEntry, insert_stream_entries
 from .tables import LIVE_ATTEMPT_STATUSES, inbox_entries, run_attempts, runs, threads, usage_records
 from .threads import advance_thread
 
@@ -146,9 +147,14 @@ def insert_usage_record(
     )
 
 
-def update_checkpoint_pointer(*, run_id: str, checkpoint_id: str, seq: int) -> Update:
-    """§7.8 step 3."""
-    return update(runs).where(runs.c.id == run_id).values(checkpoint_id=checkpoint_id, checkpoint_seq=seq)
+def update_checkpoint_pointer(*, run_id: str, thread_id: str, checkpoint_id: str, seq: int) -> Update:
+    """§7.8 step 3; returns `pending_steer`, whether step 6 has candidates, to save the commit a round trip.
+
+    The commit holds the thread lock by then, and every inbox change moves the thread's version (S-75), so no
+    steer entry can become pending between this statement and the end of the commit.
+    """
+    moved = update(runs).where(runs.c.id == run_id).values(checkpoint_id=checkpoint_id, checkpoint_seq=seq)
+    return moved.returning(steer_pending(thread_id).label("pending_steer"))
 
 
 def consume_entries(*, run_id: str, entry_ids: Sequence[str], seq: int, now: float) -> Update:
@@ -159,6 +165,12 @@ def consume_entries(*, run_id: str, entry_ids: Sequence[str], seq: int, now: flo
         .where(e.id.in_(list(entry_ids)), e.assigned_run_id == run_id, e.status == "assigned")
         .values(status="consumed", incorporated_checkpoint_seq=seq, finished_at=now)
     )
+
+
+def steer_pending(thread_id: str) -> Exists:
+    """Whether the thread has a pending steer entry (the condition of `select_steer_candidates`)."""
+    e = inbox_entries.c
+    return exists().where(e.thread_id == thread_id, e.status == "pending", e.delivery == "steer")
 
 
 def select_steer_candidates(thread_id: str) -> Select[Any]:
@@ -274,12 +286,14 @@ async def commit_checkpoint(
     seal: SealRequest | None = None,
     delivery_count: int = 8,
     delivery_bytes: int = 256 * 1024,
+    boundary_sequence: int | None = None,
 ) -> CommitResult:
     """§7.8 steps 1–6 in one fenced transaction (S-35…S-41, S-5); nothing is visible if it rolls back (S-37).
 
     Raises `LeaseLost` when the fence fails or `runs.checkpoint_seq` is not `expected_seq` (S-38). `seal` (status
     `completed` or `waiting`) seals the run in the same transaction; otherwise compatible pending steer entries are
-    assigned to the run and returned (S-66, S-67).
+    assigned to the run and returned (S-66, S-67). `boundary_sequence` (the attempt's next stream sequence) writes
+    §7.8 step 7's `boundary` stream entry in the same transaction, so the final, sealing commit has one too.
     """
     if seal is not None and seal.status not in ("completed", "waiting"):
         raise ValueError("a checkpoint commit seals only completed or waiting runs")
@@ -289,8 +303,7 @@ async def commit_checkpoint(
         if run["checkpoint_seq"] != expected_seq:
             raise LeaseLost("checkpoint_seq_changed")
         seq = expected_seq + 1
-        written = await insert_checkpoint(
-            conn,
+        writes, written = checkpoint_writes(
             thread_id=lease.thread_id,
             run_id=lease.run_id,
             seq=seq,
@@ -300,7 +313,15 @@ async def commit_checkpoint(
             new_encoded=new_encoded,
             envelope=envelope,
         )
-        await conn.execute(update_checkpoint_pointer(run_id=lease.run_id, checkpoint_id=written.id, seq=seq))
+        if usage:
+            writes.append(
+                insert_usage_record(run_id=lease.run_id, attempt_id=lease.attempt_id, checkpoint_seq=seq, usage=usage)
+            )
+        moved = update_checkpoint_pointer(
+            run_id=lease.run_id, thread_id=lease.thread_id, checkpoint_id=written.id, seq=seq
+        )
+        # Steps 2, 3 and 5 in one round trip on PostgreSQL: these writes do not read each other's rows.
+        pending_steer = bool((await execute_together(conn, writes, moved)).scalar_one())
         consumed = list(incorporated_keys)
         if source_entry_consumed and run["source_entry_id"] is not None:
             consumed.append(run["source_entry_id"])
@@ -309,19 +330,19 @@ async def commit_checkpoint(
             statement = consume_entries(run_id=lease.run_id, entry_ids=consumed, seq=seq, now=fenced.now)
             result = await conn.execute(statement)
             inbox_changed = result.rowcount > 0
-        if usage:
-            await conn.execute(
-                insert_usage_record(run_id=lease.run_id, attempt_id=lease.attempt_id, checkpoint_seq=seq, usage=usage)
-            )
         assigned: tuple[AssignedEntry, ...] = ()
         if seal is not None:
             await seal_locked(conn, fenced, lease.attempt_id, seal)
         else:
-            assigned = await _assign_steer_batch(
-                conn, fenced, delivery_count=delivery_count, delivery_bytes=delivery_bytes
-            )
+            if pending_steer:
+                assigned = await _assign_steer_batch(
+                    conn, fenced, delivery_count=delivery_count, delivery_bytes=delivery_bytes
+                )
             if inbox_changed or assigned:
                 await conn.execute(bump_thread_version(thread_id=lease.thread_id, now=fenced.now))
+        if boundary_sequence is not None:
+            boundary = NewStreamEntry(type="boundary", sequence=boundary_sequence, checkpoint_seq=seq)
+            await insert_stream_entries(conn, fenced, lease, [boundary])
         failpoints.hit(failpoints.CHECKPOINT_BEFORE_COMMIT)
     return CommitResult(
         checkpoint_id=written.id, seq=seq, kept=written.kept, count=written.count,
@@ -381,8 +402,8 @@ async def seal_locked(
     else:
         released = "failed"
     await conn.execute(release_entries(run_id=run_id, status=released, now=now))
-    # §7.10, S-106: run.<status> and run_attempt.<status> webhooks and the `checkpoint_cleanup` row (dedupe key =
-    # run id). TODO(outbox): the `child_result` row for a child thread and a status other than waiting (§9.5).
+    # §7.10, S-106, S-118: run.<status> and run_attempt.<status> webhooks, the `checkpoint_cleanup` row and, on a
+    # child thread and a status other than waiting, the `child_result` row (dedupe key = run id for both).
     await stage_seal_rows(conn, run_id=run_id, attempt_id=attempt_id)
 
 

@@ -2,8 +2,11 @@
 
 Entries are provisional live output. The worker appends coalesced `delta` entries and one `boundary` entry per
 committed checkpoint, each batch in one transaction fenced with the attempt's lease (thread → run → attempt, S-20),
-so a worker that lost its lease writes nothing. Because the fence locks the thread row first, a thread's entries
-are inserted one transaction at a time, and their ids increase in commit order on both backends.
+so a worker that lost its lease writes nothing. The `boundary` entry is written by the checkpoint commit itself
+(`insert_stream_entries`), so it exists exactly when its checkpoint does, also for the final commit that seals the
+run (after which the lease is gone and a separate fenced append would be refused). Because the fence locks the
+thread row first, a thread's entries are inserted one transaction at a time, and their ids increase in commit
+order on both backends.
 
 Each stored payload carries `prev`, the id of the thread's entry written just before it (null for the first):
 a reader that has seen entry `n` and next receives an entry whose `prev` is not `n` knows that entries in
@@ -26,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ..protocol.fencing import Lease
 from .dialect import db_now
 from .engine import read_transaction, write_transaction
-from .runs import lock_fenced, read_now
+from .runs import Fenced, lock_fenced, read_now
 from .tables import stream_entries
 
 __all__ = (
@@ -34,6 +37,7 @@ __all__ = (
     "StreamEntry",
     "TrimResult",
     "append_stream_entries",
+    "insert_stream_entries",
     "read_stream",
     "oldest_stream_id",
     "trim_streams",
@@ -81,28 +85,37 @@ async def append_stream_entries(engine: AsyncEngine, lease: Lease, entries: Sequ
         return []
     async with write_transaction(engine) as conn:
         fenced = await lock_fenced(conn, lease)
-        prev = await _last_id(conn, lease.thread_id)
-        ids: list[int] = []
-        for entry in entries:
-            payload: dict[str, Any] = {"prev": prev}
-            if entry.type == "delta":
-                payload["event"] = entry.event
-            else:
-                payload["checkpoint_seq"] = entry.checkpoint_seq
-            new_id = (
-                await conn.execute(
-                    insert(stream_entries)
-                    .values(
-                        workspace_id=fenced.run["workspace_id"], thread_id=lease.thread_id, run_id=lease.run_id,
-                        attempt=lease.attempt_number, sequence=entry.sequence, type=entry.type, payload=payload,
-                        created_at=db_now(),
-                    )
-                    .returning(stream_entries.c.id)
+        return await insert_stream_entries(conn, fenced, lease, entries)
+
+
+async def insert_stream_entries(
+    conn: AsyncConnection, fenced: Fenced, lease: Lease, entries: Sequence[NewStreamEntry]
+) -> list[int]:
+    """Insert `entries` inside a transaction that already passed the lease's fence (`fenced`, which holds the
+    thread row lock, so ids and `prev` stay in commit order). The checkpoint commit uses it to write its
+    `boundary` entry atomically with the checkpoint (§7.8 step 7). Returns the new ids, in order."""
+    prev = await _last_id(conn, lease.thread_id)
+    ids: list[int] = []
+    for entry in entries:
+        payload: dict[str, Any] = {"prev": prev}
+        if entry.type == "delta":
+            payload["event"] = entry.event
+        else:
+            payload["checkpoint_seq"] = entry.checkpoint_seq
+        new_id = (
+            await conn.execute(
+                insert(stream_entries)
+                .values(
+                    workspace_id=fenced.run["workspace_id"], thread_id=lease.thread_id, run_id=lease.run_id,
+                    attempt=lease.attempt_number, sequence=entry.sequence, type=entry.type, payload=payload,
+                    created_at=db_now(),
                 )
-            ).scalar_one()
-            ids.append(int(new_id))
-            prev = int(new_id)
-        return ids
+                .returning(stream_entries.c.id)
+            )
+        ).scalar_one()
+        ids.append(int(new_id))
+        prev = int(new_id)
+    return ids
 
 
 async def _last_id(conn: AsyncConnection, thread_id: str) -> int | None:

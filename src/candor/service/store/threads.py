@@ -163,6 +163,7 @@ async def insert_thread(
     origin: Literal["new", "fork", "child"] = "new",
     origin_thread_id: str | None = None,
     origin_run_id: str | None = None,
+    origin_tool_call_id: str | None = None,
     base_checkpoint_id: str | None = None,
 ) -> None:
     await conn.execute(
@@ -172,6 +173,7 @@ async def insert_thread(
             origin=origin,
             origin_thread_id=origin_thread_id,
             origin_run_id=origin_run_id,
+            origin_tool_call_id=origin_tool_call_id,
             agent=agent,
             base_checkpoint_id=base_checkpoint_id,
             version=1,

@@ -25,6 +25,7 @@ from .. import failpoints
 from ..agents import AgentUnavailable
 from ..core import Service
 from ..errors import CheckpointCorrupt, LeaseLost, StoreUnavailable
+from ..metrics import ATTEMPT_DURATION, CHECKPOINT_COMMIT_BYTES, attempt_status_label
 from ..protocol.outcomes import AttemptOutcome, NoSeal, Recover, Requeue, Seal, classify_outcome
 from ..protocol.pending import PendingInvalid, build_pending, wait_reason
 from ..store.checkpoints import (
@@ -47,6 +48,7 @@ from ..store.seals import (
     record_usage,
     seal_run,
 )
+from .children import child_toolsets
 from .client_tools import CLIENT_TOOL_CONFLICT, agent_tool_names, client_tools_of, client_toolsets
 from .handle import AttemptHandle
 from .inputs import deferred_json, input_content, resume_batch, resume_input, start_state, usage_delta, usage_json
@@ -120,7 +122,9 @@ class _Attempt:
             reason = "deadline_cancelled"
             await self._record_usage_unfenced()
         finally:
-            duration_ms = int((self.service.clock.monotonic() - self.handle.started_at) * 1000)
+            duration = self.service.clock.monotonic() - self.handle.started_at
+            ATTEMPT_DURATION.labels(status=attempt_status_label(status)).observe(duration)
+            duration_ms = int(duration * 1000)
             log.info(
                 "Attempt ended",
                 extra={"run_id": self.lease.run_id, "attempt": self.lease.attempt_number, "status": status,
@@ -176,7 +180,10 @@ class _Attempt:
                 self._input(start),
                 previous_state=state,
                 tool_recovery="declared",
-                bindings=RunBindings(deferred_tools_supported=True, toolsets=client_toolsets(tools)),
+                bindings=RunBindings(
+                    deferred_tools_supported=True,
+                    toolsets=[*client_toolsets(tools), *child_toolsets(self.service, claimed)],  # §8.8, §7.13
+                ),
                 deferred_resume=self._resume_batch(start),
             )
         except HarnessError as exc:
@@ -251,9 +258,12 @@ class _Attempt:
 
     # -- stream entries (§8.7): provisional, fenced, best effort ------------------------------------------------
 
-    def _next_entry(self, **fields: Any) -> NewStreamEntry:
+    def _next_sequence(self) -> int:
         self.stream_sequence += 1
-        return NewStreamEntry(sequence=self.stream_sequence, **fields)
+        return self.stream_sequence
+
+    def _next_entry(self, **fields: Any) -> NewStreamEntry:
+        return NewStreamEntry(sequence=self._next_sequence(), **fields)
 
     async def _delta(self, event: Any) -> None:
         self.deltas.append(self._next_entry(type="delta", event=to_jsonable_python(event, fallback=str)))
@@ -307,11 +317,12 @@ class _Attempt:
             usage=usage_json(usage - self.recorded),  # §7.8 step 5: one usage record per commit
             delivery_count=self.settings.worker.delivery_count,
             delivery_bytes=self.settings.worker.delivery_bytes,
+            boundary_sequence=self._next_sequence(),  # §7.8 step 7, in the commit's transaction
         )
+        CHECKPOINT_COMMIT_BYTES.labels(boundary=event.kind).observe(result.bytes_written)
         self._committed(result.checkpoint_id, result.seq, encoded, usage)
         self.base_messages = history
         failpoints.hit(failpoints.CHECKPOINT_AFTER_COMMIT)
-        await self._append_stream([self._next_entry(type="boundary", checkpoint_seq=result.seq)])  # §7.8 step 7
         for entry in result.assigned:
             await self._steer(stream, entry.id, entry.payload)
         if event.kind == "tool":
@@ -417,7 +428,7 @@ class _Attempt:
             return "failed", "checkpoint_envelope_too_large"
         encoded = encode_history_reusing(state._history_ref(), self.base_messages, self.base_encoded)
         self._guard()
-        await commit_checkpoint(
+        committed = await commit_checkpoint(
             self.service.engine,
             self.lease,
             expected_seq=self.expected_seq,
@@ -428,7 +439,10 @@ class _Attempt:
             source_entry_consumed=self.expected_seq == 0,
             usage=usage_json(result.usage - self.recorded),
             seal=request,
+            boundary_sequence=self._next_sequence(),  # the lease ends with the seal: no later fenced append
         )
+        # §10.4 knows only model and tool boundaries; the final commit ends a model turn (its last response).
+        CHECKPOINT_COMMIT_BYTES.labels(boundary="model").observe(committed.bytes_written)
         self.recorded = result.usage
         await self._advance_thread()
         return decision.status, "sealed"

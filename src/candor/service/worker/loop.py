@@ -6,6 +6,10 @@ runs `run_attempt()` in its own task whose slot is released in a `finally` (S-19
 logged as "Attempt crashed" and the attempt is left to lease expiry. The supervisor runs beside the loop.
 `run_until_idle()` is the same loop that returns once nothing is claimable and no attempt is running (tests,
 one-shot tools). Draining is in `drain.py`.
+
+`candor_worker_slots{state}` (§10.4): `busy` counts live attempts; `free` counts the slots the loop could still
+claim into, so it is 0 while the loop is not running or no longer claiming (draining, stopped). Each loop adds its
+own share to the process-wide gauges (tests run several loops in one process), see `slot_counts()`.
 """
 
 from __future__ import annotations
@@ -18,15 +22,20 @@ from collections.abc import Awaitable
 from typing import Any
 
 from ..core import Service
-from ..metrics import ATTEMPT_QUEUE_WAIT
+from ..metrics import ATTEMPT_QUEUE_WAIT, WORKER_SLOTS
 from ..store.runs import ClaimedRun, claim_runs
 from .attempt import run_attempt
 from .handle import AttemptHandle
 from .supervisor import Supervisor
 
-__all__ = ("WorkerLoop",)
+__all__ = ("WorkerLoop", "slot_counts")
 
 log = logging.getLogger("candor.worker")
+
+
+def slot_counts(*, slots: int, busy: int, claiming: bool) -> dict[str, int]:
+    """§10.4: one loop's share of `candor_worker_slots` by state."""
+    return {"busy": busy, "free": max(slots - busy, 0) if claiming else 0}
 
 
 class WorkerLoop:
@@ -46,6 +55,10 @@ class WorkerLoop:
         self._changed = asyncio.Event()
         """Set when a slot is released or the loop is told to stop."""
         self._stopped = asyncio.Event()
+        self._running = False
+        """True while `run_forever()` / `run_until_idle()` runs: only then are free slots claimable."""
+        self._published = {"busy": 0, "free": 0}
+        """This loop's share of the `candor_worker_slots` gauges, as last added."""
 
     # -- state -----------------------------------------------------------------------------------------------------
 
@@ -59,6 +72,7 @@ class WorkerLoop:
     def stop_claiming(self) -> None:
         self.claiming = False
         self._changed.set()
+        self._publish_slots()
 
     def stop(self) -> None:
         """End `run_forever()` at its next wait; running attempts are not touched (see `drain.py`)."""
@@ -135,6 +149,7 @@ class WorkerLoop:
             started_at=self.service.clock.monotonic(),
         )
         self.handles[lease.attempt_id] = handle
+        self._publish_slots()
         handle.task = asyncio.create_task(self._run(handle), name=f"candor-attempt-{lease.attempt_id}")
 
     async def _run(self, handle: AttemptHandle) -> None:
@@ -147,6 +162,7 @@ class WorkerLoop:
             log.exception("Attempt crashed", extra={"run_id": lease.run_id, "attempt": lease.attempt_number})
         finally:  # S-19: the slot comes back whatever happened
             self.handles.pop(handle.lease.attempt_id, None)
+            self._publish_slots()
             self._changed.set()
 
     async def wait_attempts(self, timeout: float | None = None) -> set[AttemptHandle]:
@@ -163,12 +179,24 @@ class WorkerLoop:
     @contextlib.asynccontextmanager
     async def _supervised(self) -> Any:
         supervisor = asyncio.create_task(self.supervisor.run_forever(), name=f"candor-supervisor-{self.worker_id}")
+        self._running = True
+        self._publish_slots()
         try:
             yield
         finally:
+            self._running = False
+            self._publish_slots()
             supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await supervisor
+
+    def _publish_slots(self) -> None:
+        """Move this loop's share of `candor_worker_slots` to the current counts (by difference, so the shares of
+        several loops in one process add up)."""
+        counts = slot_counts(slots=self.slots, busy=self.busy, claiming=self._running and self.claiming)
+        for state, value in counts.items():
+            WORKER_SLOTS.labels(state=state).inc(value - self._published[state])
+        self._published = counts
 
     async def _wait(self, seconds: float | None, *, wakeups: bool = True) -> None:
         """Until a slot is released, the loop stops, a wake-up arrives (if `wakeups`), or `seconds` pass."""

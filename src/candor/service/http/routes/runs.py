@@ -1,15 +1,17 @@
-"""`/v1/runs`: read a run and its attempts, interrupt it, resume it, fork from it (§7.12, §8.3, §8.6)."""
+"""`/v1/runs`: read a run, its attempts and its messages, interrupt it, resume it, fork from it (§7.12, §8.3,
+§8.6)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 
 from ... import commands
+from ..cursors import index_keyset, issue_cursor, read_cursor
 from ..dependencies import IdempotencyKey
-from ..schemas import AcceptedView, AttemptList, AttemptView, EntryView, ErrorBody, ForkBody, ResumeBody, RunView
-from ..schemas import ThreadView
+from ..schemas import AcceptedView, AttemptList, AttemptView, EntryView, ErrorBody, ForkBody, MessagePage, ResumeBody
+from ..schemas import RunView, ThreadView
 from ._common import ERRORS, Reader, Runner, created_or_replayed, with_etag
 
 __all__ = ("router",)
@@ -36,6 +38,26 @@ async def list_attempts(run_id: str, caller: Reader) -> AttemptList:
     """Every attempt in number order (not paged)."""
     rows = await commands.list_attempts(caller.service, caller.principal, run_id)
     return AttemptList(items=[AttemptView.of(row) for row in rows])
+
+
+@router.get("/{run_id}/messages", summary="List the messages a run added")
+async def list_messages(
+    run_id: str,
+    caller: Reader,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+) -> MessagePage:
+    """The messages the run added to the history it started from, as pydantic-ai message JSON in history order,
+    rebuilt from its latest checkpoint; empty until its first commit."""
+    scope = {"workspace_id": caller.principal.workspace_id, "run_id": run_id}
+    offset = 0 if cursor is None else index_keyset(read_cursor(cursor, "run_messages", scope=scope, filters={}))
+    items, more = await commands.list_run_messages_page(
+        caller.service, caller.principal, run_id, limit=limit, offset=offset
+    )
+    next_cursor = None
+    if more:
+        next_cursor = issue_cursor("run_messages", scope=scope, filters={}, position=[offset + len(items)])
+    return MessagePage(items=items, next_cursor=next_cursor)
 
 
 @router.post("/{run_id}/interrupt", summary="Interrupt a run", responses=_CONFLICT)

@@ -1,0 +1,77 @@
+"""Scripted agents the service benchmarks host: no API key, no network, deterministic.
+
+Not a benchmark itself (private module, skipped by `bench.run_all`). Worker processes import the factory by its
+settings string, `CANDOR_AGENTS__<name>__FACTORY=bench._agents:factory` (the repository root is on `PYTHONPATH`).
+The run's `options` choose the script:
+
+* `{"script": "loop", "steps": N, "step_seconds": S}` – the model asks for one `step` tool call per response,
+  N times, then answers `finished N steps`; `step` sleeps S seconds (default 0) and returns 200 bytes. It counts
+  the responses already in the history, so a continuation (after a crash or a handoff) carries on where the last
+  checkpoint left off. `step` is declared retry-safe, so a continuation re-runs an interrupted call.
+* `{"script": "approval"}` – the model calls `approve_me`, which requires approval, so the run waits (§8.6); once
+  approved it answers `approved`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic_ai import Agent, Tool
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import UsageLimits
+
+from candor import Harness
+from candor.tools import recovery_retryable
+
+FACTORY = f"{__name__}:factory"
+TOOL_RESULT = "r" * 200
+APPROVAL_CALL_ID = "call_approve"
+"""The tool call id of the approval script's pending call: the key of a resume body's `approvals` map."""
+
+
+def _responses(messages: list[ModelMessage]) -> int:
+    return sum(1 for message in messages if isinstance(message, ModelResponse))
+
+
+def loop_agent(steps: int, step_seconds: float) -> Agent[None, str]:
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        done = _responses(messages)
+        if done < steps:
+            return ModelResponse(parts=[ToolCallPart("step", {"n": done}, tool_call_id=f"call_{done:06d}")])
+        return ModelResponse(parts=[TextPart(f"finished {steps} steps")])
+
+    async def step(n: int) -> str:
+        """One unit of work."""
+        if step_seconds > 0:
+            await asyncio.sleep(step_seconds)
+        return TOOL_RESULT
+
+    return Agent(FunctionModel(script, model_name="bench-loop"), tools=[recovery_retryable(Tool(step))])
+
+
+def approval_agent() -> Agent[None, str]:
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if _responses(messages) == 0:
+            return ModelResponse(parts=[ToolCallPart("approve_me", {}, tool_call_id=APPROVAL_CALL_ID)])
+        return ModelResponse(parts=[TextPart("approved")])
+
+    def approve_me() -> str:
+        """An action a human must approve."""
+        return "done"
+
+    return Agent(FunctionModel(script, model_name="bench-approval"), tools=[Tool(approve_me, requires_approval=True)])
+
+
+def factory(options: dict[str, Any]) -> Harness[Any]:
+    """`(options) -> Harness` (§3.2): a fresh harness per attempt; see the module docstring for the options."""
+    script = options.get("script", "loop")
+    if script == "loop":
+        steps = int(options.get("steps", 5))
+        # Room for every tool call plus the answer (pydantic-ai's default request_limit is 50).
+        return Harness(loop_agent(steps, float(options.get("step_seconds", 0.0))),
+                       usage_limits=UsageLimits(request_limit=steps + 10))
+    if script == "approval":
+        return Harness(approval_agent())
+    raise ValueError(f"unknown bench script {script!r}")

@@ -1,0 +1,203 @@
+"""Resume latency: `POST /v1/runs/{id}/resume` over HTTP at 1, 8 and 32 concurrent clients (issue 8, item 4).
+
+On a fresh PostgreSQL database, a `candor serve --role worker` process first brings enough scripted runs to
+`waiting` (the model calls a tool that requires approval) and is then stopped, so only the API works while the
+resumes are measured. A `candor serve --role control` process (uvicorn, service defaults) serves the API; the
+clients are httpx `AsyncClient`s in the benchmark process, one connection each (keep-alive), each sending
+`--requests` / clients resumes one after the other, each for a different waiting run, approving its pending call
+with a fresh `Idempotency-Key`. Every answer must be 201 (a new successor run). The figure is the client-side
+time of one request, from sending to the full response. `--warmup` resumes go first, untimed. Target: p99 <= 50 ms
+at 32 concurrent clients.
+
+    python -m bench.resume_latency [--clients 1,8,32] [--requests 320] [--warmup 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy import select
+
+from candor.service.store.tables import runs
+
+from . import _agents, _service, _store
+
+TARGET_P99_MS = 50.0
+TARGET_CLIENTS = 32
+QUICK_ARGS = ["--clients", "1,2", "--requests", "4", "--warmup", "1"]
+"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests)."""
+RESUME_BODY = {"approvals": {_agents.APPROVAL_CALL_ID: {"action": "approve"}}, "calls": {}}
+
+
+async def prepare_waiting(db: _service.ServiceDatabase, count: int, progress: Progress) -> list[str]:
+    """`count` runs waiting for approval, brought there by a real worker process that is stopped afterwards."""
+    task = progress.add_task("preparing waiting runs", total=count)
+    worker = db.process("worker")
+    await worker.wait_ready()
+    await _service.closed_loop(db, {"script": "approval"}, count, 4 * db.service.settings.worker.slots,
+                               prefix="waiting", on_sealed=lambda n: progress.update(task, completed=n))
+    await worker.stop()
+    async with db.service.engine.connect() as conn:
+        query = select(runs.c.id).where(runs.c.status == "waiting").order_by(runs.c.created_at)
+        waiting = [row[0] for row in (await conn.execute(query)).all()]
+    if len(waiting) != count:
+        raise RuntimeError(f"expected {count} waiting runs, found {len(waiting)}")
+    return waiting
+
+
+async def resume_all(base_url: str, secret: str, run_ids: list[str], clients: int) -> list[float]:
+    """Resume every run of `run_ids` with `clients` concurrent clients; each request's milliseconds."""
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for run_id in run_ids:
+        queue.put_nowait(run_id)
+    latencies: list[float] = []
+    headers = {"Authorization": f"Bearer {secret}"}
+
+    async def client() -> None:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits, timeout=30) as http:
+            while not queue.empty():
+                run_id = queue.get_nowait()
+                started = time.perf_counter()
+                response = await http.post(f"/v1/runs/{run_id}/resume", json=RESUME_BODY,
+                                           headers={"Idempotency-Key": f"resume-{run_id}"})
+                elapsed = (time.perf_counter() - started) * 1000
+                if response.status_code != 201:
+                    raise RuntimeError(f"resume of {run_id} answered {response.status_code}: {response.text[:500]}")
+                latencies.append(elapsed)
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return latencies
+
+
+def level_figures(clients: int, latencies: list[float], wall: float) -> dict[str, Any]:
+    return {"clients": clients, "requests": len(latencies), "p50_ms": _store.percentile(latencies, 0.5),
+            "p99_ms": _store.percentile(latencies, 0.99), "max_ms": max(latencies),
+            "requests_per_s": len(latencies) / wall}
+
+
+def verdicts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    at = next((r for r in results if r["clients"] == TARGET_CLIENTS), None)
+    if at is None:
+        return []
+    return [{"target": f"resume p99 <= {TARGET_P99_MS:.0f} ms at {TARGET_CLIENTS} concurrent clients",
+             "value": f"{at['p99_ms']:.1f} ms", "met": at["p99_ms"] <= TARGET_P99_MS}]
+
+
+async def measure(levels: list[int], requests: int, warmup: int, postgres_url: str,
+                  console: Console) -> dict[str, Any]:
+    summary: dict[str, Any] = {"bench": "resume_latency", "requests": requests, "warmup": warmup, "results": [],
+                               "skipped": {}, "verdicts": []}
+    reason = await _service.postgres_or_skip(postgres_url)
+    if reason is not None:
+        summary["skipped"]["resume_latency"] = reason
+        return summary
+    summary["postgres_version"] = await _store.postgres_version(postgres_url)
+    async with _service.service_database(postgres_url) as db:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=console) as progress:
+            waiting = await prepare_waiting(db, warmup + requests * len(levels), progress)
+            control = db.process("control")
+            await control.wait_ready()
+            if warmup:
+                await resume_all(control.base_url, db.secret, waiting[:warmup], min(warmup, max(levels)))
+            task = progress.add_task("resume requests", total=requests * len(levels))
+            offset = warmup
+            for clients in levels:
+                batch = waiting[offset:offset + requests]
+                offset += requests
+                started = time.perf_counter()
+                latencies = await resume_all(control.base_url, db.secret, batch, clients)
+                summary["results"].append(level_figures(clients, latencies, time.perf_counter() - started))
+                progress.advance(task, len(batch))
+    summary["verdicts"] = verdicts(summary["results"])
+    return summary
+
+
+def report(summary: dict[str, Any]) -> str:
+    lines = [
+        f"resume_latency: POST /v1/runs/{{id}}/resume over HTTP to `candor serve --role control` on PostgreSQL, "
+        f"{summary['requests']} timed requests per level after {summary['warmup']} warm-up requests",
+        f"  {'clients':>8}{'requests':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'requests/s':>12}",
+    ]
+    for r in summary["results"]:
+        lines.append(f"  {r['clients']:>8}{r['requests']:>10}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}"
+                     f"{r['requests_per_s']:>12.1f}")
+    for verdict in summary["verdicts"]:
+        lines.append(f"  target: {verdict['target']}: {verdict['value']} -> {'meets' if verdict['met'] else 'MISSES'}")
+    for name, reason in summary["skipped"].items():
+        lines.append(f"  {name}: SKIPPED ({reason})")
+    return "\n".join(lines)
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The figures as a Markdown table, for docs/benchmarks.md (targets are added by `bench.run_all`)."""
+    lines = ["| Concurrent clients | Requests | p50 ms | p99 ms | max ms | Requests/s |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['clients']} | {r['requests']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} | "
+              f"{r['requests_per_s']:.1f} |" for r in summary["results"]]
+    return lines
+
+
+def reading(summary: dict[str, Any]) -> list[str]:
+    """A short reading of the figures, for docs/benchmarks.md (derived from the data, so it stays true)."""
+    out: list[str] = []
+    results = summary["results"]
+    if results:
+        one, top = results[0], results[-1]
+        out.append(
+            f"One client: {one['p50_ms']:.1f} ms per resume (p50), {one['requests_per_s']:.0f} requests/s. At "
+            f"{top['clients']} clients the one API process answers {top['requests_per_s']:.0f} requests/s with p50 "
+            f"{top['p50_ms']:.1f} ms: past the point where one process is busy, extra clients only queue, so latency "
+            f"grows roughly with the number of clients ({top['clients']} x {1000 / top['requests_per_s']:.1f} ms per "
+            "request). Each resume is one write transaction (lock the thread, check the waiting run and its pending "
+            "calls, insert the successor run) plus authentication, JSON validation and the response."
+        )
+    for verdict in summary["verdicts"]:
+        if not verdict["met"]:
+            out.append(f"Missed: {verdict['target']} (measured {verdict['value']}).")
+    for name, reason in summary["skipped"].items():
+        out.append(f"{name}: not measured ({reason}); no figure is given for it.")
+    return out
+
+
+def _ints(text: str) -> list[int]:
+    values = [int(part) for part in text.split(",") if part.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.resume_latency",
+        description="Latency of POST /v1/runs/{id}/resume over HTTP on PostgreSQL at several concurrent clients.",
+    )
+    parser.add_argument("--clients", type=_ints, default=[1, 8, TARGET_CLIENTS],
+                        help="concurrent client counts (default: 1,8,32)")
+    parser.add_argument("--requests", type=int, default=320, help="timed resumes per client count (default: 320)")
+    parser.add_argument("--warmup", type=int, default=32, help="untimed resumes first (default: 32)")
+    parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
+                        help="server on which a scratch database is created and dropped "
+                             "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+    args = parser.parse_args(argv)
+    if args.requests < 1 or args.warmup < 0:
+        parser.error("--requests must be >= 1 and --warmup >= 0")
+    summary = asyncio.run(measure(args.clients, args.requests, args.warmup, args.postgres_url, Console(stderr=True)))
+    print(report(summary), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""API keys of the caller's workspace (§4.2, §4.4, §8.3 `/v1/keys`): list, create, change permissions, disable.
+
+* The secret is returned once, by `create_key`; only its hash is stored (S-130). No read returns it or its hash.
+* `update_key` takes the key's version from `If-Match` (stale → 412, S-97). A disabled key authenticates no more
+  (401, S-101) and its running runs fail `authority_revoked` at their next heartbeat (S-61, S-62).
+* A change that would leave the workspace without an enabled `admin` key is refused with 409 `conflict`, reason
+  `last_admin_key` (`rules.removes_last_admin`): an admin cannot lock the workspace out of key management,
+  not even by disabling their own key. The operator's `candor key disable` is not bound by this rule.
+* Creating a key in an archived workspace answers 422 `disabled` (S-128); changing or disabling keys stays
+  possible there, so a leaked key of an archived workspace can still be shut off (reads keep working there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from ..core import Service
+from ..errors import Conflict, NotFound, PreconditionFailed
+from ..protocol.authority import Principal
+from ..protocol.requests import require
+from ..store import auth
+from ..store.auth import CreatedKey, PrincipalRow
+from ..store.engine import read_transaction, write_transaction
+from ._access import audit, recheck_admin
+from .rules import checked_limit, removes_last_admin
+
+__all__ = ("list_keys_page", "create_key", "update_key")
+
+
+async def list_keys_page(
+    service: Service, principal: Principal, *, limit: int = 50, after: tuple[float, str] | None = None
+) -> tuple[list[PrincipalRow], bool]:
+    """The workspace's keys, oldest first, and whether more follow the page (S-98)."""
+    require(principal, "admin")
+    checked_limit(limit)
+    async with read_transaction(service.engine) as conn:
+        rows = await auth.list_principals(conn, workspace_id=principal.workspace_id, limit=limit + 1, after=after)
+    return rows[:limit], len(rows) > limit
+
+
+async def create_key(service: Service, principal: Principal, *, name: str, permissions: Collection[str]) -> CreatedKey:
+    """A new key of the caller's workspace; the secret is in the answer and nowhere else."""
+    require(principal, "admin")
+    allowed = auth.checked_permissions(permissions)
+    async with write_transaction(service.engine) as conn:
+        await recheck_admin(conn, principal, refuse_archived=True)
+        created = await auth.create_principal(
+            conn, workspace_id=principal.workspace_id, permissions=allowed, entropy=service.entropy, name=name
+        )
+    audit("Key created", principal, key_id=created.principal.id, permissions=allowed)
+    return created
+
+
+async def update_key(
+    service: Service,
+    principal: Principal,
+    key_id: str,
+    *,
+    expected_version: int,
+    permissions: Collection[str] | None = None,
+    disabled: bool | None = None,
+) -> PrincipalRow:
+    """Set a key's permissions and/or disabled flag (`disabled=False` enables it again)."""
+    require(principal, "admin")
+    wanted = None if permissions is None else auth.checked_permissions(permissions)
+    async with write_transaction(service.engine) as conn:
+        await recheck_admin(conn, principal, refuse_archived=False)
+        enabled_admins = await auth.count_enabled_admins(conn, workspace_id=principal.workspace_id)
+        current = await auth.lock_principal(conn, principal_id=key_id, workspace_id=principal.workspace_id)
+        if current is None:
+            raise NotFound("key", key_id)
+        if expected_version != current.version:
+            raise PreconditionFailed(f'"{current.id}:{current.version}"')
+        if removes_last_admin(
+            is_enabled_admin=current.disabled_at is None and "admin" in current.permissions,
+            permissions=wanted,
+            disabled=disabled,
+            enabled_admins=enabled_admins,
+        ):
+            raise Conflict("last_admin_key", kind="key", id=key_id)
+        updated = await auth.update_principal(conn, current, permissions=wanted, disabled=disabled)
+    if updated.version != current.version:
+        audit("Key updated", principal, key_id=key_id, permissions=sorted(updated.permissions),
+              disabled=updated.disabled_at is not None)  # fmt: skip
+    return updated

@@ -1,0 +1,155 @@
+"""Reads (§8.3): threads, runs, attempts, inbox entries and a run's messages, each scoped to the caller's workspace
+(an id of another workspace answers 404 like an unknown one, S-126), and the bearer-secret lookup of the HTTP layer.
+
+Paged reads return the page plus whether more items follow it, so the last page carries no cursor (S-98).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core import Service
+from ..errors import InvalidArgument, NotFound
+from ..protocol.authority import Principal
+from ..protocol.requests import require
+from ..store import auth, inbox, messages, views
+from ..store.engine import read_transaction
+from ..store.views import AttemptRow, EntryRow, RunRow, ThreadRow
+
+__all__ = (
+    "ENTRY_STATUSES",
+    "authenticate",
+    "get_thread",
+    "get_run",
+    "list_runs",
+    "list_runs_page",
+    "list_attempts",
+    "get_entry",
+    "list_entries_page",
+    "list_run_messages_page",
+)
+
+ENTRY_STATUSES = ("pending", "assigned", "consumed", "failed", "withdrawn")
+"""§5.4: the statuses an inbox list may be filtered by."""
+
+
+def _checked_limit(limit: int) -> int:
+    if not 1 <= limit <= 100:
+        raise InvalidArgument(fields=[("limit", "out_of_range")])
+    return limit
+
+
+async def _thread_in_workspace(conn: Any, principal: Principal, thread_id: str) -> ThreadRow:
+    thread = await views.get_thread(conn, workspace_id=principal.workspace_id, thread_id=thread_id)
+    if thread is None:
+        raise NotFound("thread", thread_id)
+    return thread
+
+
+async def authenticate(service: Service, secret: str) -> auth.Authenticated | None:
+    """The principal holding a bearer `secret`, or `None` for a missing, unknown or disabled key (S-101)."""
+    if not secret:
+        return None
+    async with read_transaction(service.engine) as conn:
+        return await auth.authenticate(conn, secret)
+
+
+async def get_thread(service: Service, principal: Principal, thread_id: str) -> ThreadRow:
+    require(principal, "read")
+    async with read_transaction(service.engine) as conn:
+        return await _thread_in_workspace(conn, principal, thread_id)
+
+
+async def get_run(service: Service, principal: Principal, run_id: str) -> RunRow:
+    require(principal, "read")
+    async with read_transaction(service.engine) as conn:
+        run = await views.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
+    if run is None:
+        raise NotFound("run", run_id)
+    return run
+
+
+async def list_runs_page(
+    service: Service, principal: Principal, thread_id: str, *, limit: int = 50, before: tuple[float, str] | None = None
+) -> tuple[list[RunRow], bool]:
+    """A thread's runs, newest first, plus whether more follow; `before` is the `(created_at, id)` of the last run
+    of the previous page."""
+    require(principal, "read")
+    limit = _checked_limit(limit)
+    async with read_transaction(service.engine) as conn:
+        await _thread_in_workspace(conn, principal, thread_id)
+        rows = await views.list_runs(
+            conn, workspace_id=principal.workspace_id, thread_id=thread_id, limit=limit + 1, before=before
+        )
+    return rows[:limit], len(rows) > limit
+
+
+async def list_runs(
+    service: Service, principal: Principal, thread_id: str, *, limit: int = 50, before: tuple[float, str] | None = None
+) -> list[RunRow]:
+    """One page of `list_runs_page`, without the continuation flag."""
+    rows, _ = await list_runs_page(service, principal, thread_id, limit=limit, before=before)
+    return rows
+
+
+async def list_attempts(service: Service, principal: Principal, run_id: str) -> list[AttemptRow]:
+    require(principal, "read")
+    async with read_transaction(service.engine) as conn:
+        if await views.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id) is None:
+            raise NotFound("run", run_id)
+        return await views.list_attempts(conn, workspace_id=principal.workspace_id, run_id=run_id)
+
+
+async def get_entry(service: Service, principal: Principal, thread_id: str, entry_id: str) -> EntryRow:
+    """`GET /v1/threads/{id}/inbox/{entry_id}`: an entry of that thread (any other → 404 `entry`)."""
+    require(principal, "read")
+    async with read_transaction(service.engine) as conn:
+        await _thread_in_workspace(conn, principal, thread_id)
+        entry = await views.get_entry(conn, workspace_id=principal.workspace_id, entry_id=entry_id)
+    if entry is None or entry.thread_id != thread_id:
+        raise NotFound("entry", entry_id)
+    return entry
+
+
+async def list_entries_page(
+    service: Service,
+    principal: Principal,
+    thread_id: str,
+    *,
+    status: str | None = None,
+    limit: int = 50,
+    after: int | None = None,
+) -> tuple[list[EntryRow], bool]:
+    """`GET /v1/threads/{id}/inbox`: the thread's entries in position order (optionally of one status) after the
+    position `after`, plus whether more follow."""
+    require(principal, "read")
+    limit = _checked_limit(limit)
+    if status is not None and status not in ENTRY_STATUSES:
+        raise InvalidArgument(fields=[("status", "invalid")])
+    async with read_transaction(service.engine) as conn:
+        await _thread_in_workspace(conn, principal, thread_id)
+        rows = await inbox.list_entries(
+            conn, workspace_id=principal.workspace_id, thread_id=thread_id, status=status, limit=limit + 1,
+            after=after,
+        )  # fmt: skip
+    return rows[:limit], len(rows) > limit
+
+
+async def list_run_messages_page(
+    service: Service, principal: Principal, run_id: str, *, limit: int = 50, offset: int = 0
+) -> tuple[list[Any], bool]:
+    """`GET /v1/runs/{id}/messages`: the messages the run added (pydantic-ai message JSON), rebuilt from its latest
+    checkpoint, from the `offset`-th added message on, plus whether more follow. Empty until the run commits."""
+    require(principal, "read")
+    limit = _checked_limit(limit)
+    if offset < 0:
+        raise InvalidArgument(fields=[("cursor", "out_of_range")])
+    async with read_transaction(service.engine) as conn:
+        run = await views.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
+        if run is None:
+            raise NotFound("run", run_id)
+        page = await messages.read_added_messages(
+            conn, checkpoint_id=run.checkpoint_id, start_checkpoint_id=run.start_checkpoint_id, offset=offset,
+            limit=limit,
+        )  # fmt: skip
+    return list(page.messages), page.more

@@ -1,0 +1,157 @@
+"""Run commands (§7.12, §8.3, §8.6): fork a new thread from a sealed run, resume a waiting run, interrupt a run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..core import Service
+from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, NotFound
+from ..protocol.authority import Principal
+from ..protocol.idempotency import replay_or_conflict, request_digest, resume_digest
+from ..protocol.pending import Pending, coverage_mismatch
+from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
+from ..store import auth, interrupts, threads, views
+from ..store.engine import write_transaction
+from ..store.resume import find_resume_by_key, successor_of
+from ..store.views import RunRow
+from .acceptance import Accepted, accepted, answer, checked_client_tool_names, input_run, may_write, new_message
+from .acceptance import replay, with_optional, woken
+
+__all__ = ("fork_run", "resume_run", "interrupt_run")
+
+
+async def fork_run(
+    service: Service,
+    principal: Principal,
+    run_id: str,
+    *,
+    input: Any,  # noqa: A002 - the spec's field name
+    options: Mapping[str, Any] | None = None,
+    key: str,
+) -> Accepted:
+    """`POST /v1/runs/{id}/fork`: a new thread (origin `fork`) whose first run (lineage `fork`) starts from the
+    sealed origin run's checkpoint (§6); an unsealed origin → 409 `run_accepted`/`run_running`."""
+    require(principal, "run")
+    key = checked_key(key)
+    payload, checked = checked_input(input), checked_options(options)
+    digest = request_digest("fork", run_id, with_optional({"input": payload}, options=checked))
+
+    async def attempt() -> Accepted:
+        async with write_transaction(service.engine) as conn:
+            if (found := await replay(conn, principal, key, digest)) is not None:
+                return found
+            origin = await views.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
+            if origin is None:
+                raise NotFound("run", run_id)
+            facts = await auth.read_authority(conn, principal.id)
+            may_write(facts, principal)
+            origin_thread = await threads.lock_thread(conn, thread_id=origin.thread_id, workspace_id=None)
+            origin = await interrupts.lock_run(conn, run_id=run_id)
+            assert origin_thread is not None and origin is not None
+            if origin_thread.state == "archived":
+                raise Conflict("archived", kind="thread", id=origin_thread.id)
+            if origin.status in ("accepted", "running"):
+                raise Conflict(f"run_{origin.status}", kind="run", id=run_id)
+            if origin.agent not in service.agents.names():
+                raise InvalidArgument(fields=[("agent", "not_configured")])
+            checked_client_tool_names(service, origin.agent, checked)
+            thread_id = threads.new_id("thr", service.entropy)
+            await threads.insert_thread(
+                conn, thread_id=thread_id, workspace_id=principal.workspace_id, agent=origin.agent, origin="fork",
+                origin_thread_id=origin.thread_id, origin_run_id=origin.id,
+            )  # fmt: skip
+            message = new_message(principal, facts, thread_id, payload, key=key, digest=digest, kind="fork",
+                                  options=checked)  # fmt: skip
+            entry = await threads.append_entry(conn, message, entropy=service.entropy)
+            run = input_run(
+                service, principal, facts, entry, agent=origin.agent,
+                options=dict(origin.options) if checked is None else checked, lineage="fork",
+                parent_run_id=origin.id, start_checkpoint_id=origin.checkpoint_id or origin.start_checkpoint_id,
+            )  # fmt: skip
+            await threads.start_run(conn, run, entropy=service.entropy)
+            return await accepted(conn, principal, entry, created=True)
+
+    return woken(service, await answer(attempt))
+
+
+async def resume_run(
+    service: Service, principal: Principal, run_id: str, body: Mapping[str, Any], *, key: str
+) -> tuple[RunRow, bool]:
+    """`POST /v1/runs/{id}/resume`, §8.6 in order: shape → replay → lock → archived → last waiting run →
+    coverage → `run` held → successor. Any rejection changes nothing (S-85); the waiting run stays `waiting` (S-86).
+    Returns the successor and whether this request created it (201) or replayed it (200)."""
+    require(principal, "run")
+    key = checked_key(key)
+    checked = checked_resume_body(body)
+    digest = resume_digest(run_id, checked)
+
+    async def replayed(conn: Any) -> RunRow | None:
+        found = await find_resume_by_key(conn, principal_id=principal.id, key=key)
+        if found is not None and replay_or_conflict(found.request_digest or "", digest) == "conflict":
+            raise Conflict("idempotency_key_reused", kind="run", id=found.id)  # S-82
+        return found
+
+    async def attempt() -> tuple[RunRow, bool]:
+        async with write_transaction(service.engine) as conn:
+            if (found := await replayed(conn)) is not None:
+                return found, False  # S-81
+            waiting = await views.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
+            if waiting is None:
+                raise NotFound("run", run_id)
+            thread = await threads.lock_thread(conn, thread_id=waiting.thread_id, workspace_id=None)
+            assert thread is not None
+            if (found := await replayed(conn)) is not None:  # a racing twin committed while we waited for the lock
+                return found, False
+            facts = await auth.read_authority(conn, principal.id)
+            if facts.workspace_archived:
+                raise Disabled(principal.workspace_id)
+            if thread.state == "archived":
+                raise Conflict("archived", kind="thread", id=thread.id)  # S-84
+            if thread.state != "waiting" or thread.last_run_id != run_id:
+                raise Conflict("not_idle_waiting_run", kind="run", id=run_id)  # S-77
+            pending = Pending.model_validate(waiting.pending)
+            mismatch = coverage_mismatch(pending, checked["approvals"].keys(), checked["calls"].keys())
+            if mismatch is not None:  # S-78
+                raise InvalidArgument(reason="pending_coverage_mismatch", details=mismatch.details())
+            if facts.verdict() != "allowed":
+                raise Forbidden("run")
+            successor = successor_of(
+                waiting, body=checked, resumed_by_id=principal.id, key=key, digest=digest,
+                max_attempts=service.settings.worker.max_attempts,
+            )  # fmt: skip
+            return await threads.start_run(conn, successor, entropy=service.entropy), True
+
+    run, created = await answer(attempt)
+    if created:
+        service.wake_workers()
+    return run, created
+
+
+async def interrupt_run(service: Service, principal: Principal, run_id: str) -> RunRow:
+    """`POST /v1/runs/{id}/interrupt`, §7.12: accepted → `cancelled` at once (S-58); running → cancellation
+    requested once (S-60); cancelled → unchanged; completed/waiting/failed → 409 `run_<status>` (S-59)."""
+    require(principal, "run")
+    async with write_transaction(service.engine) as conn:
+        run = await views.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
+        if run is None:
+            raise NotFound("run", run_id)
+        facts = await auth.read_authority(conn, principal.id)
+        if not facts.principal_exists or facts.principal_disabled or "run" not in facts.permissions:
+            raise Forbidden("run")
+        await threads.lock_thread(conn, thread_id=run.thread_id, workspace_id=None)
+        run = await interrupts.lock_run(conn, run_id=run_id)
+        assert run is not None
+        match run.status:
+            case "accepted":
+                failed = await interrupts.cancel_accepted_run(conn, run_id=run_id, thread_id=run.thread_id)
+                await threads.touch_thread(conn, thread_id=run.thread_id, inbox_changed=failed > 0)
+            case "running":
+                await interrupts.request_cancel(conn, run_id=run_id)
+            case "cancelled":
+                pass
+            case status:
+                raise Conflict(f"run_{status}", kind="run", id=run_id)
+        current = await views.load_run(conn, run_id=run_id)
+        assert current is not None
+        return current

@@ -1,0 +1,174 @@
+"""Request checks of the user actions (§8.1, §8.2, §8.6 step 1): shapes and sizes, no state and no I/O.
+
+Each `checked_*` returns the value in the form the commands store and digest, or raises `InvalidArgument` with the
+field and a stable reason (never the submitted value). Checks that need the configured agents live with the
+commands (`commands/acceptance.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from pydantic import ValidationError
+from pydantic_ai import ModelMessagesTypeAdapter
+
+from ..errors import Forbidden, InvalidArgument
+from .authority import Permission, Principal
+from .client_tools import ClientToolsProblem, validate_client_tools
+from .idempotency import KeyProblem, canonical_json, validate_idempotency_key
+from .pending import resume_body_to_results, resume_shape_problem
+
+__all__ = (
+    "OPTIONS_LIMIT",
+    "RESUME_BODY_LIMIT",
+    "Delivery",
+    "require",
+    "checked_key",
+    "checked_input",
+    "checked_delivery",
+    "json_size",
+    "checked_options",
+    "checked_history",
+    "checked_resume_body",
+    "EDITABLE_FIELDS",
+    "checked_entry_edit",
+    "checked_entry_order",
+)
+
+OPTIONS_LIMIT: Final = 64 * 1024
+"""§5.1: `options` is a JSON object of at most 64 KiB."""
+RESUME_BODY_LIMIT: Final = 256 * 1024
+"""§8.6 step 1, S-79."""
+
+Delivery = Literal["steer", "next_run"]
+
+
+def require(principal: Principal, permission: Permission) -> None:
+    """403 `forbidden` unless the authenticated key holds `permission` (§4.2)."""
+    if not principal.can(permission):
+        raise Forbidden(permission)
+
+
+def checked_key(key: str | None) -> str:
+    """§8.2, S-93: 1–512 visible ASCII characters."""
+    checked = validate_idempotency_key(key)
+    if isinstance(checked, KeyProblem):
+        raise InvalidArgument(fields=[("Idempotency-Key", checked.reason)])
+    return checked
+
+
+def checked_input(value: Any, field: str = "input") -> dict[str, Any]:
+    """§8.1: `{"content": [{"type": "text", "text": str}, ...]}` with at least one item."""
+    content = value.get("content") if isinstance(value, Mapping) and set(value) == {"content"} else None
+    if not isinstance(content, list) or not content:
+        raise InvalidArgument(fields=[(field, "invalid_content")])
+    for item in content:
+        if not (isinstance(item, Mapping) and set(item) == {"type", "text"} and item["type"] == "text"
+                and isinstance(item["text"], str)):  # fmt: skip
+            raise InvalidArgument(fields=[(field, "invalid_content")])
+    return {"content": [{"type": "text", "text": item["text"]} for item in content]}
+
+
+def checked_delivery(value: Any) -> Delivery:
+    """§8.3: `steer` or `next_run`."""
+    if value not in ("steer", "next_run"):
+        raise InvalidArgument(fields=[("delivery", "invalid")])
+    return value  # type: ignore[no-any-return]
+
+
+def json_size(value: Any, field: str) -> int:
+    """Bytes of the canonical JSON of `value`; 400 `not_json` for a value JSON cannot hold."""
+    try:
+        return len(canonical_json(value).encode("utf-8"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(fields=[(field, "not_json")]) from exc
+
+
+def checked_options(value: Any) -> dict[str, Any] | None:
+    """§5.1, §8.8: a JSON object of at most 64 KiB whose `client_tools`, when given, are well formed."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(fields=[("options", "not_an_object")])
+    if json_size(value, "options") > OPTIONS_LIMIT:
+        raise InvalidArgument(fields=[("options", "too_large")])
+    tools = validate_client_tools(value.get("client_tools"))  # §8.8, S-133
+    if isinstance(tools, ClientToolsProblem):
+        raise InvalidArgument(fields=[(tools.field, tools.reason)])
+    return dict(value)
+
+
+def checked_history(value: Any) -> tuple[list[Any], list[Any]] | None:
+    """`message_history` as messages plus their JSON form (for the digest); `None` when absent or empty."""
+    if value is None:
+        return None
+    try:
+        messages = ModelMessagesTypeAdapter.validate_python(value)
+    except ValidationError as exc:
+        raise InvalidArgument(fields=[("message_history", "invalid")]) from exc
+    if not messages:
+        return None
+    return messages, ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+
+
+def checked_resume_body(body: Any) -> dict[str, Any]:
+    """§8.6 step 1, S-79: both maps, no id in both, at most 128 results, at most 256 KiB, answers well formed."""
+    if not isinstance(body, Mapping) or not set(body) <= {"approvals", "calls", "input"}:
+        raise InvalidArgument(fields=[("body", "invalid")])
+    missing = [(name, "required") for name in ("approvals", "calls") if not isinstance(body.get(name), Mapping)]
+    if missing:
+        raise InvalidArgument(fields=missing)
+    if json_size(body, "body") > RESUME_BODY_LIMIT:
+        raise InvalidArgument(fields=[("body", "too_large")])
+    match resume_shape_problem(body["approvals"].keys(), body["calls"].keys()):
+        case "overlap":
+            raise InvalidArgument(fields=[("calls", "id_also_in_approvals")])
+        case "too_many":
+            raise InvalidArgument(fields=[("body", "too_many_results")])
+    for name in ("approvals", "calls"):
+        try:
+            resume_body_to_results({"approvals": {}, "calls": {}, name: body[name]})
+        except ValueError as exc:
+            raise InvalidArgument(fields=[(name, "invalid_answer")]) from exc
+    if "input" in body:
+        checked_input(body["input"])
+    return dict(body)
+
+
+EDITABLE_FIELDS: Final = ("input", "delivery", "agent", "options")
+"""§8.3 `PATCH …/inbox/{entry_id}`: the fields of a post that an edit may change."""
+
+
+def checked_entry_edit(changes: Any) -> dict[str, Any]:
+    """The changed fields of a pending entry, checked like a post's (§8.5); at least one, only `EDITABLE_FIELDS`.
+
+    `agent` and `options` may be `None`: the entry then no longer names them and inherits them when it starts.
+    Whether the agent is configured is checked by the command.
+    """
+    if not isinstance(changes, Mapping) or not changes:
+        raise InvalidArgument(fields=[("body", "no_changes")])
+    unknown = [(str(name), "unknown_field") for name in changes if name not in EDITABLE_FIELDS]
+    if unknown:
+        raise InvalidArgument(fields=unknown)
+    checked: dict[str, Any] = {}
+    if "input" in changes:
+        checked["input"] = checked_input(changes["input"])
+    if "delivery" in changes:
+        checked["delivery"] = checked_delivery(changes["delivery"])
+    if "agent" in changes:
+        agent = changes["agent"]
+        if agent is not None and (not isinstance(agent, str) or not agent):
+            raise InvalidArgument(fields=[("agent", "invalid")])
+        checked["agent"] = agent
+    if "options" in changes:
+        checked["options"] = checked_options(changes["options"])
+    return checked
+
+
+def checked_entry_order(entry_ids: Any) -> list[str]:
+    """§8.3 `PUT …/inbox/order`: `entry_ids` is a list of entry ids (whether it lists exactly the pending entries
+    is a matter of state: `protocol.inbox.order_mismatch`)."""
+    if not isinstance(entry_ids, list) or not all(isinstance(entry_id, str) for entry_id in entry_ids):
+        raise InvalidArgument(fields=[("entry_ids", "invalid")])
+    return list(entry_ids)

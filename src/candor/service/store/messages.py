@@ -1,0 +1,73 @@
+"""The messages a run added (§8.3 `GET /v1/runs/{run_id}/messages`), read page by page from its latest checkpoint.
+
+A run's added messages are the history of its latest checkpoint after the history it started from (its start
+checkpoint's `count` messages; none for a run without one). Only the message rows of the requested window are
+read: the checkpoint chain gives the row ranges (`plan_ranges`), cut to the window, and every body is checked
+against its digest (S-46, `CheckpointCorrupt` on a mismatch or a missing row). Bodies are returned as the
+pydantic-ai message JSON they store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..errors import CheckpointCorrupt
+from .checkpoints import plan_ranges, select_chain, select_message_ranges, sha256_hex
+from .tables import checkpoints
+
+__all__ = ("MessagePage", "window_ranges", "read_added_messages")
+
+_RANGES_PER_QUERY = 200
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MessagePage:
+    messages: tuple[Any, ...]
+    """pydantic-ai message JSON, in history order."""
+    more: bool
+    """Whether the run added messages after this page."""
+
+
+def window_ranges(ranges: Sequence[tuple[str, int, int]], low: int, high: int) -> list[tuple[str, int, int]]:
+    """The parts of the row ranges `(checkpoint_id, lo, hi)` that fall inside the indexes `[low, high)` (pure)."""
+    cut = [(checkpoint_id, max(lo, low), min(hi, high)) for checkpoint_id, lo, hi in ranges]
+    return [(checkpoint_id, lo, hi) for checkpoint_id, lo, hi in cut if lo < hi]
+
+
+async def _count(conn: AsyncConnection, checkpoint_id: str) -> int:
+    count = await conn.scalar(select(checkpoints.c.count).where(checkpoints.c.id == checkpoint_id))
+    if count is None:
+        raise CheckpointCorrupt(f"checkpoint {checkpoint_id} not found")
+    return int(count)
+
+
+async def read_added_messages(
+    conn: AsyncConnection, *, checkpoint_id: str | None, start_checkpoint_id: str | None, offset: int, limit: int
+) -> MessagePage:
+    """Messages `offset … offset + limit − 1` of those the checkpoint's history adds to the start checkpoint's."""
+    if checkpoint_id is None:  # the run has not committed: it added nothing yet
+        return MessagePage(messages=(), more=False)
+    start = 0 if start_checkpoint_id is None else await _count(conn, start_checkpoint_id)
+    chain = [tuple(row) for row in (await conn.execute(select_chain(checkpoint_id))).all()]
+    ranges = plan_ranges(chain)  # type: ignore[arg-type]
+    count = int(chain[0][3])  # type: ignore[arg-type]
+    low = start + offset
+    high = min(low + limit, count)
+    if low >= high:
+        return MessagePage(messages=(), more=False)
+    window = window_ranges(ranges, low, high)
+    bodies: list[str | None] = [None] * (high - low)
+    for first in range(0, len(window), _RANGES_PER_QUERY):
+        for row in await conn.execute(select_message_ranges(window[first : first + _RANGES_PER_QUERY])):
+            if sha256_hex(row.body) != row.digest:
+                raise CheckpointCorrupt(f"message {row.index} of checkpoint {row.checkpoint_id} fails its digest")
+            bodies[row.index - low] = row.body
+    if any(body is None for body in bodies):
+        raise CheckpointCorrupt(f"checkpoint {checkpoint_id} is missing message rows")
+    return MessagePage(messages=tuple(json.loads(body) for body in bodies if body is not None), more=high < count)

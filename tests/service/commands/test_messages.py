@@ -1,0 +1,105 @@
+"""A run's messages (§8.3 `GET /v1/runs/{run_id}/messages`): the messages it added to the history it started from,
+rebuilt from its latest checkpoint (§6), paged by index. S-43, S-46, S-126."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic_ai import ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from sqlalchemy import delete, insert, select
+
+from candor.service import commands
+from candor.service.errors import CheckpointCorrupt, NotFound
+from candor.service.store.engine import write_transaction
+from candor.service.store.messages import window_ranges
+from candor.service.store.tables import checkpoint_messages
+
+from .helpers import TEXT, claim_run, commit_history, make_service, new_key
+
+_T = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def _turn(n: int) -> list[ModelMessage]:
+    return [
+        ModelRequest(parts=[UserPromptPart(content=f"question {n}", timestamp=_T)]),
+        ModelResponse(parts=[TextPart(content=f"answer {n}")], timestamp=_T),
+    ]
+
+
+def _json(messages: list[ModelMessage]) -> list[Any]:
+    return ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+
+
+async def test_messages_the_run_added_from_its_latest_checkpoint(db: Any) -> None:
+    """S-43: the messages after the start checkpoint's history, from the run's latest checkpoint, in pages."""
+    service = make_service(db)
+    key = await new_key(service)
+    imported = _turn(0)
+    accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, message_history=imported, key="k")
+    run = accepted.run
+    assert run is not None and run.start_checkpoint_id is not None
+    assert await commands.list_run_messages_page(service, key, run.id) == ([], False)  # not committed yet
+    await claim_run(service, run.id)
+    first = [*imported, *_turn(1)]
+    first_id = await commit_history(service, run, first, base=(run.start_checkpoint_id, imported), seq=1)
+    latest = [*first, *_turn(2), *_turn(3)]
+    await commit_history(service, run, latest, base=(first_id, first), seq=2)
+    added = _json(latest[2:])
+    assert await commands.list_run_messages_page(service, key, run.id, limit=100) == (added, False)
+    page, more = await commands.list_run_messages_page(service, key, run.id, limit=4)
+    rest, last = await commands.list_run_messages_page(service, key, run.id, limit=4, offset=4)
+    assert (page, more, rest, last) == (added[:4], True, added[4:], False)
+    assert await commands.list_run_messages_page(service, key, run.id, offset=6) == ([], False)
+
+
+async def test_a_run_without_a_start_checkpoint_added_its_whole_history(db: Any) -> None:
+    """§6: a thread's first run without imported history starts from nothing, so every message is its own."""
+    service = make_service(db)
+    key = await new_key(service)
+    accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    await claim_run(service, accepted.run.id)
+    await commit_history(service, accepted.run, _turn(1), base=None, seq=1)
+    assert await commands.list_run_messages_page(service, key, accepted.run.id) == (_json(_turn(1)), False)
+
+
+async def test_a_tampered_message_row_is_corrupt(db: Any) -> None:
+    """S-46: a body that fails its digest, or a missing row, is never served; pages before it still are."""
+    service = make_service(db)
+    key = await new_key(service)
+    accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    await claim_run(service, accepted.run.id)
+    checkpoint_id = await commit_history(service, accepted.run, _turn(1), base=None, seq=1)
+    m = checkpoint_messages.c
+    second = (m.checkpoint_id == checkpoint_id) & (m.index == 1)
+    async with write_transaction(service.engine) as conn:  # rows are insert-only, so tamper by delete + insert
+        row = (await conn.execute(select(checkpoint_messages).where(second))).one()
+        await conn.execute(delete(checkpoint_messages).where(second))
+        await conn.execute(insert(checkpoint_messages).values(
+            checkpoint_id=checkpoint_id, index=1, body=row.body.replace("answer", "ANSWER"), digest=row.digest))
+    with pytest.raises(CheckpointCorrupt):
+        await commands.list_run_messages_page(service, key, accepted.run.id)
+    assert await commands.list_run_messages_page(service, key, accepted.run.id, limit=1) == (_json(_turn(1))[:1], True)
+    async with write_transaction(service.engine) as conn:
+        await conn.execute(delete(checkpoint_messages).where(second))
+    with pytest.raises(CheckpointCorrupt):  # a missing row
+        await commands.list_run_messages_page(service, key, accepted.run.id)
+
+
+async def test_another_workspaces_run_is_not_found(db: Any) -> None:
+    """S-126: a run of another workspace answers 404 like an unknown one."""
+    service = make_service(db)
+    key = await new_key(service)
+    accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    with pytest.raises(NotFound):
+        await commands.list_run_messages_page(service, await new_key(service), accepted.run.id)
+
+
+def test_window_ranges_cut_the_chain_ranges_to_the_page() -> None:
+    """§6: only the rows of the requested indexes are read."""
+    ranges = [("ckp_b", 4, 6), ("ckp_a", 0, 4)]
+    assert window_ranges(ranges, 3, 5) == [("ckp_b", 4, 5), ("ckp_a", 3, 4)]
+    assert window_ranges(ranges, 4, 6) == [("ckp_b", 4, 6)]
+    assert window_ranges(ranges, 6, 8) == []

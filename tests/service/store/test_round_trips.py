@@ -1,0 +1,136 @@
+"""The fenced write path in few round trips (§7.3, §7.8): a checkpoint commit is a fixed, small number of statements
+whatever the history length, and the one-statement fence still reads the clock only after its locks."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from candor.service.errors import LeaseLost
+from candor.service.protocol.fencing import Lease
+from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history, load_state
+from candor.service.store.dialect import db_now
+from candor.service.store.engine import read_transaction, write_transaction
+from candor.service.store.runs import claim_runs, lock_attempt, start_attempt
+from candor.service.store.seals import commit_checkpoint
+from candor.service.store.tables import checkpoint_messages, checkpoints, run_attempts, runs, usage_records
+
+from .rows import add_run, add_thread, add_workspace
+from .test_checkpoints import prompt, step
+
+COMMIT_STATEMENTS = {"postgresql": 2, "sqlite": 5}
+"""PostgreSQL: the fence (locks + clock), then one statement with the checkpoint row, its new message rows and the
+usage record as CTEs of the run-pointer update (which also checks for pending steer entries). SQLite, which has no
+data-modifying CTEs and runs in-process: the same writes one by one."""
+
+
+@contextmanager
+def statements(engine: AsyncEngine) -> Iterator[list[str]]:
+    """The SQL statements `engine` sends inside the block; SQLite's `BEGIN IMMEDIATE` is left out (on PostgreSQL
+    the driver sends BEGIN and COMMIT itself, so neither backend counts them)."""
+    sent: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if not statement.lstrip().upper().startswith("BEGIN"):
+            sent.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+async def _leased_run(db: Any) -> Lease:
+    async with write_transaction(db.engine) as conn:
+        workspace_id = await add_workspace(conn)
+        thread_id = await add_thread(conn, workspace_id)
+        await add_run(conn, workspace_id, thread_id)
+    [claimed] = await claim_runs(
+        db.engine, worker_id="w1", agents={"demo"}, limit=1, lease_seconds=30.0, randbytes=secrets.token_bytes
+    )
+    await start_attempt(db.engine, claimed.lease, harness_run_id="run_" + "0" * 32)
+    return claimed.lease
+
+
+@pytest.mark.parametrize("steps_before", [1, 40])
+async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: int) -> None:
+    """S-37, S-41, S-20: an incremental checkpoint commit with a usage record sends exactly `COMMIT_STATEMENTS`
+    statements (plus BEGIN and COMMIT), at a short and at a long history alike, and writes what it always wrote. A
+    regression in round trips per durable step fails here."""
+    lease = await _leased_run(db)
+    envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
+    history = [prompt("go")]
+    for number in range(1, steps_before + 1):
+        history += step(number)
+    base = encode_history(history)
+    first = await commit_checkpoint(
+        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=base, envelope=envelope,
+        source_entry_consumed=True, usage={"requests": 1},
+    )
+    grown = [*base, *encode_history(step(steps_before + 1))]
+    with statements(db.engine) as sent:
+        second = await commit_checkpoint(
+            db.engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=base, new_encoded=grown,
+            envelope=envelope, usage={"requests": 1},
+        )
+    assert len(sent) == COMMIT_STATEMENTS[db.kind], sent
+    assert (second.kept, second.count) == (len(base), len(grown))
+    async with read_transaction(db.engine) as conn:
+        pointer = select(runs.c.checkpoint_id, runs.c.checkpoint_seq).where(runs.c.id == lease.run_id)
+        assert tuple((await conn.execute(pointer)).one()) == (second.checkpoint_id, 2)
+        rows = select(func.count()).where(checkpoint_messages.c.checkpoint_id == second.checkpoint_id)
+        assert (await conn.execute(rows)).scalar_one() == 2
+        usage = select(usage_records.c.checkpoint_seq).where(usage_records.c.run_id == lease.run_id)
+        assert sorted((await conn.execute(usage)).scalars()) == [1, 2]
+        assert (await load_state(conn, second.checkpoint_id)).encoded == grown
+
+
+async def test_the_fence_reads_the_clock_after_waiting_for_its_locks(db: Any) -> None:
+    """S-20, §7.3: the fence locks thread → run → attempt and only then reads "now". A commit that waited for the
+    attempt's row lock past the lease's expiry raises `LeaseLost` and writes nothing, although the lease was
+    still valid when the commit started."""
+    lease = await _leased_run(db)
+    async with write_transaction(db.engine) as conn:  # moving an expiry earlier is allowed (S-9)
+        await conn.execute(
+            update(run_attempts).where(run_attempts.c.id == lease.attempt_id).values(lease_expires_at=db_now() + 0.3)
+        )
+    envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
+    async with write_transaction(db.engine) as holder:  # SQLite: the writer lock; PostgreSQL: the attempt row
+        await holder.execute(lock_attempt(lease.attempt_id))
+        commit = asyncio.ensure_future(
+            commit_checkpoint(
+                db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=(), envelope=envelope,
+            )
+        )
+        await asyncio.sleep(0.6)
+        assert not commit.done()
+    with pytest.raises(LeaseLost):
+        await commit
+    async with read_transaction(db.engine) as conn:
+        assert (await conn.execute(select(runs.c.checkpoint_seq).where(runs.c.id == lease.run_id))).scalar_one() == 0
+        assert (await conn.execute(select(func.count()).select_from(checkpoints))).scalar_one() == 0
+
+
+async def test_a_long_first_commit_is_written_in_bounded_statements(db: Any) -> None:
+    """S-41, S-43: a first commit of a long history (more message rows than one multi-row INSERT takes) stores
+    every message once and rebuilds exactly."""
+    lease = await _leased_run(db)
+    history = [prompt("go")]
+    for number in range(1, 601):
+        history += step(number)
+    encoded = encode_history(history)
+    committed = await commit_checkpoint(
+        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encoded,
+        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)), usage={"requests": 1},
+    )
+    assert (committed.kept, committed.count) == (0, 1201)
+    async with read_transaction(db.engine) as conn:
+        assert (await load_state(conn, committed.checkpoint_id)).encoded == encoded

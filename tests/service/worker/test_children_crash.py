@@ -1,0 +1,94 @@
+"""A worker process dies after a child spawn committed but before the parent's next checkpoint (§7.13, H-52).
+
+The first worker is this module run as a script (`python test_children_crash.py DATABASE_URL WORKER_ID`) with
+`CANDOR_FAILPOINTS=checkpoint_before_commit@3`: it commits the parent's model boundary (1) and the tool boundary
+holding the `start_child_run` call (2), runs the tool (the fenced spawn commits), and dies inside the commit of the
+tool's return (3). After its lease expires the recovering attempt replays the retry-safe call, which must return
+the child the first execution created instead of starting a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+if __name__ == "__main__":  # the crashing worker process: make `worker.*` importable like pytest does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sqlalchemy import select  # noqa: E402
+
+from candor.service.control.sweeps import expire_leases  # noqa: E402
+from candor.service.core import Service  # noqa: E402
+from candor.service.failpoints import EXIT_CODE  # noqa: E402
+from candor.service.store.tables import runs, threads  # noqa: E402
+from candor.service.worker import WorkerLoop  # noqa: E402
+
+from worker import support  # noqa: E402
+from worker.support import add_thread_run, attempt_rows, run_row  # noqa: E402
+from worker.test_children import make_registry, make_service  # noqa: E402
+
+pytestmark = [pytest.mark.crash, pytest.mark.postgres]
+
+
+@pytest.mark.parametrize("db_kind", ["postgresql"], indirect=True)
+async def test_replayed_spawn_after_a_crash_returns_the_same_child(db, tenant) -> None:
+    """§7.13, H-52: the spawn is idempotent per (parent run, tool call id) and declared retry-safe, so recovery
+    replays it (`tool_recovery="declared"`) and gets the first child back; exactly one child exists."""
+    async with db.engine.begin() as conn:
+        parent = await add_thread_run(conn, tenant, agent="parent", script="spawn")
+    env = dict(os.environ, CANDOR_FAILPOINTS="checkpoint_before_commit@3")
+    env.pop("PYTHONSTARTUP", None)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, db.url, "worker-first", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == EXIT_CODE, stderr.decode()[-3000:]
+    assert "failpoint checkpoint_before_commit fired" in stderr.decode()
+
+    # The spawn committed; the checkpoint holding the tool's return did not.
+    run = await run_row(db.engine, parent.run_id)
+    assert (run["status"], run["checkpoint_seq"]) == ("running", 2)
+    async with db.engine.connect() as conn:
+        (first_child,) = (await conn.execute(select(threads).where(threads.c.origin_run_id == parent.run_id))).all()
+        (child_run_id,) = (await conn.execute(select(runs.c.id).where(runs.c.thread_id == first_child.id))).scalars()
+
+    expiring = make_service(db, lease_seconds=3)
+
+    async def expired() -> bool:
+        return await expire_leases(expiring) == 1
+
+    await support.wait_for(expired, timeout=10, interval=0.2)
+    await support.make_due(db.engine, parent.run_id)
+    await WorkerLoop(make_service(db), worker_id="worker-second").run_until_idle(timeout=30)
+
+    run = await run_row(db.engine, parent.run_id)
+    assert (run["status"], run["output"], run["attempts"]) == ("completed", f"ok {child_run_id}", 2)
+    attempts = await attempt_rows(db.engine, parent.run_id)
+    assert [(a["status"], a["start_reason"]) for a in attempts] == [("failed", "initial"), ("succeeded", "recovery")]
+    async with db.engine.connect() as conn:
+        children = (await conn.execute(select(threads.c.id).where(threads.c.origin_run_id == parent.run_id))).all()
+        child = (await conn.execute(select(runs.c.status).where(runs.c.id == child_run_id))).scalar_one()
+    assert [row.id for row in children] == [first_child.id]
+    assert child == "completed"
+
+
+async def _crashing_worker(url: str, worker_id: str) -> None:
+    service = await Service.open(support.make_settings(url, lease_seconds=3), agents=make_registry())
+    try:
+        await WorkerLoop(service, worker_id=worker_id, slots=1).run_forever()
+    finally:
+        await service.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(_crashing_worker(sys.argv[1], sys.argv[2]))
