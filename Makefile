@@ -22,6 +22,9 @@ test: $(STAMP)
 
 # Benchmarks (docs/benchmarks.md). The peers they compare against (LangGraph and its checkpointers) live in their own
 # venv, bench/.venv-peers, never in candor's; if it cannot be built, the LangGraph figures are reported as skipped.
+# The service benchmarks start real `candor serve` processes on scratch PostgreSQL databases
+# ($CANDOR_BENCH_POSTGRES_URL, default postgresql://postgres@127.0.0.1:5432/test); without PostgreSQL they are
+# reported as skipped. BENCH_ARGS passes options to bench.run_all, e.g. BENCH_ARGS="--only failover_latency".
 PEERS_VENV := bench/.venv-peers
 PEERS_STAMP := $(PEERS_VENV)/.installed
 
@@ -34,7 +37,7 @@ bench-peers: $(PEERS_STAMP)
 
 bench: $(STAMP)
 	@$(MAKE) --no-print-directory bench-peers || echo "bench-peers failed: the LangGraph side will be reported as skipped"
-	$(PY) -m bench.run_all
+	$(PY) -m bench.run_all $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info

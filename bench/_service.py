@@ -184,6 +184,19 @@ def read_memory_kib(status: str) -> dict[str, int]:
     return found
 
 
+def machine_cpu_times() -> tuple[int, int]:
+    """`(busy, total)` jiffies of all CPUs since boot, from the first line of `/proc/stat` (idle + iowait are idle)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_fraction(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the machine's CPU time that was busy between two `machine_cpu_times()` readings."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
+
+
 @dataclass
 class ServiceDatabase:
     """A migrated, bootstrapped scratch database; `service` is an in-process `Service` for submitting and reading."""
@@ -220,14 +233,6 @@ class ServiceDatabase:
         async with self.service.engine.connect() as conn:
             query = select(func.count()).select_from(runs).where(runs.c.status.in_(statuses))
             return int((await conn.execute(query)).scalar_one())
-
-    async def wait_runs(self, statuses: tuple[str, ...], count: int, *, timeout: float) -> None:
-        """Until at least `count` runs have one of `statuses`; raises `TimeoutError` naming the counts seen."""
-        deadline = time.monotonic() + timeout
-        while (seen := await self.count_runs(*statuses)) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{seen} of {count} runs reached {'/'.join(statuses)} in {timeout:.0f} s")
-            await asyncio.sleep(0.05)
 
 
 async def closed_loop(db: ServiceDatabase, options: Mapping[str, Any], count: int, in_flight: int, *, prefix: str,

@@ -363,9 +363,11 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"{lg['steps_per_s']:.1f} ({side['steps_per_s'] / lg['steps_per_s']:.3f}x). LangGraph makes "
             f"{lg['writes_per_run']} checkpoint puts per run at {lg['median_ms'] / lg['writes_per_run']:.2f} ms of "
             f"run time each; candor spends {side['median_ms'] / side['writes_per_run']:.2f} ms of run time per "
-            f"commit, of which {side['commit_ms']:.2f} ms inside `commit_checkpoint` (a fenced transaction: locks "
-            "thread, run and attempt, reads the database clock, inserts checkpoint, message and usage rows, moves "
-            "the run's pointer, looks for steering input; a LangGraph put upserts the checkpoint and its blobs) and "
+            f"commit, of which {side['commit_ms']:.2f} ms inside `commit_checkpoint` (a fenced transaction: one "
+            "statement locks thread, run and attempt and then reads the database clock; on PostgreSQL one more "
+            "inserts checkpoint, message and usage rows, moves the run's pointer and looks for steering input, on "
+            "SQLite one statement each; then a synchronous COMMIT. A LangGraph put upserts the checkpoint and its "
+            "blobs) and "
             f"{side['prepare_ms']:.2f} ms exporting the state and encoding the whole history for it."
         )
         out.append(

@@ -128,10 +128,12 @@ def reading(summary: dict[str, Any]) -> list[str]:
         f"The loop itself takes {summary['bare_median_ms'] / summary['steps']:.2f} ms per step without a real model, "
         "so a fixed per-step cost shows as a large ratio here; against model calls of hundreds of milliseconds "
         "the same cost would be a far smaller fraction.",
-        "Where the cost goes (profiled once with cProfile on 2026-12-02, 30 runs of 20 steps: 4.75 s against "
-        "3.98 s bare): about a third is the deep copy of every new message into the run's own history, which "
-        "keeps exported states immutable; the rest is the per-node task and event hand-over that makes boundaries "
-        "wait for the consumer (H-36) and candor's own capability hooks on every tool call.",
+        "Where the cost goes (profiled with cProfile on 2026-12-02): every new message is still copied into the "
+        "run's own history, which keeps exported states immutable (H-6, H-11), but by a copier specialised to "
+        "message dataclasses and JSON (`candor.harness._detach`, several times faster than `copy.deepcopy`), and a "
+        "model boundary no longer copies its pending request twice; the rest is the per-node task and event "
+        "hand-over that makes boundaries wait for the consumer (H-36) and candor's own capability hooks on every "
+        "tool call.",
     ]
 
 

@@ -58,7 +58,8 @@ async def stage(db: _service.ServiceDatabase, rows: int, target: str) -> None:
         async with db.service.engine.begin() as conn:
             for n in range(start, min(rows, start + STAGE_BATCH)):
                 await enqueue_once(conn, kind="webhook", dedupe_key=f"bench-{n}", target=target,
-                                   payload=event_payload(n, created_at), workspace_id=workspace_id, signing_secret=secret)
+                                   payload=event_payload(n, created_at), workspace_id=workspace_id,
+                                   signing_secret=secret)
 
 
 async def status_counts(db: _service.ServiceDatabase) -> dict[str, int]:
@@ -180,7 +181,8 @@ def table(summary: dict[str, Any]) -> list[str]:
         f"| **Deliveries/s** | **{summary['deliveries_per_s']:,.0f}** ({summary['seconds']:.2f} s) |",
         f"| Passes | {summary['passes']}, {summary['rows_per_pass_mean']:.0f} rows and "
         f"{summary['pass_seconds_mean'] * 1000:.0f} ms each (mean) |",
-        f"| Receiver | {summary['receiver']['deliveries']} deliveries, {summary['receiver']['duplicates']} duplicates |",
+        f"| Receiver | {summary['receiver']['deliveries']} deliveries, "
+        f"{summary['receiver']['duplicates']} duplicates |",
     ]
 
 

@@ -9,7 +9,7 @@ with a fresh `Idempotency-Key`. Every answer must be 201 (a new successor run). 
 time of one request, from sending to the full response. `--warmup` resumes go first, untimed. Target: p99 <= 50 ms
 at 32 concurrent clients.
 
-    python -m bench.resume_latency [--clients 1,8,32] [--requests 320] [--warmup 32]
+    python -m bench.resume_latency [--clients 1,8,32] [--requests 160] [--warmup 16]
 """
 
 from __future__ import annotations
@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--clients", type=_ints, default=[1, 8, TARGET_CLIENTS],
                         help="concurrent client counts (default: 1,8,32)")
-    parser.add_argument("--requests", type=int, default=320, help="timed resumes per client count (default: 320)")
-    parser.add_argument("--warmup", type=int, default=32, help="untimed resumes first (default: 32)")
+    parser.add_argument("--requests", type=int, default=160, help="timed resumes per client count (default: 160)")
+    parser.add_argument("--warmup", type=int, default=16, help="untimed resumes first (default: 16)")
     parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
                         help="server on which a scratch database is created and dropped "
                              "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")

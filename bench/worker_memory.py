@@ -3,11 +3,11 @@ item 6).
 
 On a fresh PostgreSQL database, one `candor serve --role control` process and one `candor serve --role worker`
 process with `worker.slots` = 4. The benchmark submits `--runs` scripted runs of `--steps` instant tool calls
-(each result 200 bytes, so an 80-step history holds 161 messages) closed loop, at most 2 unsealed runs per slot,
+(each result 200 bytes, so an 80-step history holds over 160 messages) closed loop, at most 2 unsealed runs per slot,
 and reads the worker's `/proc/<pid>/status` every half second: `VmRSS` (resident now) and `VmHWM` (peak resident
 since the process started). Figures: `VmHWM` after the last run (whole process lifetime, startup included), and
-`VmRSS` once the first half of the runs has sealed (submitting pauses there) and once all have. Targets: peak <= 250 MB, and RSS after the
-second half within 10% of RSS after the first half (no growth with the number of runs served).
+`VmRSS` once the first half of the runs has sealed (submitting pauses there) and once all have. Targets: peak
+<= 250 MB, and RSS after the second half within 10% of RSS after the first half (no growth with the runs served).
 
     python -m bench.worker_memory [--runs 200] [--steps 80] [--slots 4]
 """
@@ -102,7 +102,8 @@ def report(summary: dict[str, Any]) -> str:
         lines += [
             f"  completed runs: {summary['completed']}/{summary['runs']} in {summary['seconds']:.1f} s",
             f"  RSS when ready: {mib(summary['rss_ready_kib']):.1f} MB; after {summary['runs'] // 2} runs: "
-            f"{mib(summary['rss_half_kib']):.1f} MB; after {summary['runs']} runs: {mib(summary['rss_end_kib']):.1f} MB",
+            f"{mib(summary['rss_half_kib']):.1f} MB; after {summary['runs']} runs: "
+            f"{mib(summary['rss_end_kib']):.1f} MB",
             f"  peak RSS (VmHWM): {mib(summary['peak_kib']):.1f} MB",
         ]
     for verdict in summary["verdicts"]:
@@ -137,7 +138,9 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"uvicorn); serving {summary['slots']} runs of {summary['steps']} steps at a time it peaks at "
             f"{mib(summary['peak_kib']):.0f} MB, and its resident set after {summary['runs']} runs is "
             f"{mib(summary['rss_end_kib']):.1f} MB against {mib(summary['rss_half_kib']):.1f} MB after "
-            f"{summary['runs'] // 2}: each attempt's harness, history and encoded messages are released when it ends."
+            f"{summary['runs'] // 2}"
+            + (": each attempt's harness, history and encoded messages are released when it ends."
+               if summary["verdicts"][1]["met"] else ": it keeps growing with the runs served, a leak to find.")
         )
     for verdict in summary["verdicts"]:
         if not verdict["met"]:

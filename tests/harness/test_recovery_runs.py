@@ -848,21 +848,7 @@ async def test_approval_gated_replay_when_the_run_cannot_suspend(mode: str) -> N
         assert result.status == "failed" and result.failure.code == "deferred_tools_unsupported"
 
 
-@pytest.mark.parametrize(
-    "with_function_call",
-    [
-        False,
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                reason="BUG (spec §2): an output-tool call next to an open function call in the restored last "
-                "response is dropped at the recovery start; only a response holding output calls alone is "
-                "handed to pydantic-ai natively",
-                strict=True,
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("with_function_call", [False, True])
 async def test_restored_output_tool_call_is_processed_natively(with_function_call: bool) -> None:
     """§2, H-41, H-46: output-tool calls are never recovered; pydantic-ai processes them natively."""
     from pydantic import BaseModel

@@ -850,13 +850,6 @@ async def test_no_deferral_policy_never_suspends_from_recovery() -> None:
         assert part.outcome == "denied"
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: under deferred_tools_supported=False a deferral raised by an approved call on resume is closed with "
-        "ToolReturnPart(content=ToolDenied(...), outcome='success') instead of an outcome='denied' return"
-    ),
-    strict=True,
-)
 async def test_no_deferral_policy_denies_a_deferral_raised_after_approval() -> None:
     """H-84: a deferral raised during the run — here by a call approved in a fresh batch — is closed as denied."""
     script = ScriptedModel(tool_calls(("c1", "later", {})), text("done"))
@@ -877,6 +870,101 @@ async def test_no_deferral_policy_denies_a_deferral_raised_after_approval() -> N
     [part] = returns(result.state.message_history, "c1")
     assert part.outcome == "denied"
     assert isinstance(part.content, str)
+
+
+@pytest.mark.parametrize(
+    "deferral",
+    [CallDeferred, lambda: CallDeferred(kind="question"), ApprovalRequired],
+    ids=["outside_call", "question", "approval"],
+)
+async def test_no_deferral_policy_denies_a_deferral_a_tool_raises(deferral: Callable[[], Exception]) -> None:
+    """H-84: a deferral a function tool raises during a normal run — an outside call, a question or an approval
+    request — is closed inside the run as a denied return whose content is the message, and the run goes on."""
+    script = ScriptedModel(tool_calls(("c1", "later", {})), text("done"))
+    agent: Agent[None, str] = Agent(FunctionModel(script))
+    ran: list[bool] = []
+
+    @agent.tool
+    def later(ctx: RunContext[None]) -> str:
+        ran.append(ctx.tool_call_approved)
+        raise deferral()
+
+    result = await Harness(agent).run("hi", bindings=RunBindings(deferred_tools_supported=False))
+
+    assert result.status == "completed" and result.output == "done"
+    assert ran == [False]
+    [part] = returns(result.state.message_history, "c1")
+    assert part.outcome == "denied"
+    assert isinstance(part.content, str) and part.content
+    assert script.seen[-1][-1].parts == [part]
+
+
+@pytest.mark.parametrize("kind", ["external", "question"])
+async def test_no_deferral_policy_for_a_deferral_raised_by_an_args_validator(kind: str) -> None:
+    """H-84: an args validator's question is closed as denied; its outside-call deferral cannot be denied in-run
+    (pydantic-ai would record any answer to it as a success), so it ends the run failed with a state."""
+    script = ScriptedModel(tool_calls(("c1", "checked", {})), text("done"))
+    ran: list[str] = []
+
+    def deferring_validator(ctx: RunContext[None]) -> None:
+        raise CallDeferred(kind=kind)  # type: ignore[arg-type]
+
+    def checked() -> str:
+        ran.append("checked")
+        return "ran"
+
+    agent: Agent[None, str] = Agent(FunctionModel(script), tools=[Tool(checked, args_validator=deferring_validator)])
+
+    result = await Harness(agent).run("hi", bindings=RunBindings(deferred_tools_supported=False))
+
+    assert ran == []
+    [part] = returns(result.state.message_history, "c1")
+    assert part.outcome != "success"
+    if kind == "question":
+        assert result.status == "completed" and part.outcome == "denied" and isinstance(part.content, str)
+    else:
+        assert result.status == "failed" and result.failure.code == "deferred_tools_unsupported"
+
+
+async def test_no_deferral_policy_denies_an_approval_asked_again_after_approval() -> None:
+    """H-84, H-55: a call approved in a fresh batch that asks for approval again is closed as denied, not suspended."""
+    script = ScriptedModel(tool_calls(("c1", "again", {})), text("done"))
+    agent: Agent[None, str] = Agent(FunctionModel(script))
+    approvals: list[bool] = []
+
+    @agent.tool(requires_approval=True)
+    def again(ctx: RunContext[None]) -> str:
+        approvals.append(ctx.tool_call_approved)
+        raise ApprovalRequired()
+
+    first = await Harness(agent).run("hi")
+    batch = DeferredToolResume(first.deferred, DeferredToolResults(approvals={"c1": True}))
+
+    result = await Harness(agent).run(
+        previous_state=first.state, deferred_resume=batch, bindings=RunBindings(deferred_tools_supported=False)
+    )
+
+    assert result.status == "completed" and result.output == "done"
+    assert approvals == [True]
+    [part] = returns(result.state.message_history, "c1")
+    assert part.outcome == "denied" and isinstance(part.content, str)
+
+
+async def test_deferrals_still_suspend_when_the_run_can_suspend() -> None:
+    """H-63, H-84: the denial applies only under deferred_tools_supported=False; otherwise a raised deferral
+    suspends the run with the call listed."""
+    script = ScriptedModel(tool_calls(("c1", "later", {})), text("done"))
+    agent: Agent[None, str] = Agent(FunctionModel(script))
+
+    @agent.tool_plain
+    def later() -> str:
+        raise CallDeferred()
+
+    result = await Harness(agent).run("hi")
+
+    assert result.status == "suspended"
+    assert [c.tool_call_id for c in result.deferred.calls] == ["c1"]
+    assert returns(result.state.message_history, "c1") == []
 
 
 # ----------------------------------------------------------------------------------------------- H-85, H-86

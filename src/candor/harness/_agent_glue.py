@@ -11,11 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_ai import CallDeferred, DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai import ApprovalRequired, CallDeferred, DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelAPIError, ModelConnectionError, ModelHTTPError, ModelRequestTimeout
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    SystemPromptPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.run import AgentRun
 from pydantic_ai.tools import RunContext, ToolDefinition
@@ -146,8 +154,13 @@ class HarnessCapability(AbstractCapability[Any]):
     async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition, args: Any, handler: Any) -> Any:
         try:
             return await handler(args)
-        except CallDeferred as deferral:
-            if tool_def.kind in ("function", "unapproved"):
+        except (CallDeferred, ApprovalRequired) as deferral:
+            if not self.deferred_tools_supported:
+                # H-84: a deferral the tool raises is closed right here; pydantic-ai records a `ToolDenied`
+                # result as an `outcome="denied"` return. Left to `handle_deferred_tool_calls`, a
+                # `CallDeferred` could only get a `calls` answer, which pydantic-ai records as a success.
+                return ToolDenied(DENIED_UNSUPPORTED_MESSAGE)
+            if isinstance(deferral, CallDeferred) and tool_def.kind in ("function", "unapproved"):
                 # Spec §5: deferrals of local function tools carry the tool's identity for H-74.
                 metadata = dict(deferral.metadata or {})
                 metadata.setdefault(DEFERRED_FUNCTION_ID_METADATA_KEY, function_id(tool_def))
@@ -159,10 +172,18 @@ class HarnessCapability(AbstractCapability[Any]):
     ) -> DeferredToolResults | None:
         if self.deferred_tools_supported:
             return None
-        # H-84: every deferral is closed inside the run as denied.
+        # H-84: the deferrals no tool execution raised (approval-gated tools, an args validator's deferral) are
+        # closed inside the run as denied; those a tool raises never get here (`wrap_tool_execute`).
         return DeferredToolResults(
             approvals={call.tool_call_id: ToolDenied(DENIED_UNSUPPORTED_MESSAGE) for call in requests.approvals},
-            calls={call.tool_call_id: ToolDenied(DENIED_UNSUPPORTED_MESSAGE) for call in requests.calls},
+            calls={
+                call.tool_call_id: ToolDenied(DENIED_UNSUPPORTED_MESSAGE)
+                for call in requests.calls
+                # pydantic-ai passes a question's answer through the tool's result hooks, which turns a
+                # `ToolDenied` into a denied return; an outside call's answer would be recorded as a success,
+                # so that deferral is left to end the step (`deferred_tools_unsupported`).
+                if requests.kind(call.tool_call_id) == "question"
+            },
         )
 
 
@@ -212,6 +233,29 @@ async def restore_resumed_request(run: AgentRun[Any, Any], node: Any) -> None:
 def is_provider_continuation(node: Any) -> bool:
     """A request node that continues a provider-suspended response sends nothing new (H-59)."""
     return getattr(node, "_resume_suspended", None) is not None
+
+
+def replace_final_request(run: AgentRun[Any, Any], parts: list[ModelRequestPart]) -> None:
+    """Make `parts` the request that closes a run whose tool step just gave the final result.
+
+    pydantic-ai 2.68 appends the step's tool returns as the last message and ends the run; the harness adds
+    the results it made itself (H-44: one request, in call order), keeping pydantic-ai's request metadata.
+    """
+    messages = run.ctx.state.message_history
+    if run.new_messages() and isinstance(messages[-1], ModelRequest):
+        messages[-1] = dataclasses.replace(messages[-1], parts=list(parts))
+    else:
+        state = run.ctx.state
+        messages.append(ModelRequest(parts=list(parts), run_id=state.run_id, conversation_id=state.conversation_id))
+
+
+def skipped_after_final_result(call: ToolCallPart) -> ToolReturnPart:
+    """The return pydantic-ai records for a call it does not run because the response's final result won."""
+    from pydantic_ai._tool_execution import _TOOL_SKIPPED_FINAL_ALREADY_PROCESSED  # internal: pinned 2.68.0
+
+    return ToolReturnPart(
+        tool_name=call.tool_name, tool_call_id=call.tool_call_id, content=_TOOL_SKIPPED_FINAL_ALREADY_PROCESSED
+    )
 
 
 def replace_request(node: Any, request: Any) -> Any:

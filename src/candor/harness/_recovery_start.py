@@ -1,8 +1,9 @@
 """How a run starts when its history ends in a response with open calls: recovery or a fresh batch.
 
 `start_open_calls` decides (with the pure planner and pre-flight checks) and prepares at most one native
-pydantic-ai `CallToolsNode` for the calls that must really execute; `OpenCallStart.finish` merges what that
-node produced with the harness-made results into one request, in call order (H-44), or ends the run suspended.
+pydantic-ai `CallToolsNode` for the calls that must really execute — replays, and the output-tool calls beside
+them (§2); `OpenCallStart.finish` merges what that node produced with the harness-made results into one request,
+in call order (H-44), then goes on, ends the run with the restored output, or ends it suspended.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from . import _agent_glue as glue
 from .deferred import DeferredToolResume
 from .errors import RunError
 from .history import last_response_index, tool_calls, unanswered_calls
-from .recovery import ToolRecovery, plan_recovery
+from .recovery import ToolRecovery, calls_in_order, plan_recovery, unanswered_output_calls
 from .recovery_tools import unknown_outcome_result
 from .resume_check import check_surface
 
@@ -53,6 +54,7 @@ class StartOutcome:
 @dataclass(kw_only=True)
 class OpenCallStart:
     calls: list[ToolCallPart]
+    """The open calls the merged request answers, in call order; output-tool calls next to function calls (§2)."""
     native_node: CallToolsNode[Any, Any] | None
     harness_parts: dict[str, list[ModelRequestPart]] = field(default_factory=dict)
     suspend_approvals: list[ToolCallPart] = field(default_factory=list)
@@ -64,15 +66,21 @@ class OpenCallStart:
         native_returns: dict[str, ModelRequestPart] = {}
         trailing: list[ModelRequestPart] = []
         native_deferred: DeferredToolRequests | None = None
+        final_output = False
         if isinstance(node, ModelRequestNode):
             _split_parts(node.request.parts, native_returns, trailing)
         elif isinstance(node, End):
             output = node.data.output
             if isinstance(output, DeferredToolRequests):
                 native_deferred = output
+            else:
+                final_output = True  # a restored output-tool call gave the run its output (§2)
             for message in run.new_messages():
                 if isinstance(message, ModelRequest):
                     _split_parts(message.parts, native_returns, trailing)
+        if final_output:
+            # As pydantic-ai does for a response holding both: a final result wins over deferrable calls.
+            self._close_suspensions_after_final_result()
         merged: list[ModelRequestPart] = []
         prompts: list[ModelRequestPart] = []
         for call in self.calls:
@@ -83,6 +91,11 @@ class OpenCallStart:
                 merged.append(native_returns[call.tool_call_id])
         merged.extend(trailing)
         merged.extend(prompts)
+        if final_output:
+            # No model request follows, so the returns close the run; pydantic-ai ignores a prompt given with
+            # a response holding final output, and so does the harness.
+            glue.replace_final_request(run, merged)
+            return StartOutcome(node=node)
         if self.user_input is not None:
             merged.append(UserPromptPart(self.user_input))  # H-62, H-83: input follows the returns
         deferred = _merge_deferred(native_deferred, self.suspend_approvals, self.suspend_calls)
@@ -94,6 +107,12 @@ class OpenCallStart:
         if isinstance(node, ModelRequestNode):
             return StartOutcome(node=glue.replace_request(node, request))
         return StartOutcome(node=ModelRequestNode(request=request))
+
+    def _close_suspensions_after_final_result(self) -> None:
+        for call in (*self.suspend_approvals, *self.suspend_calls):
+            self.harness_parts[call.tool_call_id] = [glue.skipped_after_final_result(call)]
+        self.suspend_approvals = []
+        self.suspend_calls = []
 
 
 def _split_parts(
@@ -135,7 +154,11 @@ def start_open_calls(
     plan = plan_recovery(
         history, surface, mode, accepted=batch.results if batch is not None else None, output_tool_names=output_names
     )
-    start = OpenCallStart(calls=open_calls, native_node=None, user_input=user_input)
+    # §2: output-tool calls are never recovered; next to open function calls they run natively with the replays,
+    # so pydantic-ai applies its end_strategy to them as to any response (H-41, H-46).
+    output_calls = unanswered_output_calls(history, surface, output_names) if open_calls else []
+    answered_here = calls_in_order(history, [*open_calls, *output_calls])
+    start = OpenCallStart(calls=answered_here, native_node=None, user_input=user_input)
     replay: list[ToolCallPart] = []
     for decision in plan.decisions:
         call = decision.call
@@ -153,10 +176,11 @@ def start_open_calls(
                 start.suspend_calls.append(call)  # H-56
             else:
                 start.suspend_approvals.append(call)  # H-55, H-94: ask again, never reuse an approval
-    if replay:
+    if replay or output_calls:
         # Replays run natively, so validation, hooks and deferral apply as to a fresh call (H-54, H-57);
         # pydantic-ai's native path runs them with ctx.tool_call_approved False (H-55).
-        start.native_node = CallToolsNode(ModelResponse(parts=copy.deepcopy(replay)))
+        native_calls = calls_in_order(history, [*replay, *output_calls])
+        start.native_node = CallToolsNode(ModelResponse(parts=copy.deepcopy(native_calls)))
     return start
 
 

@@ -30,7 +30,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.tools import ToolDefinition
 
 from .errors import RunError
-from .history import last_response, unanswered_calls
+from .history import answered_call_ids, last_response, last_response_index, unanswered_calls
 from .recovery_tools import is_retry_safe, unknown_outcome_result
 
 __all__ = (
@@ -43,6 +43,8 @@ __all__ = (
     "RecoveryPlan",
     "decide_action",
     "plan_recovery",
+    "unanswered_output_calls",
+    "calls_in_order",
 )
 
 ToolRecovery = Literal["declared", "never", "always"]
@@ -169,10 +171,44 @@ def plan_recovery(
     last = last_response(history)
     if last is not None and last.state == "suspended":
         return RecoveryPlan(skipped_reason="provider_suspended")  # H-59: pydantic-ai continues it natively
-    # §2: output-tool calls never count, whether tagged on the call, named by the caller or defined as output tools.
-    excluded = output_tool_names | {name for name, tool_def in surface.items() if tool_def.kind == "output"}
+    excluded = _output_tools(surface, output_tool_names)
     calls = unanswered_calls(history, output_tool_names=excluded)  # H-41, H-42, H-49: recorded returns stay closed
     return RecoveryPlan(decisions=tuple(_decide(call, surface.get(call.tool_name), mode, accepted) for call in calls))
+
+
+def unanswered_output_calls(
+    history: Sequence[ModelMessage], surface: Mapping[str, ToolDefinition], output_tool_names: frozenset[str]
+) -> list[ToolCallPart]:
+    """§2: the output-tool calls of the last response that no later request answers, in call order.
+
+    They are never recovered: pydantic-ai processes them natively (H-41, H-46). Output tools are recognised as in
+    `plan_recovery`.
+    """
+    index = last_response_index(history)
+    if index is None:
+        return []
+    output_tools = _output_tools(surface, output_tool_names)
+    answered = answered_call_ids(history, index)
+    return [
+        part
+        for part in history[index].parts
+        if isinstance(part, ToolCallPart)
+        and (part.tool_kind == "output" or part.tool_name in output_tools)
+        and part.tool_call_id not in answered
+    ]
+
+
+def _output_tools(surface: Mapping[str, ToolDefinition], named: frozenset[str]) -> frozenset[str]:
+    """§2: a call is an output-tool call when tagged so, named by the caller or defined as an output tool."""
+    return named | {name for name, tool_def in surface.items() if tool_def.kind == "output"}
+
+
+def calls_in_order(history: Sequence[ModelMessage], calls: Sequence[ToolCallPart]) -> list[ToolCallPart]:
+    """`calls` (calls of the last response) sorted as the response made them (H-44)."""
+    last = last_response(history)
+    parts = last.parts if last is not None else []
+    position = {part.tool_call_id: index for index, part in enumerate(parts) if isinstance(part, ToolCallPart)}
+    return sorted(calls, key=lambda call: position.get(call.tool_call_id, len(parts)))
 
 
 def _decide(

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from pydantic_ai.messages import ModelMessage
 
+from ._detach import detached
 from .ids import is_valid_thread_id, new_thread_id
 
 __all__ = ("HarnessState", "CapabilityState", "ensure_finite_json")
@@ -42,7 +43,7 @@ class _Detached(BaseModel):
     def __getattribute__(self, name: str) -> Any:
         value = super().__getattribute__(name)
         if name in _DETACHED_FIELDS:
-            return copy.deepcopy(value)
+            return detached(value)
         return value
 
 
@@ -89,7 +90,7 @@ class HarnessState(_Detached):
     @classmethod
     def _detach_history(cls, value: tuple[ModelMessage, ...]) -> tuple[ModelMessage, ...]:
         # The caller may keep references to the messages it passed in (H-6).
-        return copy.deepcopy(value)
+        return detached(value)
 
     @field_validator("environment", mode="after")
     @classmethod

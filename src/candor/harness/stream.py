@@ -28,6 +28,7 @@ from . import _agent_glue as glue
 from ._recovery_start import OpenCallStart, start_open_calls
 from .bindings import RunBindings
 from .candidates import normalize_candidate
+from ._detach import detached, detached_all
 from ._driver import TaskDrivenGenerator
 from .capability_store import CapabilityStore
 from .deferred import DeferredToolResume
@@ -114,7 +115,7 @@ class RunStream(Generic[OutputT]):
     # -- public members --------------------------------------------------------------------------------
     @property
     def usage(self) -> RunUsage:
-        return copy.deepcopy(self._usage)
+        return detached(self._usage)
 
     @property
     def pending_deferred_input(self) -> DeferredToolResume | None:
@@ -286,7 +287,7 @@ class RunStream(Generic[OutputT]):
         await self._restore_environments()
         async with agent.iter(
             iter_prompt,
-            message_history=copy.deepcopy(history),
+            message_history=detached_all(history),
             output_type=glue.deferred_output_type(agent),
             deps=self._bindings.deps,
             toolsets=list(self._bindings.toolsets),
@@ -413,7 +414,7 @@ class RunStream(Generic[OutputT]):
         """Extend the canonical history with messages beyond what it already holds (append-only)."""
         new_len = len(self._history) - self._base_len
         for message in list(messages)[new_len:]:
-            self._history.append(copy.deepcopy(message))
+            self._history.append(detached(message))  # pydantic-ai and tools keep the originals (H-6, H-11)
 
     def _sync(self, run: Any, pending_request: ModelRequest | None = None) -> None:
         # pydantic-ai's new_messages() starts after the history it was given (a re-sent trailing request
@@ -431,7 +432,7 @@ class RunStream(Generic[OutputT]):
         self._snapshot_recipe = (
             tuple(self._history),
             self._store._freeze(),
-            copy.deepcopy(self._environment),
+            detached(self._environment),
             None if at_start else copy.copy(self._usage),  # run start: the previous state as it was (H-98)
         )
 
@@ -442,16 +443,19 @@ class RunStream(Generic[OutputT]):
         if index >= 0 and self._base_len and isinstance(everything[index], ModelResponse):
             continued = everything[index]
             if continued != self._history[self._base_len - 1]:
-                self._history[self._base_len - 1] = copy.deepcopy(continued)
+                self._history[self._base_len - 1] = detached(continued)
 
     async def _boundary(
         self, kind: Literal["model", "tool"], run: Any, *, pending_request: ModelRequest | None = None
     ) -> BoundaryEvent:
         if pending_request is not None and pending_request.timestamp is None:
-            pending_request = copy.deepcopy(pending_request)
-            pending_request.timestamp = datetime.now(timezone.utc)
-            pending_request.run_id = pending_request.run_id or self.run_id
-            pending_request.conversation_id = pending_request.conversation_id or self.thread_id
+            # A new object, so pydantic-ai's request is left as it is; `_sync` detaches it into the history.
+            pending_request = dataclasses.replace(
+                pending_request,
+                timestamp=datetime.now(timezone.utc),
+                run_id=pending_request.run_id or self.run_id,
+                conversation_id=pending_request.conversation_id or self.thread_id,
+            )
         self._sync(run, pending_request)
         await self._export_environments()
         self._take_snapshot()
@@ -500,7 +504,7 @@ class RunStream(Generic[OutputT]):
             thread_id=self.thread_id,
             message_history=tuple(history),
             capabilities=self._store.snapshot_now(),
-            environment=copy.deepcopy(self._environment),
+            environment=detached(self._environment),
         )
 
     # -- outcomes ----------------------------------------------------------------------------------------
@@ -542,7 +546,7 @@ class RunStream(Generic[OutputT]):
             if run is not None:
                 pyd = self._pyd_new(run)
                 new_len = len(self._history) - self._base_len
-                messages.extend(copy.deepcopy(pyd[new_len:]))
+                messages.extend(detached_all(pyd[new_len:]))
             pending = self._pending_answer_ids_now(messages)
             normalized = normalize_candidate(messages, stable_prefix=len(self._history), pending_answer_ids=pending)
             self._write_usage()

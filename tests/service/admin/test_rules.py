@@ -44,7 +44,7 @@ def test_event_types_are_the_twelve_of_the_spec() -> None:
     ],
 )
 def test_events(events: Any, expected: Any) -> None:
-    """§9.3: at least one known event type; duplicates collapse in order."""
+    """§9.3, S-96: at least one known event type (else 400 naming `events`); duplicates collapse in order."""
     if isinstance(expected, tuple):
         assert _problem(lambda: checked_events(events)) == expected
     else:
@@ -65,7 +65,8 @@ def test_events(events: Any, expected: Any) -> None:
     ],
 )
 def test_filter(value: Any, expected: Any) -> None:
-    """§9.3: `filter` is `{agent?, thread_id?}` with non-empty strings; nulls match every run."""
+    """§9.3, S-96: `filter` is `{agent?, thread_id?}` with non-empty strings (else 400 naming the field); nulls
+    match every run."""
     if isinstance(expected, tuple):
         assert _problem(lambda: checked_filter(value)) == expected
     else:
@@ -85,7 +86,7 @@ def test_filter(value: Any, expected: Any) -> None:
     ],
 )
 def test_url_policy_at_write(url: Any, allow_insecure: bool, allowed: bool) -> None:
-    """§9.4: `https://` only unless `control.webhook_allow_insecure`; refused targets name the field `url`."""
+    """§9.4, S-96: `https://` only unless `control.webhook_allow_insecure`; a refused target is a 400 naming `url`."""
     if allowed:
         assert checked_url(url, allow_insecure=allow_insecure) == url
     else:
@@ -94,7 +95,7 @@ def test_url_policy_at_write(url: Any, allow_insecure: bool, allowed: bool) -> N
 
 @pytest.mark.parametrize(("name", "ok"), [("hooks", True), ("", False), ("   ", False), ("x" * 201, False), (3, False)])
 def test_name(name: Any, ok: bool) -> None:
-    """§5.1: a label of 1–200 characters."""
+    """§5.1, S-96: a label of 1–200 characters (else 400 naming `name`)."""
     if ok:
         assert checked_name(name) == name
     else:

@@ -20,7 +20,8 @@ async def _create(api: Any, admin: Key, **body: Any) -> Any:
 
 
 async def _patch(api: Any, admin: Key, key_id: str, version: int, **body: Any) -> Any:
-    return await api.client.patch(f"/v1/keys/{key_id}", json=body, headers=admin.headers(If_Match=f'"{key_id}:{version}"'))
+    headers = admin.headers(If_Match=f'"{key_id}:{version}"')
+    return await api.client.patch(f"/v1/keys/{key_id}", json=body, headers=headers)
 
 
 async def test_create_shows_the_secret_once_and_stores_only_its_hash(api: Any) -> None:
@@ -31,7 +32,8 @@ async def test_create_shows_the_secret_once_and_stores_only_its_hash(api: Any) -
     assert created.status_code == 201
     body = created.json()
     assert set(body) == VIEW_FIELDS | {"secret"}
-    assert (body["name"], body["permissions"], body["disabled"], body["version"]) == ("deploy", ["read", "run"], False, 1)
+    assert {name: body[name] for name in ("name", "permissions", "disabled", "version")} == {
+        "name": "deploy", "permissions": ["read", "run"], "disabled": False, "version": 1}
     assert created.headers["etag"] == f'"{body["id"]}:1"'
     new = {"Authorization": f"Bearer {body['secret']}"}
     assert (await create_thread(api.client, Key(principal=admin.principal, secret=body["secret"]))).status_code == 201

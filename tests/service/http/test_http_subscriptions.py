@@ -146,7 +146,7 @@ async def test_http_targets_need_allow_insecure(db: Any) -> None:
 
 async def test_edit_and_delete_need_the_current_etag(hooks: Hooks, receiver: Receiver) -> None:
     """S-97: PATCH and DELETE without `If-Match` → 428, with a stale one → 412 `current_etag`; a PATCH changes only
-    the fields given and increments the version; DELETE → 204, then 404."""
+    the fields given and increments the version (an empty one changes nothing); DELETE → 204, then 404."""
     created = (await hooks.create(receiver.url)).json()
     path = f"/v1/subscriptions/{created['id']}"
     for method in ("PATCH", "DELETE"):
@@ -160,6 +160,8 @@ async def test_edit_and_delete_need_the_current_etag(hooks: Hooks, receiver: Rec
         "name": "hooks", "url": receiver.url, "enabled": False, "filter": {"thread_id": "thr_x"}, "version": 2}
     null = await hooks.write("PATCH", path, 2, name=None)
     assert null.status_code == 400
+    empty = await hooks.client.patch(path, json={}, headers=hooks.admin.headers(If_Match=f'"{created["id"]}:2"'))
+    assert (empty.status_code, empty.json()["version"]) == (200, 2)  # nothing changed: same version
     assert (await hooks.write("DELETE", path, 2)).status_code == 204
     assert (await hooks.client.get(path, headers=hooks.admin.headers())).status_code == 404
 
@@ -212,7 +214,8 @@ async def test_redeliver_posts_a_dead_delivery_again(
     listed = await hooks.client.get(base, headers=hooks.admin.headers())
     (item,) = listed.json()["items"]
     assert set(item) == DELIVERY_FIELDS and listed.json()["next_cursor"] is None
-    assert (item["id"], item["event_type"], item["status"], item["attempts"]) == (delivery_id, "run.accepted", "dead", 1)
+    assert {name: item[name] for name in ("id", "event_type", "status", "attempts")} == {
+        "id": delivery_id, "event_type": "run.accepted", "status": "dead", "attempts": 1}
     assert item["last_error"] == "http_status: 500" and item["settled_at"] is not None
     assert "secret" not in listed.text
     with caplog.at_level(logging.INFO, logger="candor.admin"):

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, func, select, update
+from sqlalchemy.engine.default import CacheStats
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from candor.service.errors import LeaseLost
@@ -32,14 +33,15 @@ data-modifying CTEs and runs in-process: the same writes one by one."""
 
 
 @contextmanager
-def statements(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The SQL statements `engine` sends inside the block; SQLite's `BEGIN IMMEDIATE` is left out (on PostgreSQL
-    the driver sends BEGIN and COMMIT itself, so neither backend counts them)."""
-    sent: list[str] = []
+def statements(engine: AsyncEngine) -> Iterator[list[tuple[str, CacheStats]]]:
+    """The SQL statements `engine` sends inside the block, each with whether SQLAlchemy found it compiled in its
+    cache; SQLite's `BEGIN IMMEDIATE` is left out (on PostgreSQL the driver sends BEGIN and COMMIT itself, so
+    neither backend counts them)."""
+    sent: list[tuple[str, CacheStats]] = []
 
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+    def record(_conn: Any, _cursor: Any, statement: str, _params: Any, context: Any, _many: bool) -> None:
         if not statement.lstrip().upper().startswith("BEGIN"):
-            sent.append(statement)
+            sent.append((statement, context.cache_hit))
 
     event.listen(engine.sync_engine, "before_cursor_execute", record)
     try:
@@ -63,8 +65,9 @@ async def _leased_run(db: Any) -> Lease:
 @pytest.mark.parametrize("steps_before", [1, 40])
 async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: int) -> None:
     """S-37, S-41, S-20: an incremental checkpoint commit with a usage record sends exactly `COMMIT_STATEMENTS`
-    statements (plus BEGIN and COMMIT), at a short and at a long history alike, and writes what it always wrote. A
-    regression in round trips per durable step fails here."""
+    statements (plus BEGIN and COMMIT), at a short and at a long history alike, all of them already compiled once
+    a commit of the same shape ran, and writes what it always wrote. A regression in round trips (or in
+    compilation work) per durable step fails here."""
     lease = await _leased_run(db)
     envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
     history = [prompt("go")]
@@ -82,15 +85,24 @@ async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: i
             envelope=envelope, usage={"requests": 1},
         )
     assert len(sent) == COMMIT_STATEMENTS[db.kind], sent
+    further = [*grown, *encode_history(step(steps_before + 2))]
+    with statements(db.engine) as again:  # same shape: every statement comes compiled from SQLAlchemy's cache
+        third = await commit_checkpoint(
+            db.engine, lease, expected_seq=2, base_id=second.checkpoint_id, base_encoded=grown,
+            new_encoded=further, envelope=envelope, usage={"requests": 1},
+        )
+    assert [hit for _, hit in again] == [CacheStats.CACHE_HIT] * COMMIT_STATEMENTS[db.kind], again
     assert (second.kept, second.count) == (len(base), len(grown))
     async with read_transaction(db.engine) as conn:
         pointer = select(runs.c.checkpoint_id, runs.c.checkpoint_seq).where(runs.c.id == lease.run_id)
-        assert tuple((await conn.execute(pointer)).one()) == (second.checkpoint_id, 2)
+        assert tuple((await conn.execute(pointer)).one()) == (third.checkpoint_id, 3)
         rows = select(func.count()).where(checkpoint_messages.c.checkpoint_id == second.checkpoint_id)
         assert (await conn.execute(rows)).scalar_one() == 2
-        usage = select(usage_records.c.checkpoint_seq).where(usage_records.c.run_id == lease.run_id)
-        assert sorted((await conn.execute(usage)).scalars()) == [1, 2]
+        usage = select(usage_records.c.checkpoint_seq, usage_records.c.usage, usage_records.c.attempt_id)
+        recorded = (await conn.execute(usage.where(usage_records.c.run_id == lease.run_id))).all()
+        assert sorted(tuple(row) for row in recorded) == [(seq, {"requests": 1}, lease.attempt_id) for seq in (1, 2, 3)]
         assert (await load_state(conn, second.checkpoint_id)).encoded == grown
+        assert (await load_state(conn, third.checkpoint_id)).encoded == further
 
 
 async def test_the_fence_reads_the_clock_after_waiting_for_its_locks(db: Any) -> None:

@@ -16,14 +16,9 @@ from candor.service.store.tables import outbox
 
 DIALECTS: dict[str, Dialect] = {"sqlite": sqlite.dialect(), "postgresql": postgresql.dialect()}
 
-ENVELOPE = checkpoints.encode_envelope(checkpoints.CheckpointEnvelope(thread_id="thr_x"))
-
 BUILDERS: dict[str, Callable[[], Any]] = {
-    "checkpoints.insert_checkpoint_row": lambda: checkpoints.insert_checkpoint_row(
-        checkpoint_id="ckp_x", thread_id="thr_x", run_id="run_x", seq=1, attempt=1, base_id=None, kept=0, count=1,
-        envelope=ENVELOPE,
-    ),
-    "checkpoints.insert_message_rows": checkpoints.insert_message_rows,
+    "checkpoints.insert_checkpoint_row": checkpoints.insert_checkpoint_row,
+    "checkpoints.insert_message_rows": lambda: checkpoints.insert_message_rows(0, 2),
     "checkpoints.select_checkpoint": lambda: checkpoints.select_checkpoint("ckp_x"),
     "checkpoints.select_chain": lambda: checkpoints.select_chain("ckp_x"),
     "checkpoints.select_message_ranges": lambda: checkpoints.select_message_ranges([("ckp_a", 0, 2), ("ckp_b", 2, 5)]),

@@ -33,9 +33,8 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "leases.update_leases": lambda: leases.update_leases(attempt_ids=["att_x"], now=1.0, lease_seconds=30),
     "leases.select_supervision": lambda: leases.select_supervision(["run_x"]),
     "seals.insert_usage_record": lambda: seals.insert_usage_record(run_id="run_x", attempt_id="att_x", checkpoint_seq=1, usage={}),
-    "seals.update_checkpoint_pointer": lambda: seals.update_checkpoint_pointer(
-        run_id="run_x", thread_id="thr_x", checkpoint_id="ckp_x", seq=1
-    ),
+    "seals.update_checkpoint_pointer": seals.update_checkpoint_pointer,
+    "seals.insert_commit_usage_record": seals.insert_commit_usage_record,
     "seals.consume_entries": lambda: seals.consume_entries(run_id="run_x", entry_ids=["ent_x"], seq=1, now=1.0),
     "seals.select_steer_candidates": lambda: seals.select_steer_candidates("thr_x"),
     "seals.assign_entries": lambda: seals.assign_entries(run_id="run_x", entry_ids=["ent_x"]),

@@ -11,6 +11,7 @@ from typing import Any, Literal, get_args
 
 from ..errors import InvalidArgument
 from ..outbox.webhooks import target_allowed
+from ..protocol.requests import checked_limit
 
 __all__ = (
     "EventType",
@@ -37,13 +38,6 @@ FILTER_FIELDS = ("agent", "thread_id")
 """§9.3: a subscription's optional `filter`; a run matches when every given field equals the run's."""
 NAME_LIMIT = 200
 URL_LIMIT = 2048
-
-
-def checked_limit(limit: int) -> int:
-    """§8.1, S-98: a list `limit` is 1–100."""
-    if not 1 <= limit <= 100:
-        raise InvalidArgument(fields=[("limit", "out_of_range")])
-    return limit
 
 
 def checked_name(name: Any) -> str:

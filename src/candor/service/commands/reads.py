@@ -11,7 +11,7 @@ from typing import Any
 from ..core import Service
 from ..errors import InvalidArgument, NotFound
 from ..protocol.authority import Principal
-from ..protocol.requests import require
+from ..protocol.requests import checked_limit, require
 from ..store import auth, inbox, messages, views
 from ..store.engine import read_transaction
 from ..store.views import AttemptRow, EntryRow, RunRow, ThreadRow
@@ -31,12 +31,6 @@ __all__ = (
 
 ENTRY_STATUSES = ("pending", "assigned", "consumed", "failed", "withdrawn")
 """§5.4: the statuses an inbox list may be filtered by."""
-
-
-def _checked_limit(limit: int) -> int:
-    if not 1 <= limit <= 100:
-        raise InvalidArgument(fields=[("limit", "out_of_range")])
-    return limit
 
 
 async def _thread_in_workspace(conn: Any, principal: Principal, thread_id: str) -> ThreadRow:
@@ -75,7 +69,7 @@ async def list_runs_page(
     """A thread's runs, newest first, plus whether more follow; `before` is the `(created_at, id)` of the last run
     of the previous page."""
     require(principal, "read")
-    limit = _checked_limit(limit)
+    limit = checked_limit(limit)
     async with read_transaction(service.engine) as conn:
         await _thread_in_workspace(conn, principal, thread_id)
         rows = await views.list_runs(
@@ -123,7 +117,7 @@ async def list_entries_page(
     """`GET /v1/threads/{id}/inbox`: the thread's entries in position order (optionally of one status) after the
     position `after`, plus whether more follow."""
     require(principal, "read")
-    limit = _checked_limit(limit)
+    limit = checked_limit(limit)
     if status is not None and status not in ENTRY_STATUSES:
         raise InvalidArgument(fields=[("status", "invalid")])
     async with read_transaction(service.engine) as conn:
@@ -141,7 +135,7 @@ async def list_run_messages_page(
     """`GET /v1/runs/{id}/messages`: the messages the run added (pydantic-ai message JSON), rebuilt from its latest
     checkpoint, from the `offset`-th added message on, plus whether more follow. Empty until the run commits."""
     require(principal, "read")
-    limit = _checked_limit(limit)
+    limit = checked_limit(limit)
     if offset < 0:
         raise InvalidArgument(fields=[("cursor", "out_of_range")])
     async with read_transaction(service.engine) as conn:

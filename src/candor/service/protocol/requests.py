@@ -20,6 +20,7 @@ from .idempotency import KeyProblem, canonical_json, validate_idempotency_key
 from .pending import resume_body_to_results, resume_shape_problem
 
 __all__ = (
+    "checked_limit",
     "OPTIONS_LIMIT",
     "RESUME_BODY_LIMIT",
     "Delivery",
@@ -48,6 +49,13 @@ def require(principal: Principal, permission: Permission) -> None:
     """403 `forbidden` unless the authenticated key holds `permission` (§4.2)."""
     if not principal.can(permission):
         raise Forbidden(permission)
+
+
+def checked_limit(limit: int) -> int:
+    """§8.1, S-98: a list `limit` is 1–100."""
+    if not 1 <= limit <= 100:
+        raise InvalidArgument(fields=[("limit", "out_of_range")])
+    return limit
 
 
 def checked_key(key: str | None) -> str:

@@ -25,12 +25,13 @@ import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from pydantic_ai import ModelMessagesTypeAdapter
 from pydantic_ai.messages import ModelMessage
-from sqlalchemy import Insert, Select, and_, insert, literal, or_, select
+from sqlalchemy import Insert, Select, and_, bindparam, insert, literal, or_, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from candor.harness.state import CapabilityState, HarnessState
@@ -67,8 +68,8 @@ __all__ = (
 
 _MAX_CHAIN = 1_000_000
 _RANGES_PER_QUERY = 200
-_MESSAGE_ROWS_PER_STATEMENT = 500
-"""Message rows per multi-row INSERT: 4 bind parameters each, far below the drivers' parameter limits."""
+_MESSAGE_ROWS_PER_STATEMENT = 200
+"""Message rows per INSERT: 4 bind parameters each, and `UNION ALL` terms below SQLite's limit of 500."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -216,42 +217,54 @@ def new_checkpoint_id(token_hex: Any = secrets.token_hex) -> str:
 # --- statements --------------------------------------------------------------------------------------------------
 
 
-def insert_checkpoint_row(
-    *,
-    checkpoint_id: str,
-    thread_id: str,
-    run_id: str | None,
-    seq: int,
-    attempt: int | None,
-    base_id: str | None,
-    kept: int,
-    count: int,
-    envelope: EncodedEnvelope,
-) -> Insert:
-    """One `checkpoints` row; its workspace is the thread's, its `created_at` the database clock."""
-    workspace = select(threads.c.workspace_id).where(threads.c.id == thread_id).scalar_subquery()
+@cache
+def insert_checkpoint_row() -> Insert:
+    """One `checkpoints` row; its workspace is the thread's, its `created_at` the database clock.
+
+    Binds `ckp_id`, `ckp_thread_id`, `ckp_run_id`, `ckp_seq`, `ckp_attempt`, `ckp_base_id`, `ckp_kept`,
+    `ckp_count`, `ckp_envelope` and `ckp_envelope_digest` (`checkpoint_writes()` makes them). A constant: at
+    every commit SQLAlchemy neither rebuilds it nor computes its cache key again. The prefix keeps the names
+    apart from every column name, so the parameters can go to the commit's other statements too.
+    """
+    c = checkpoints.c
+    workspace = select(threads.c.workspace_id).where(threads.c.id == bindparam("ckp_thread_id")).scalar_subquery()
     return insert(checkpoints).values(
-        id=checkpoint_id,
+        id=bindparam("ckp_id", type_=c.id.type),
         workspace_id=workspace,
-        thread_id=thread_id,
-        run_id=run_id,
-        seq=seq,
-        attempt=attempt,
+        thread_id=bindparam("ckp_thread_id", type_=c.thread_id.type),
+        run_id=bindparam("ckp_run_id", type_=c.run_id.type),
+        seq=bindparam("ckp_seq", type_=c.seq.type),
+        attempt=bindparam("ckp_attempt", type_=c.attempt.type),
         format=CHECKPOINT_FORMAT,
-        base_id=base_id,
-        kept=kept,
-        count=count,
-        envelope=envelope.text,
-        envelope_digest=envelope.digest,
+        base_id=bindparam("ckp_base_id", type_=c.base_id.type),
+        kept=bindparam("ckp_kept", type_=c.kept.type),
+        count=bindparam("ckp_count", type_=c.count.type),
+        envelope=bindparam("ckp_envelope", type_=c.envelope.type),
+        envelope_digest=bindparam("ckp_envelope_digest", type_=c.envelope_digest.type),
         created_at=db_now(),
     )
 
 
-def insert_message_rows(rows: Sequence[dict[str, Any]] = ()) -> Insert:
-    """`checkpoint_messages` insert: one multi-row statement for `rows` (`checkpoint_id, index, body, digest`), or,
-    without rows, a statement to execute with one parameter set per message."""
-    statement = insert(checkpoint_messages)
-    return statement.values(list(rows)) if rows else statement
+@cache
+def insert_message_rows(first: int, count: int) -> Insert:
+    """`checkpoint_messages` rows `first … first + count − 1` of the new messages of checkpoint `ckp_id`.
+
+    Binds `msg_<n>_index`, `msg_<n>_body` and `msg_<n>_digest` for each of those positions `n`. `INSERT … SELECT`
+    of one bound row per message (`UNION ALL`) rather than a multi-row `VALUES`, which SQLAlchemy cannot cache;
+    built once per `(first, count)`.
+    """
+    m = checkpoint_messages.c
+    selects = [
+        select(
+            bindparam("ckp_id", type_=m.checkpoint_id.type),
+            bindparam(f"msg_{n}_index", type_=m.index.type),
+            bindparam(f"msg_{n}_body", type_=m.body.type),
+            bindparam(f"msg_{n}_digest", type_=m.digest.type),
+        )
+        for n in range(first, first + count)
+    ]
+    columns = ["checkpoint_id", "index", "body", "digest"]
+    return insert(checkpoint_messages).from_select(columns, selects[0] if count == 1 else union_all(*selects))
 
 
 def select_checkpoint(checkpoint_id: str) -> Select[Any]:
@@ -304,8 +317,9 @@ def checkpoint_writes(
     new_encoded: Sequence[EncodedMessage],
     envelope: CheckpointEnvelope | EncodedEnvelope,
     checkpoint_id: str | None = None,
-) -> tuple[list[Insert], CheckpointWritten]:
-    """The inserts of one checkpoint extending `base_id` and only its `count − kept` new message rows (S-40, S-41).
+) -> tuple[list[Insert], dict[str, Any], CheckpointWritten]:
+    """One checkpoint extending `base_id` with only its `count − kept` new message rows (S-40, S-41): the inserts,
+    their parameters and what they write.
 
     `base_encoded` is the base's history in stored form as the caller last committed or restored it (§6); it is
     not re-read. The statements are independent of each other's effects (the message rows only reference the
@@ -317,28 +331,28 @@ def checkpoint_writes(
     checkpoint_id = checkpoint_id or new_checkpoint_id()
     kept = common_prefix_length([m.digest for m in base_encoded], [m.digest for m in new_encoded])
     count = len(new_encoded)
-    statements = [
-        insert_checkpoint_row(
-            checkpoint_id=checkpoint_id,
-            thread_id=thread_id,
-            run_id=run_id,
-            seq=seq,
-            attempt=attempt,
-            base_id=base_id,
-            kept=kept,
-            count=count,
-            envelope=encoded_envelope,
-        )
-    ]
-    rows = [
-        {"checkpoint_id": checkpoint_id, "index": index, "body": message.body, "digest": message.digest}
-        for index, message in enumerate(new_encoded[kept:], start=kept)
-    ]
-    for start in range(0, len(rows), _MESSAGE_ROWS_PER_STATEMENT):
-        statements.append(insert_message_rows(rows[start : start + _MESSAGE_ROWS_PER_STATEMENT]))
-    written = sum(len(row["body"]) + len(row["digest"]) for row in rows)
-    written += len(encoded_envelope.text) + len(encoded_envelope.digest)
-    return statements, CheckpointWritten(id=checkpoint_id, kept=kept, count=count, bytes_written=written)
+    params: dict[str, Any] = {
+        "ckp_id": checkpoint_id,
+        "ckp_thread_id": thread_id,
+        "ckp_run_id": run_id,
+        "ckp_seq": seq,
+        "ckp_attempt": attempt,
+        "ckp_base_id": base_id,
+        "ckp_kept": kept,
+        "ckp_count": count,
+        "ckp_envelope": encoded_envelope.text,
+        "ckp_envelope_digest": encoded_envelope.digest,
+    }
+    written = len(encoded_envelope.text) + len(encoded_envelope.digest)
+    for n, message in enumerate(new_encoded[kept:]):
+        params[f"msg_{n}_index"] = kept + n
+        params[f"msg_{n}_body"] = message.body
+        params[f"msg_{n}_digest"] = message.digest
+        written += len(message.body) + len(message.digest)
+    statements = [insert_checkpoint_row()]
+    for first in range(0, count - kept, _MESSAGE_ROWS_PER_STATEMENT):
+        statements.append(insert_message_rows(first, min(_MESSAGE_ROWS_PER_STATEMENT, count - kept - first)))
+    return statements, params, CheckpointWritten(id=checkpoint_id, kept=kept, count=count, bytes_written=written)
 
 
 async def insert_checkpoint(
@@ -355,7 +369,7 @@ async def insert_checkpoint(
     checkpoint_id: str | None = None,
 ) -> CheckpointWritten:
     """Execute `checkpoint_writes()` inside the caller's transaction (fenced for a run's commit)."""
-    statements, written = checkpoint_writes(
+    statements, params, written = checkpoint_writes(
         thread_id=thread_id,
         run_id=run_id,
         seq=seq,
@@ -367,7 +381,7 @@ async def insert_checkpoint(
         checkpoint_id=checkpoint_id,
     )
     for statement in statements:
-        await conn.execute(statement)
+        await conn.execute(statement, params)
     return written
 
 

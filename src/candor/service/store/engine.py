@@ -11,8 +11,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
@@ -111,24 +112,29 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
 
 
 async def execute_together(
-    conn: AsyncConnection, leading: Sequence[UpdateBase], last: UpdateBase
+    conn: AsyncConnection, leading: Sequence[UpdateBase], last: UpdateBase, params: Mapping[str, Any]
 ) -> CursorResult[Any]:
-    """Execute the writes `leading`, then `last`, in one round trip where the database allows; `last`'s result.
+    """Execute the writes `leading`, then `last`, with `params`, in one round trip where the database allows;
+    returns `last`'s result.
 
     PostgreSQL: one statement, `leading` attached to `last` as data-modifying CTEs. They all see the snapshot the
     statement starts with, not each other's rows, and foreign keys are checked when the statement ends, so the
     writes must not read what another of them writes (inserting rows that reference each other is fine). SQLite
     has no data-modifying CTEs: one statement after the other, in order. A checkpoint commit sends its rows this
-    way (§7.8): every round trip inside the fenced transaction is paid at every durable step.
+    way (§7.8): every round trip inside the fenced transaction is paid at every durable step. The statements share
+    `params`, so no parameter name may also be a column name of a table they write (SQLAlchemy would take it as a
+    value for that column); give constant statements (built once) so the combined one is built once too.
     """
-    if not leading:
-        return await conn.execute(last)
-    if dialect_name(conn) == "postgresql":
-        ctes = [statement.cte(f"write_{position}") for position, statement in enumerate(leading)]
-        return await conn.execute(last.add_cte(*ctes))
+    if leading and dialect_name(conn) == "postgresql":
+        return await conn.execute(_with_ctes(last, tuple(leading)), params)
     for statement in leading:
-        await conn.execute(statement)
-    return await conn.execute(last)
+        await conn.execute(statement, params)
+    return await conn.execute(last, params)
+
+
+@lru_cache(maxsize=256)
+def _with_ctes(last: UpdateBase, leading: tuple[UpdateBase, ...]) -> UpdateBase:
+    return last.add_cte(*(statement.cte(f"write_{position}") for position, statement in enumerate(leading)))
 
 
 @asynccontextmanager

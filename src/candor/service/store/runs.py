@@ -11,9 +11,9 @@ writers (§2.2); SQLAlchemy renders no locking clause for SQLite, so no statemen
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from functools import cache
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Select, Update, bindparam, func, insert, or_, select, update
@@ -242,8 +242,8 @@ def lock_fenced_rows() -> Select[Any]:
     every other fenced write uses. The database clock is read by the outer query, above the locking subquery, so
     it is read only once every lock was granted (a commit that waited for a lock sees the time after the wait).
     One row: `thread_archived_at`, the `_FENCE_RUN_COLUMNS`, the attempt's columns prefixed `attempt_`, `now`; no
-    row when the thread, run or attempt does not exist or they do not belong together. Built once: a constant statement keeps SQLAlchemy's
-    compiled-statement cache warm without rebuilding and re-keying the query at every commit.
+    row when the thread, run or attempt does not exist or they do not belong together. Built once: a constant
+    statement keeps SQLAlchemy's compiled-statement cache warm without rebuilding and re-keying it at every commit.
     """
     locked = (
         select(

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Final, Literal
 
 from pydantic import JsonValue, TypeAdapter
 from pydantic_ai.usage import RunUsage
-from sqlalchemy import Exists, Select, Update, case, exists, insert, select, update
+from sqlalchemy import Exists, Insert, Select, Update, bindparam, case, exists, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .. import failpoints
@@ -46,6 +47,7 @@ __all__ = (
     "CommitResult",
     "insert_usage_record",
     "update_checkpoint_pointer",
+    "insert_commit_usage_record",
     "consume_entries",
     "select_steer_candidates",
     "assign_entries",
@@ -147,14 +149,34 @@ def insert_usage_record(
     )
 
 
-def update_checkpoint_pointer(*, run_id: str, thread_id: str, checkpoint_id: str, seq: int) -> Update:
+@cache
+def update_checkpoint_pointer() -> Update:
     """§7.8 step 3; returns `pending_steer`, whether step 6 has candidates, to save the commit a round trip.
 
-    The commit holds the thread lock by then, and every inbox change moves the thread's version (S-75), so no
-    steer entry can become pending between this statement and the end of the commit.
+    Binds the `ckp_run_id`, `ckp_thread_id`, `ckp_id` and `ckp_seq` of `checkpoint_writes()`. The commit holds the
+    thread lock by then, and every inbox change moves the thread's version (S-75), so no steer entry can become
+    pending between this statement and the end of the commit.
     """
-    moved = update(runs).where(runs.c.id == run_id).values(checkpoint_id=checkpoint_id, checkpoint_seq=seq)
-    return moved.returning(steer_pending(thread_id).label("pending_steer"))
+    moved = (
+        update(runs)
+        .where(runs.c.id == bindparam("ckp_run_id"))
+        .values(checkpoint_id=bindparam("ckp_id"), checkpoint_seq=bindparam("ckp_seq"))
+    )
+    return moved.returning(steer_pending(bindparam("ckp_thread_id")).label("pending_steer"))
+
+
+@cache
+def insert_commit_usage_record() -> Insert:
+    """§7.8 step 5: `insert_usage_record` of the commit's run and seq; binds `use_attempt_id` and `use_usage` and
+    the `ckp_run_id` and `ckp_seq` of `checkpoint_writes()` (built once, like the commit's other statements)."""
+    u = usage_records.c
+    workspace = select(runs.c.workspace_id).where(runs.c.id == bindparam("ckp_run_id")).scalar_subquery()
+    return insert(usage_records).values(
+        workspace_id=workspace, run_id=bindparam("ckp_run_id", type_=u.run_id.type),
+        attempt_id=bindparam("use_attempt_id", type_=u.attempt_id.type),
+        checkpoint_seq=bindparam("ckp_seq", type_=u.checkpoint_seq.type),
+        usage=bindparam("use_usage", type_=u.usage.type), created_at=db_now(),
+    )
 
 
 def consume_entries(*, run_id: str, entry_ids: Sequence[str], seq: int, now: float) -> Update:
@@ -167,7 +189,7 @@ def consume_entries(*, run_id: str, entry_ids: Sequence[str], seq: int, now: flo
     )
 
 
-def steer_pending(thread_id: str) -> Exists:
+def steer_pending(thread_id: Any) -> Exists:
     """Whether the thread has a pending steer entry (the condition of `select_steer_candidates`)."""
     e = inbox_entries.c
     return exists().where(e.thread_id == thread_id, e.status == "pending", e.delivery == "steer")
@@ -303,7 +325,7 @@ async def commit_checkpoint(
         if run["checkpoint_seq"] != expected_seq:
             raise LeaseLost("checkpoint_seq_changed")
         seq = expected_seq + 1
-        writes, written = checkpoint_writes(
+        writes, params, written = checkpoint_writes(
             thread_id=lease.thread_id,
             run_id=lease.run_id,
             seq=seq,
@@ -314,14 +336,11 @@ async def commit_checkpoint(
             envelope=envelope,
         )
         if usage:
-            writes.append(
-                insert_usage_record(run_id=lease.run_id, attempt_id=lease.attempt_id, checkpoint_seq=seq, usage=usage)
-            )
-        moved = update_checkpoint_pointer(
-            run_id=lease.run_id, thread_id=lease.thread_id, checkpoint_id=written.id, seq=seq
-        )
+            writes.append(insert_commit_usage_record())
+            params.update(use_attempt_id=lease.attempt_id, use_usage=dict(usage))
         # Steps 2, 3 and 5 in one round trip on PostgreSQL: these writes do not read each other's rows.
-        pending_steer = bool((await execute_together(conn, writes, moved)).scalar_one())
+        moved = await execute_together(conn, writes, update_checkpoint_pointer(), params)
+        pending_steer = bool(moved.scalar_one())
         consumed = list(incorporated_keys)
         if source_entry_consumed and run["source_entry_id"] is not None:
             consumed.append(run["source_entry_id"])

@@ -206,7 +206,9 @@ async def get_subscription(conn: AsyncConnection, *, workspace_id: str, subscrip
     return None if row is None else SubscriptionRow.from_mapping(row)
 
 
-async def lock_subscription(conn: AsyncConnection, *, workspace_id: str, subscription_id: str) -> SubscriptionRow | None:
+async def lock_subscription(
+    conn: AsyncConnection, *, workspace_id: str, subscription_id: str
+) -> SubscriptionRow | None:
     """The subscription, locked for the rest of the transaction (`FOR UPDATE`; SQLite's writer lock is held)."""
     row = (await conn.execute(_one(workspace_id, subscription_id).with_for_update())).mappings().first()
     return None if row is None else SubscriptionRow.from_mapping(row)

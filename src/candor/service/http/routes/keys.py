@@ -49,7 +49,7 @@ async def create_key(body: CreateKeyBody, caller: Admin, response: Response) -> 
 
 
 _UPDATE: dict[int | str, dict[str, Any]] = {
-    409: {"model": ErrorBody, "description": "conflict `last_admin_key`: the workspace would keep no enabled admin key"},
+    409: {"model": ErrorBody, "description": "conflict `last_admin_key`: no enabled admin key would be left"},
     412: {"model": ErrorBody, "description": "precondition_failed (`details.current_etag`)"},
     428: {"model": ErrorBody, "description": "precondition_required"},
 }
