@@ -115,9 +115,16 @@ class ServiceProcess:
     async def wait_ready(self, timeout: float = 60.0) -> None:
         """Until `/readyz` answers 200; raises with the log's tail if the process exits or `timeout` passes."""
         deadline = time.monotonic() + timeout
+        port_retries = 3
         async with httpx.AsyncClient(timeout=2.0) as client:
             while time.monotonic() < deadline:
                 if self.popen is None or self.popen.poll() is not None:
+                    if port_retries and "address already in use" in self.log_tail().lower():
+                        # Another process took the port between `free_port()` and the bind: take another one.
+                        port_retries -= 1
+                        self.port = free_port()
+                        self.start()
+                        continue
                     raise RuntimeError(f"{self.role} process exited before it was ready:\n{self.log_tail()}")
                 try:
                     if (await client.get(self.base_url + "/readyz")).status_code == 200:
