@@ -45,7 +45,8 @@ async def test_claim_order_and_due_runs_only(db, tenant) -> None:
 
 
 async def test_claim_writes_attempt_and_run(db, tenant) -> None:
-    """S-13, S-15, S-21: attempt 1 `initial`, leased for lease_seconds, hashed token; run running, started_at set."""
+    """S-13, S-15, S-21: attempt 1 `initial`, leased for lease_seconds, hashed token; run running, started_at set;
+    §5.1: the attempt records the claiming process's build (`worker_build`)."""
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant)
     [claimed] = await _claim(db.engine, lease_seconds=30)
@@ -55,6 +56,7 @@ async def test_claim_writes_attempt_and_run(db, tenant) -> None:
     [attempt] = await attempt_rows(db.engine, ref.run_id)
     assert attempt["status"] == "leased" and attempt["start_reason"] == "initial"
     assert attempt["replaces_attempt_id"] is None
+    assert attempt["worker_build"].startswith("candor/") and "pydantic-ai-slim/" in attempt["worker_build"]
     assert attempt["lease_token_hash"] == hashlib.sha256(lease.token).hexdigest() != lease.token.hex()
     assert attempt["lease_expires_at"] - attempt["created_at"] == pytest.approx(30, abs=0.01)
     run = await run_row(db.engine, ref.run_id)

@@ -11,6 +11,7 @@ writers (§2.2); SQLAlchemy renders no locking clause for SQLite, so no statemen
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+import importlib.metadata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -33,6 +34,20 @@ from .dialect import db_now
 from .engine import write_transaction
 from .outbox import stage_run_transition
 from .tables import CHECKPOINT_FORMAT, checkpoints, run_attempts, runs, threads
+
+def _build() -> str:
+    """What this process runs, recorded on every attempt it claims (`worker_build`, §5.1) for incident forensics."""
+
+    def version(package: str) -> str:
+        try:
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
+
+    return f"candor/{version('candor')} pydantic-ai-slim/{version('pydantic-ai-slim')}"
+
+
+WORKER_BUILD = _build()
 
 __all__ = (
     "SUPPORTED_CHECKPOINT_FORMATS",
@@ -192,6 +207,7 @@ def insert_attempt(
         start_reason=start_reason,
         replaces_attempt_id=replaces_attempt_id,
         worker_id=worker_id,
+        worker_build=WORKER_BUILD,
         lease_token_hash=token_hash,
         lease_expires_at=now + lease_seconds,
         heartbeat_at=now,
