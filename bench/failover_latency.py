@@ -2,21 +2,23 @@
 checkpoint on another worker process (issue 8, item 3).
 
 On a fresh PostgreSQL database, one `candor serve --role control` process (it runs `expire_leases` every
-`worker.authority_seconds`) and two `candor serve --role worker` processes: the active one and a standby kept
-paused (SIGSTOP) so that the active one claims the trial's run. Each trial submits a scripted loop run (`--steps`
-tool calls of `--step-seconds` each); once the run has committed `--kill-at` checkpoints the standby is resumed and
-the active worker is sent SIGKILL (kill trials) or SIGTERM (drain trials, §7.11). The figure is the time from that
-signal (host clock, read just before `kill()`) to the first checkpoint committed by the run's next attempt
-(`checkpoints.created_at`, PostgreSQL `clock_timestamp()` on the same host). A kill trial consists of waiting out
+`worker.authority_seconds`) and two `candor serve --role worker` processes with `worker.slots` = `--runs-per-signal`:
+the active one and a standby kept paused (SIGSTOP) so that the active one claims the round's runs. Each round
+submits up to `--runs-per-signal` scripted loop runs (`--steps` tool calls of `--step-seconds` each); once every one
+of them is running and has committed `--kill-at` checkpoints, the standby is resumed and the active worker is sent
+SIGKILL (kill rounds) or SIGTERM (drain rounds, §7.11). A sample (a "trial") is one run of a round: the time from
+that signal (host clock, read just before `kill()`) to the first checkpoint committed by that run's next attempt
+(`checkpoints.created_at`, PostgreSQL `clock_timestamp()` on the same host), so one signal yields one sample per run
+the worker held, and `--trials 50` needs ceil(50 / runs per signal) kills. A kill trial consists of waiting out
 the lease (renewed every `authority_seconds`, so it expires `lease_seconds - authority_seconds` to
 `lease_seconds` after the last renewal), the next `expire_leases` pass (every `authority_seconds`), the standby's
 claim (woken by NOTIFY, else its `scan_seconds` scan), attempt start and the first model turn plus its commit; a
 drain trial consists of finishing the step in flight, the yielding commit (S-53), the claim, attempt start and
 the first commit. Each trial then checks that the continuation ran on the other worker and that the run
-completed, and a fresh standby process replaces the stopped worker. Targets: kill p99 <= lease_seconds +
-authority_seconds + 1 s (S-28), drain p99 <= 1 s.
+completed; the workers stay up between rounds and a fresh standby process replaces the stopped worker. Targets: kill
+p99 <= lease_seconds + authority_seconds + 1 s (S-28), drain p99 <= 1 s.
 
-    python -m bench.failover_latency [--trials 50] [--drain-trials 10] [--lease-seconds 3] [--authority-seconds 0.5]
+    python -m bench.failover_latency [--trials 50] [--drain-trials 10] [--runs-per-signal 4] [--lease-seconds 3]
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ out a lease of at least 3 s; tests/test_bench_smoke.py runs one of each."""
 
 
 # ------------------------------------------------------------------------------------------------ pure figures
+
+
+def round_sizes(trials: int, runs_per_signal: int) -> list[int]:
+    """How many runs each signal interrupts so that `trials` samples are taken: full rounds of `runs_per_signal`
+    runs, the last one smaller if needed (50 trials at 4 per signal: twelve rounds of 4 and one of 2)."""
+    if trials < 0 or runs_per_signal < 1:
+        raise ValueError("trials must be >= 0 and runs_per_signal >= 1")
+    full, rest = divmod(trials, runs_per_signal)
+    return [runs_per_signal] * full + ([rest] if rest else [])
 
 
 def trial_figures(signal_at: float, first: dict[str, Any], second: dict[str, Any],
@@ -109,7 +120,7 @@ class Failover:
         self.kill_at = kill_at
         self.active: _service.ServiceProcess | None = None
         self.standby: _service.ServiceProcess | None = None
-        self.trials = 0
+        self.rounds = 0
         self.warm_ups = 0
 
     async def start(self) -> None:
@@ -138,7 +149,7 @@ class Failover:
         deadline = time.monotonic() + timeout
         while (value := await check()) is None:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"trial {self.trials}: {what} not seen within {timeout:.0f} s")
+                raise TimeoutError(f"round {self.rounds}: {what} not seen within {timeout:.0f} s")
             await asyncio.sleep(0.01)
         return value
 
@@ -158,49 +169,57 @@ class Failover:
         fresh.pause()
         idle.resume()
 
-    async def trial(self, signum: int) -> dict[str, Any]:
+    async def signal_round(self, signum: int, size: int) -> list[dict[str, Any]]:
+        """Submit `size` runs, signal the active worker once all are mid-run: one sample per run."""
         assert self.active is not None and self.standby is not None
-        self.trials += 1
-        run_id = await self.db.submit(self.options, key=f"failover-{self.trials}")
+        self.rounds += 1
+        run_ids = [await self.db.submit(self.options, key=f"failover-{self.rounds}-{n}") for n in range(size)]
 
-        async def mid_run() -> bool | None:
-            row = await self._run_row(run_id)
-            return True if row["status"] == "running" and row["checkpoint_seq"] >= self.kill_at else None
+        async def all_mid_run() -> bool | None:
+            rows = [await self._run_row(run_id) for run_id in run_ids]
+            if any(row["status"] in _service.SEALED for row in rows):
+                raise RuntimeError(f"round {self.rounds}: a run ended before the signal; raise --steps")
+            return True if all(r["status"] == "running" and r["checkpoint_seq"] >= self.kill_at for r in rows) else None
 
-        await self._poll(mid_run, f"checkpoint {self.kill_at} of run {run_id}", 30)
+        await self._poll(all_mid_run, f"checkpoint {self.kill_at} of runs {', '.join(run_ids)}", 30)
         victim, survivor = self.active, self.standby
         survivor.resume()
         signal_at = time.time()
         victim.signal(signum)
-        first_checkpoint_at = await self._poll(lambda: self._first_checkpoint(run_id, 2),
-                                               "the continuation's first checkpoint", 60)
-        # The continuation is measured: replace the stopped worker by a fresh paused standby meanwhile.
+        first_checkpoints = [
+            await self._poll(lambda run_id=run_id: self._first_checkpoint(run_id, 2),
+                             f"the first checkpoint of run {run_id}'s continuation", 60)
+            for run_id in run_ids
+        ]
+        # Every continuation is measured: replace the stopped worker by a fresh paused standby meanwhile.
         exit_status = await victim.wait_exit(30)
         if exit_status is None:
-            raise RuntimeError(f"trial {self.trials}: the {signal.Signals(signum).name}ed worker did not exit")
+            raise RuntimeError(f"round {self.rounds}: the {signal.Signals(signum).name}ed worker did not exit")
         replacement = self.db.process("worker")
         await replacement.wait_ready()
         self.db.processes.remove(victim)
-        run = await self._sealed(run_id)
+        sealed = [await self._sealed(run_id) for run_id in run_ids]
         await self._warm_up(replacement, idle=survivor)
         self.active, self.standby = survivor, replacement
-        attempts = await self._attempts(run_id)
-        first, second = attempts[0], attempts[1]
-        figures = trial_figures(signal_at, first, second, first_checkpoint_at)
-        if signum != signal.SIGKILL:
-            figures["lease_expiry"] = None  # a handoff waits for no lease: its expiry is no part of the figure
-        figures.update(
-            completed=run["status"] == "completed" and run["output"] == f"finished {self.options['steps']} steps",
-            other_worker=first["worker_id"] != second["worker_id"],
-            start_reason=second["start_reason"], first_attempt_status=first["status"], exit_status=exit_status,
-        )
-        return figures
+        samples = []
+        for run_id, run, first_checkpoint_at in zip(run_ids, sealed, first_checkpoints, strict=True):
+            first, second = (await self._attempts(run_id))[:2]
+            figures = trial_figures(signal_at, first, second, first_checkpoint_at)
+            if signum != signal.SIGKILL:
+                figures["lease_expiry"] = None  # a handoff waits for no lease: its expiry is no part of the figure
+            figures.update(
+                completed=run["status"] == "completed" and run["output"] == f"finished {self.options['steps']} steps",
+                other_worker=first["worker_id"] != second["worker_id"],
+                start_reason=second["start_reason"], first_attempt_status=first["status"], exit_status=exit_status,
+            )
+            samples.append(figures)
+        return samples
 
 
 def sections(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The service settings of the figure, as `candor serve` sections."""
     return {"database": {"timeout": settings["database_timeout"]},
-            "worker": {k: settings[k] for k in ("lease_seconds", "authority_seconds", "scan_seconds")}}
+            "worker": {k: settings[k] for k in ("lease_seconds", "authority_seconds", "scan_seconds", "slots")}}
 
 
 async def measure(trials: int, drain_trials: int, settings: dict[str, Any], options: dict[str, Any], kill_at: int,
@@ -225,11 +244,13 @@ async def measure(trials: int, drain_trials: int, settings: dict[str, Any], opti
                     continue
                 task = progress.add_task(f"{label} trials ({signal.Signals(signum).name})", total=count)
                 results = []
-                for _ in range(count):
-                    results.append(await failover.trial(signum))
-                    progress.advance(task)
+                sizes = round_sizes(count, settings["slots"])
+                for size in sizes:
+                    results += await failover.signal_round(signum, size)
+                    progress.advance(task, size)
                 values = [r["first_checkpoint"] for r in results]
-                summary[label] = {**distribution(values), "trials": count, "components_median": components(results),
+                summary[label] = {**distribution(values), "trials": count, "signals": len(sizes),
+                                  "components_median": components(results),
                                   "completed": sum(r["completed"] for r in results),
                                   "other_worker": sum(r["other_worker"] for r in results),
                                   "start_reasons": sorted({r["start_reason"] for r in results}),
@@ -247,15 +268,15 @@ def report(summary: dict[str, Any]) -> str:
         f"failover_latency: worker.lease_seconds={s['lease_seconds']}, worker.authority_seconds="
         f"{s['authority_seconds']}, worker.scan_seconds={s['scan_seconds']}, database.timeout={s['database_timeout']}; "
         f"runs of {summary['options']['steps']} steps x {summary['options']['step_seconds']} s, signal after "
-        f"checkpoint {summary['kill_at']}",
+        f"checkpoint {summary['kill_at']}; {s['slots']} runs per signal, one sample (trial) per run",
     ]
     for label, name in (("kill", "SIGKILL -> continuation's first checkpoint"),
                         ("drain", "SIGTERM (drain) -> continuation's first checkpoint")):
         figures = summary.get(label)
         if not figures:
             continue
-        lines.append(f"  {name}: {figures['trials']} trials, p50 {figures['p50']:.3f} s, p99 {figures['p99']:.3f} s, "
-                     f"max {figures['max']:.3f} s")
+        lines.append(f"  {name}: {figures['trials']} trials ({figures['signals']} signals), p50 {figures['p50']:.3f} s, "
+                     f"p99 {figures['p99']:.3f} s, max {figures['max']:.3f} s")
         parts = ", ".join(f"{k.replace('_', ' ')} {v:+.3f} s" for k, v in figures["components_median"].items())
         lines.append(f"    median time after the signal: {parts}")
         lines.append(f"    continued on the other worker: {figures['other_worker']}/{figures['trials']}, completed: "
@@ -274,9 +295,11 @@ def table(summary: dict[str, Any]) -> list[str]:
         f"Settings: `worker.lease_seconds` = {s['lease_seconds']}, `worker.authority_seconds` = "
         f"{s['authority_seconds']}, `worker.scan_seconds` = {s['scan_seconds']}, `database.timeout` = "
         f"{s['database_timeout']}; runs of {summary['options']['steps']} steps of "
-        f"{summary['options']['step_seconds']} s.",
+        f"{summary['options']['step_seconds']} s. A trial (sample) is one run interrupted by the signal: each "
+        f"signal hits a worker holding up to {s['slots']} runs mid-run (`worker.slots` = {s['slots']}), and each of "
+        "them gives the time from the signal to its continuation's first checkpoint on the other worker.",
         "",
-        "| Signal | Trials | p50 s | p99 s | max s | Lease expiry | First attempt ended | Claimed | Started "
+        "| Signal | Trials (signals) | p50 s | p99 s | max s | Lease expiry | First attempt ended | Claimed | Started "
         "| Continued elsewhere | Completed |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -287,7 +310,7 @@ def table(summary: dict[str, Any]) -> list[str]:
         c = f["components_median"]
         events = ("lease_expiry", "first_attempt_ended", "claimed", "started")
         cells = [f"{c[k]:+.3f}" if k in c else "-" for k in events]
-        lines.append(f"| {name} | {f['trials']} | {f['p50']:.3f} | {f['p99']:.3f} | {f['max']:.3f} | "
+        lines.append(f"| {name} | {f['trials']} ({f['signals']}) | {f['p50']:.3f} | {f['p99']:.3f} | {f['max']:.3f} | "
                      f"{' | '.join(cells)} | {f['other_worker']}/{f['trials']} | {f['completed']}/{f['trials']} |")
     lines += ["", "Event columns: median seconds after the signal."]
     return lines
@@ -333,13 +356,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--trials", type=int, default=50, help="SIGKILL trials (default: 50)")
     parser.add_argument("--drain-trials", type=int, default=10, help="SIGTERM drain-handoff trials (default: 10)")
+    parser.add_argument("--runs-per-signal", type=int, default=4,
+                        help="runs the active worker holds when signalled, its worker.slots; one trial per run "
+                             "(default: 4)")
     parser.add_argument("--lease-seconds", type=float, default=3.0,
                         help="worker.lease_seconds (default: 3, the smallest allowed)")
     parser.add_argument("--authority-seconds", type=float, default=0.5, help="worker.authority_seconds (default: 0.5)")
     parser.add_argument("--scan-seconds", type=float, default=0.2, help="worker.scan_seconds (default: 0.2)")
     parser.add_argument("--database-timeout", type=float, default=0.9,
                         help="database.timeout (default: 0.9; 3x must stay below the lease)")
-    parser.add_argument("--steps", type=int, default=10, help="tool steps per run (default: 10)")
+    parser.add_argument("--steps", type=int, default=20, help="tool steps per run (default: 20)")
     parser.add_argument("--step-seconds", type=float, default=0.05, help="duration of one tool step (default: 0.05)")
     parser.add_argument("--kill-at", type=int, default=2, help="signal once the run committed this many checkpoints "
                                                                "(default: 2)")
@@ -353,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.kill_at < 2 * args.steps:
         parser.error("--kill-at must be between 1 and 2 x --steps - 1 (two checkpoints per step)")
     settings = {"lease_seconds": args.lease_seconds, "authority_seconds": args.authority_seconds,
-                "scan_seconds": args.scan_seconds, "database_timeout": args.database_timeout}
+                "scan_seconds": args.scan_seconds, "database_timeout": args.database_timeout,
+                "slots": args.runs_per_signal}
     options = {"script": "loop", "steps": args.steps, "step_seconds": args.step_seconds}
     if (problem := _service.settings_problem(**sections(settings))) is not None:
         parser.error(problem)
