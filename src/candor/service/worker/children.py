@@ -24,7 +24,7 @@ from candor.tools import recovery_retryable
 from ..core import Service
 from ..errors import StoreUnavailable
 from ..protocol.children import CHILD_TOOL_NAME, SpawnRefusal
-from ..store.children import ChildSpawn, spawn_child
+from ..store.children import ChildSpawn, SpawnedChild, spawn_child
 from ..store.runs import ClaimedRun
 
 __all__ = ("CHILD_TOOLSET_ID", "allowed_child_agents", "child_toolsets")
@@ -49,6 +49,24 @@ def _description(allowed: tuple[str, ...]) -> str:
     )
 
 
+SPAWN_RETRY_DELAYS: tuple[float, ...] = (0.25, 1.0)
+"""Pauses between tries of a spawn the database could not answer. Retrying keeps the same (parent run, tool call
+id) identity, so a try whose commit did land is found, never repeated; only after the last try is the model told."""
+
+
+async def _spawn_with_retries(service: Service, lease: Any, spawn: ChildSpawn) -> SpawnedChild | SpawnRefusal:
+    for delay in (*SPAWN_RETRY_DELAYS, None):
+        try:
+            return await spawn_child(service.engine, lease, spawn, settings=service.settings, entropy=service.entropy)
+        except StoreUnavailable as exc:
+            if delay is None:
+                # The model may call again: a new call is a new spawn identity, so the outcome of the last try is
+                # unknown to it (docs/child-runs.md says so).
+                raise ModelRetry("child_start_unavailable: the service could not start the child run now") from exc
+            await service.clock.sleep(delay)
+    raise AssertionError("unreachable")
+
+
 def child_toolsets(service: Service, claimed: ClaimedRun) -> list[AbstractToolset[Any]]:
     """The spawn toolset for this attempt's run, or nothing when its agent may start no child (§7.13)."""
     allowed = allowed_child_agents(service, claimed.agent)
@@ -59,13 +77,7 @@ def child_toolsets(service: Service, claimed: ClaimedRun) -> list[AbstractToolse
     async def start_child_run(ctx: RunContext[Any], agent: str, input: str) -> dict[str, str]:  # noqa: A002
         """Start a child run of `agent` with `input` as its first message."""
         spawn = ChildSpawn(agent=agent, text=input, tool_call_id=ctx.tool_call_id or "", allowed_agents=allowed)
-        try:
-            result = await spawn_child(
-                service.engine, lease, spawn, settings=service.settings, entropy=service.entropy
-            )
-        except StoreUnavailable as exc:
-            # Not a failure of the run: the model may try again (a new call, so a new spawn identity).
-            raise ModelRetry("child_start_unavailable: the service could not start the child run now") from exc
+        result = await _spawn_with_retries(service, lease, spawn)
         if isinstance(result, SpawnRefusal):
             raise ModelRetry(result.for_model())
         if result.created:
