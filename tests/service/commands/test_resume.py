@@ -14,9 +14,12 @@ from candor.service.errors import Conflict, Disabled, Forbidden, InvalidArgument
 from candor.service.protocol.pending import Pending, pending_problem
 from candor.service.store import auth
 from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.store.resume import successor_of
+from candor.service.commands.runs import resume_refusal
+from candor.service.store.resume import find_resume_and_run, split_resume_lookup, successor_of
 from candor.service.store.tables import runs
 from candor.service.store.threads import start_run
+
+from store.test_round_trips import statements
 
 from .helpers import TEXT, count, make_service, new_key, pending_of, run_row, seal_run, text, thread_row
 
@@ -264,3 +267,70 @@ async def test_unique_resume_index_decides_a_lost_race(db: Any) -> None:
             await start_run(conn, twin, entropy=service.entropy)
     assert caught.value.constraint == "uq_runs_resume_request"
     assert await count(service, runs) == 2
+
+
+async def test_replay_and_target_are_read_together(db: Any) -> None:
+    """§8.2, S-81, S-126: one statement reads the key's successor and the run to resume; a run of another
+    workspace is no target, and a successor resumed again with the key that created it is both."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    successor, _ = await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+    lookup = {"principal_id": key.id, "workspace_id": key.workspace_id}
+    async with read_transaction(service.engine) as conn:
+        with statements(service.engine) as sent:
+            found = await find_resume_and_run(conn, key="r", run_id=waiting.id, **lookup)
+        assert len(sent) == 1
+        assert (found.replay, found.target) == (successor, waiting)
+        fresh = await find_resume_and_run(conn, key="other", run_id=waiting.id, **lookup)
+        assert (fresh.replay, fresh.target) == (None, waiting)
+        elsewhere = await find_resume_and_run(conn, principal_id=key.id, key="other", workspace_id="wsp_x",
+                                              run_id=waiting.id)  # fmt: skip
+        assert (elsewhere.replay, elsewhere.target) == (None, None)
+    both = split_resume_lookup([waiting, successor], key="r", run_id=successor.id, **lookup)
+    assert (both.replay, both.target) == (successor, successor)
+
+
+async def test_resume_refusals_come_in_step_order(db: Any) -> None:
+    """§8.6 steps 3–6 after the lock, first failure wins: S-128 archived workspace → S-84 archived thread → S-77
+    not the last waiting run → S-78 coverage → §4.3 `run` no longer held; all pass → no refusal."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    thread = await thread_row(service, waiting.thread_id)
+    allowed = auth.AuthorityFacts(principal_exists=True, principal_disabled=False, permissions=frozenset({"run"}),
+                                  workspace_id=key.workspace_id, workspace_archived=False)  # fmt: skip
+    assert resume_refusal(thread, waiting, allowed, ANSWERS) is None
+    lost_run = replace(allowed, permissions=frozenset({"read"}))
+    uncovered = {"approvals": {}, "calls": ANSWERS["calls"]}
+    other_run = replace(thread, last_run_id="run_" + "0" * 32)
+    archived_thread = replace(thread, state="archived")
+    archived_workspace = replace(lost_run, workspace_archived=True)
+    steps = [
+        (archived_workspace, archived_thread, Disabled, None),
+        (lost_run, archived_thread, Conflict, "archived"),
+        (lost_run, other_run, Conflict, "not_idle_waiting_run"),
+        (lost_run, thread, InvalidArgument, "pending_coverage_mismatch"),
+    ]
+    for facts, locked, error, reason in steps:
+        refusal = resume_refusal(locked, waiting, facts, uncovered)
+        assert isinstance(refusal, error) and getattr(refusal, "reason", None) == reason, refusal
+    assert isinstance(resume_refusal(thread, waiting, lost_run, ANSWERS), Forbidden)
+
+
+async def test_resume_sends_few_statements(db: Any) -> None:
+    """§8.2, §8.6, S-80: authenticating is one statement (on PostgreSQL without BEGIN/ROLLBACK around it); a
+    resume looks for its replay once (together with the run) unless a check after the lock refuses."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    async with write_transaction(service.engine) as conn:
+        secret = (await auth.create_principal(conn, workspace_id=key.workspace_id, permissions=["run"],
+                                              entropy=service.entropy)).secret  # fmt: skip
+    with statements(service.engine) as sent:
+        assert await commands.authenticate(service, secret) is not None
+    assert len(sent) == 1
+    with statements(service.engine) as sent:
+        await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+    by_key = [statement for statement, _ in sent if "request_key =" in statement and statement.startswith("SELECT")]
+    assert len(by_key) == 1 and len(sent) <= 8, sent

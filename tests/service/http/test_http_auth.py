@@ -38,6 +38,26 @@ async def test_missing_or_unknown_secret_is_401(api: Any) -> None:
             assert key.secret not in response.text
 
 
+async def test_authentication_is_not_cached_between_requests(api: Any) -> None:
+    """S-61, S-101, S-128: every request reads the key afresh: a key that just resumed a run is refused on its very
+    next request once disabled, and a key whose workspace was just archived gets 422 `disabled` for its next resume."""
+    key = await api.key()
+    waiting = []
+    for name in ("t1", "t2"):
+        created = (await create_thread(api.client, key, idempotency_key=name)).json()
+        waiting.append(await seal_run(api.service, created["run"]["id"], "waiting", pending=pending_of()))
+    first = await api.client.post(f"/v1/runs/{waiting[0].id}/resume", json=ANSWERS, headers=key.headers("r1"))
+    assert first.status_code == 201
+    async with write_transaction(api.service.engine) as conn:
+        await auth.archive_workspace(conn, key.workspace_id)
+    archived = await api.client.post(f"/v1/runs/{waiting[1].id}/resume", json=ANSWERS, headers=key.headers("r2"))
+    assert archived.status_code == 422 and error_of(archived)["code"] == "disabled"
+    async with write_transaction(api.service.engine) as conn:
+        await auth.disable_principal(conn, principal_id=key.id)
+    refused = await api.client.post(f"/v1/runs/{waiting[1].id}/resume", json=ANSWERS, headers=key.headers("r3"))
+    assert refused.status_code == 401 and error_of(refused)["code"] == "unauthenticated"
+
+
 async def test_missing_permission_is_403(api: Any) -> None:
     """S-101, §4.2: `read` for every GET, `run` for thread and run commands; otherwise 403 `forbidden` (before the
     body is looked at)."""

@@ -17,6 +17,7 @@ from candor.service.core import Service
 from candor.service.runtime import FakeClock, SeededEntropy
 from candor.service.settings import ServiceSettings
 from candor.service.store.dialect import db_now
+from candor.service.store.outbox import enqueue_once, new_outbox_id
 from candor.service.store.tables import outbox, subscriptions
 
 from worker import support as worker_support
@@ -72,6 +73,19 @@ async def add_subscription(
     return sub_id
 
 
+async def stage_webhooks(engine: AsyncEngine, tenant: worker_support.Tenant, *, url: str, count: int) -> list[str]:
+    """Stages `count` pending webhook rows to `url` (as `stage_run_event` would, S-106); returns their ids."""
+    ids = [new_outbox_id() for _ in range(count)]
+    async with engine.begin() as conn:
+        for n, row_id in enumerate(ids):
+            payload = {"type": "run.completed", "created_at": 1.0, "data": {"run": {"id": f"run_{n}"}}}
+            await enqueue_once(
+                conn, kind="webhook", dedupe_key=f"test-{row_id}", target=url, payload=payload,
+                workspace_id=tenant.workspace_id, signing_secret=signing_keys.encrypt_secret(SECRET), row_id=row_id,
+            )
+    return ids
+
+
 async def outbox_rows(engine: AsyncEngine, *, kind: str | None = None) -> list[Any]:
     query = select(outbox).order_by(outbox.c.created_at, outbox.c.id)
     if kind is not None:
@@ -108,13 +122,16 @@ class Received:
 @dataclass
 class Receiver:
     """A tiny HTTP/1.1 server on 127.0.0.1. `script` answers requests in order (then `default`): an int status,
-    "hang" (never answers), or "redirect" (302 to /elsewhere)."""
+    "hang" (never answers), or "redirect" (302 to /elsewhere). With `keep_alive` it answers without
+    `Connection: close` and serves further requests on the same connection; `connections` counts accepted ones."""
 
     script: list[Any] = field(default_factory=list)
     default: Any = 200
     received: list[Received] = field(default_factory=list)
     server: asyncio.AbstractServer | None = None
     port: int = 0
+    keep_alive: bool = False
+    connections: int = 0
 
     @property
     def url(self) -> str:
@@ -131,28 +148,41 @@ class Receiver:
             await self.server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
-            request_line = (await reader.readline()).decode()
-            headers: dict[str, str] = {}
-            while True:
-                line = (await reader.readline()).decode()
-                if line in ("\r\n", "\n", ""):
-                    break
-                name, _, value = line.partition(":")
-                headers[name.strip()] = value.strip()
-            length = int(headers.get("Content-Length", headers.get("content-length", "0")))
-            body = await reader.readexactly(length) if length else b""
-            self.received.append(Received(path=request_line.split(" ")[1], headers=headers, body=body))
-            answer = self.script.pop(0) if self.script else self.default
-            if answer == "hang":
-                await asyncio.sleep(30)
-                return
-            if answer == "redirect":
-                writer.write(b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            else:
-                writer.write(f"HTTP/1.1 {answer} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".encode())
-            await writer.drain()
+            while await self._answer_one(reader, writer) and self.keep_alive:
+                pass
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
+
+    async def _answer_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Reads and answers one request; False when the peer closed the connection or the answer was "hang"."""
+        request_line = (await reader.readline()).decode()
+        if not request_line:
+            return False
+        headers: dict[str, str] = {}
+        while True:
+            line = (await reader.readline()).decode()
+            if line in ("\r\n", "\n", ""):
+                break
+            name, _, value = line.partition(":")
+            headers[name.strip()] = value.strip()
+        length = int(headers.get("Content-Length", headers.get("content-length", "0")))
+        body = await reader.readexactly(length) if length else b""
+        self.received.append(Received(path=request_line.split(" ")[1], headers=headers, body=body))
+        answer = self.script.pop(0) if self.script else self.default
+        connection = "keep-alive" if self.keep_alive else "close"
+        if answer == "hang":
+            await asyncio.sleep(30)
+            return False
+        if answer == "redirect":
+            writer.write(
+                f"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\nConnection: {connection}\r\n\r\n"
+                .encode()
+            )
+        else:
+            writer.write(f"HTTP/1.1 {answer} X\r\nContent-Length: 2\r\nConnection: {connection}\r\n\r\nok".encode())
+        await writer.drain()
+        return True

@@ -346,7 +346,7 @@ async def test_checkpoint_cleanup_deletes_rows_shadowed_by_a_history_rewrite(db,
     `kept` are deleted and its envelope cleared; the run's current checkpoint still loads, and a checkpoint that is
     another run's start keeps everything."""
     from candor.service.store.checkpoints import encode_message, load_state
-    from candor.service.store.outbox import cleanup_checkpoints
+    from candor.service.store.cleanup import cleanup_checkpoints
     from candor.service.store.tables import checkpoint_messages, runs
     from pydantic_ai.messages import ModelRequest, UserPromptPart
 
@@ -393,7 +393,7 @@ async def test_checkpoint_cleanup_pages_with_a_cursor_and_deferred_settles(db, t
     import functools
 
     from candor.service.outbox import delivery
-    from candor.service.store.outbox import cleanup_checkpoint_page
+    from candor.service.store.cleanup import cleanup_checkpoint_page
 
     monkeypatch.setattr(delivery, "cleanup_checkpoint_page", functools.partial(cleanup_checkpoint_page, limit=1))
     service = support.make_service(db.url, db.engine, clock=clock)

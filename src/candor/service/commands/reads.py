@@ -13,7 +13,7 @@ from ..errors import InvalidArgument, NotFound
 from ..protocol.authority import Principal
 from ..protocol.requests import checked_limit, require
 from ..store import auth, inbox, messages, views
-from ..store.engine import read_transaction
+from ..store.engine import read_transaction, single_read
 from ..store.views import AttemptRow, EntryRow, RunRow, ThreadRow
 
 __all__ = (
@@ -44,7 +44,7 @@ async def authenticate(service: Service, secret: str) -> auth.Authenticated | No
     """The principal holding a bearer `secret`, or `None` for a missing, unknown or disabled key (S-101)."""
     if not secret:
         return None
-    async with read_transaction(service.engine) as conn:
+    async with single_read(service.engine) as conn:  # one statement: no BEGIN/ROLLBACK round trips
         return await auth.authenticate(conn, secret)
 
 

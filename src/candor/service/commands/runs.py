@@ -6,19 +6,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import Service
-from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, NotFound
+from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, NotFound, ServiceError
 from ..protocol.authority import Principal
 from ..protocol.idempotency import replay_or_conflict, request_digest, resume_digest
 from ..protocol.pending import Pending, coverage_mismatch
 from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
 from ..store import auth, interrupts, threads, views
+from ..store.auth import AuthorityFacts
 from ..store.engine import write_transaction
-from ..store.resume import find_resume_by_key, successor_of
-from ..store.views import RunRow
+from ..store.resume import find_resume_and_run, find_resume_by_key, successor_of
+from ..store.views import RunRow, ThreadRow
 from .acceptance import Accepted, accepted, answer, checked_client_tool_names, input_run, may_write, new_message
 from .acceptance import replay, with_optional, woken
 
-__all__ = ("fork_run", "resume_run", "interrupt_run")
+__all__ = ("fork_run", "resume_run", "resume_refusal", "interrupt_run")
 
 
 async def fork_run(
@@ -86,36 +87,31 @@ async def resume_run(
     checked = checked_resume_body(body)
     digest = resume_digest(run_id, checked)
 
-    async def replayed(conn: Any) -> RunRow | None:
-        found = await find_resume_by_key(conn, principal_id=principal.id, key=key)
+    def replay_of(found: RunRow | None) -> RunRow | None:
         if found is not None and replay_or_conflict(found.request_digest or "", digest) == "conflict":
             raise Conflict("idempotency_key_reused", kind="run", id=found.id)  # S-82
         return found
 
     async def attempt() -> tuple[RunRow, bool]:
         async with write_transaction(service.engine) as conn:
-            if (found := await replayed(conn)) is not None:
+            lookup = await find_resume_and_run(
+                conn, principal_id=principal.id, key=key, workspace_id=principal.workspace_id, run_id=run_id
+            )
+            if (found := replay_of(lookup.replay)) is not None:
                 return found, False  # S-81
-            waiting = await views.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
+            waiting = lookup.target
             if waiting is None:
                 raise NotFound("run", run_id)
             thread = await threads.lock_thread(conn, thread_id=waiting.thread_id, workspace_id=None)
             assert thread is not None
-            if (found := await replayed(conn)) is not None:  # a racing twin committed while we waited for the lock
-                return found, False
             facts = await auth.read_authority(conn, principal.id)
-            if facts.workspace_archived:
-                raise Disabled(principal.workspace_id)
-            if thread.state == "archived":
-                raise Conflict("archived", kind="thread", id=thread.id)  # S-84
-            if thread.state != "waiting" or thread.last_run_id != run_id:
-                raise Conflict("not_idle_waiting_run", kind="run", id=run_id)  # S-77
-            pending = Pending.model_validate(waiting.pending)
-            mismatch = coverage_mismatch(pending, checked["approvals"].keys(), checked["calls"].keys())
-            if mismatch is not None:  # S-78
-                raise InvalidArgument(reason="pending_coverage_mismatch", details=mismatch.details())
-            if facts.verdict() != "allowed":
-                raise Forbidden("run")
+            refusal = resume_refusal(thread, waiting, facts, checked)
+            if refusal is not None:
+                # A racing twin may have committed while we waited for the lock: its successor is the answer
+                # (S-81), and its commit is what made the run refusable. Looked up only here, off the common path.
+                if (found := replay_of(await find_resume_by_key(conn, principal_id=principal.id, key=key))) is not None:
+                    return found, False
+                raise refusal
             successor = successor_of(
                 waiting, body=checked, resumed_by_id=principal.id, key=key, digest=digest,
                 max_attempts=service.settings.worker.max_attempts,
@@ -126,6 +122,26 @@ async def resume_run(
     if created:
         service.wake_workers()
     return run, created
+
+
+def resume_refusal(
+    thread: ThreadRow, waiting: RunRow, facts: AuthorityFacts, body: Mapping[str, Any]
+) -> ServiceError | None:
+    """§8.6 steps 3–6 on the locked thread, the first that fails: archived workspace (S-128) → archived thread
+    (S-84) → not the thread's last, waiting run (S-77) → pending coverage (S-78) → `run` no longer held (§4.3)."""
+    if facts.workspace_archived:
+        return Disabled(waiting.workspace_id)
+    if thread.state == "archived":
+        return Conflict("archived", kind="thread", id=thread.id)
+    if thread.state != "waiting" or thread.last_run_id != waiting.id:
+        return Conflict("not_idle_waiting_run", kind="run", id=waiting.id)
+    pending = Pending.model_validate(waiting.pending)
+    mismatch = coverage_mismatch(pending, body["approvals"].keys(), body["calls"].keys())
+    if mismatch is not None:
+        return InvalidArgument(reason="pending_coverage_mismatch", details=mismatch.details())
+    if facts.verdict() != "allowed":
+        return Forbidden("run")
+    return None
 
 
 async def interrupt_run(service: Service, principal: Principal, run_id: str) -> RunRow:

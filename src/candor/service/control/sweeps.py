@@ -1,8 +1,10 @@
 """The sweep runner (§10.2: jitter, bounded passes, retry next period) and the table of the control role's sweeps.
 
 Each sweep starts after a random delay of at most one period, then runs one pass per period, each bounded by a
-timeout. A failed pass logs "Sweep failed" and the sweep runs again at its next period (S-125). Sleeps use the
-service clock and the jitter its entropy, so tests can drive sweeps with `FakeClock` and a seeded source.
+timeout. A sweep whose pass says there is more to do (`again`, e.g. `deliver_outbox` after a full batch) runs its
+next pass at once instead of a period later. A failed pass logs "Sweep failed" and the sweep runs again at its next
+period (S-125). Sleeps use the service clock and the jitter its entropy, so tests can drive sweeps with `FakeClock`
+and a seeded source.
 
 `expire_leases` (§7.5) lives here; the other sweeps of §10.2 join the table as their owners add them.
 """
@@ -19,7 +21,7 @@ from typing import Any
 from .advance import advance_threads
 from ..core import Service
 from ..metrics import SWEEP_PASSES
-from ..outbox.delivery import deliver_outbox
+from ..outbox.delivery import DeliveryLoop
 from ..protocol.outcomes import Requeue
 from ..runtime import Clock
 from ..settings import OUTBOX_KINDS
@@ -47,6 +49,10 @@ class Sweep:
     """One pass."""
     timeout: float
     """Longest a pass may take before it counts as failed."""
+    again: Callable[[Any], bool] | None = None
+    """Given a successful pass's result: whether to run the next pass now instead of one period later."""
+    close: Callable[[], Awaitable[None]] | None = None
+    """Releases what the sweep holds across passes (a connection pool) when it stops."""
 
 
 @dataclass(kw_only=True)
@@ -109,8 +115,12 @@ def _outbox_sweeps(service: Service, *, floor: float) -> tuple[Sweep, ...]:
     deliver_timeout = max(2 * max(settings.outbox.policy(kind).lease_seconds for kind in OUTBOX_KINDS), floor)
     purge_period = settings.outbox.purge_interval_seconds
     alarm = BacklogAlarm()
+    delivery = DeliveryLoop(service)
     return (
-        Sweep(name="deliver_outbox", period=scan, run=lambda: deliver_outbox(service), timeout=deliver_timeout),
+        Sweep(
+            name="deliver_outbox", period=scan, run=delivery.run_pass, timeout=deliver_timeout,
+            again=delivery.wants_another_pass, close=delivery.aclose,
+        ),  # fmt: skip
         Sweep(
             name="purge_outbox",
             period=purge_period,
@@ -153,19 +163,26 @@ def sweep_table(service: Service) -> tuple[Sweep, ...]:
 
 
 async def run_sweep(sweep: Sweep, *, clock: Clock, rng: random.Random) -> None:
-    """Run `sweep` forever: random initial delay ≤ period, one bounded pass per period, failures retried (S-125)."""
-    await clock.sleep(rng.uniform(0, sweep.period))
-    while True:
-        try:
-            await asyncio.wait_for(sweep.run(), timeout=sweep.timeout)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - S-125: logged, retried at the next period
-            log.warning("Sweep failed", extra={"sweep": sweep.name, "error_type": type(exc).__name__})
-            SWEEP_PASSES.labels(sweep=sweep.name, result="failed").inc()  # S-125
-        else:
-            SWEEP_PASSES.labels(sweep=sweep.name, result="ok").inc()
-        await clock.sleep(sweep.period)
+    """Run `sweep` forever: random initial delay ≤ period, one bounded pass per period (at once when the pass asks
+    for `again`), failures retried (S-125); `close` runs when it stops."""
+    try:
+        await clock.sleep(rng.uniform(0, sweep.period))
+        while True:
+            more = False
+            try:
+                result = await asyncio.wait_for(sweep.run(), timeout=sweep.timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - S-125: logged, retried at the next period
+                log.warning("Sweep failed", extra={"sweep": sweep.name, "error_type": type(exc).__name__})
+                SWEEP_PASSES.labels(sweep=sweep.name, result="failed").inc()  # S-125
+            else:
+                SWEEP_PASSES.labels(sweep=sweep.name, result="ok").inc()
+                more = sweep.again is not None and sweep.again(result)
+            await clock.sleep(0 if more else sweep.period)
+    finally:
+        if sweep.close is not None:
+            await sweep.close()
 
 
 async def run_sweeps(service: Service, sweeps: Sequence[Sweep] | None = None) -> None:

@@ -2,8 +2,12 @@
 
 A pass claims at most `batch` rows of a kind, `parallel` at a time, and begins no further sub-batch once it has run
 for one lease period, so it ends within two. A handler gets at most `lease_seconds / 2`. Its exception (or timeout)
-settles `retry` with backoff, or `dead` at `max_attempts` (S-109). The settle is fenced by the claim token (S-111):
-if this process dies between handler and settle, the lease lapses and the row is claimed again (at least once).
+settles `retry` with backoff, or `dead` at `max_attempts` (S-109). A sub-batch's outcomes are settled together in
+one transaction, each row fenced by its own claim token (S-111): if this process dies between handler and settle,
+the lease lapses and the row is claimed again (at least once).
+
+`DeliveryLoop` is what the control role's sweep runs: one pooled HTTP client kept across passes (connections are
+reused, §9.4), and `wants_another_pass` to start the next pass at once while a kind still fills its `batch`.
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ from ..protocol.backoff import outbox_backoff_seconds, outbox_failure_settlement
 from ..signing_keys import decrypt_secret
 from ..protocol.children import CHILD_RESULT_DEFER_SECONDS
 from ..store.children import deliver_child_result
-from ..store.outbox import ClaimedRow, claim_rows, cleanup_checkpoint_page, settle
-from .webhooks import post_webhook, target_allowed
+from ..settings import ServiceSettings
+from ..store.cleanup import cleanup_checkpoint_page
+from ..store.outbox import ClaimedRow, Settlement, claim_rows, settle_many
+from .webhooks import post_webhook, target_allowed, webhook_client
 
 __all__ = (
-    "HandlerResult", "Handler", "HANDLERS", "deliver_outbox", "deliver_kind", "handle_webhook", "handle_child_result",
-    "handle_checkpoint_cleanup",
+    "HandlerResult", "Handler", "HANDLERS", "DeliveryLoop", "deliver_outbox", "deliver_kind", "settlement_for",
+    "wants_another_pass", "handle_webhook", "handle_child_result", "handle_checkpoint_cleanup",
 )
 
 log = logging.getLogger("candor.outbox")
@@ -126,6 +132,10 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+def _webhook_connections(settings: ServiceSettings) -> int:
+    return settings.outbox.policy("webhook").parallel
+
+
 async def deliver_outbox(
     service: Service,
     *,
@@ -133,11 +143,14 @@ async def deliver_outbox(
     handlers: Mapping[str, Handler] | None = None,
     owner: str | None = None,
 ) -> dict[str, int]:
-    """One pass over every kind with a handler, kinds concurrently; returns how many rows each kind settled."""
+    """One pass over every kind with a handler, kinds concurrently; returns how many rows each kind settled.
+
+    Without `client` the pass opens (and closes) its own; a caller running passes repeatedly passes one that
+    lives across them (`DeliveryLoop`) so connections are reused."""
     table = dict(handlers if handlers is not None else HANDLERS)
     rng = service.entropy.random()
     own_client = client is None
-    http = client if client is not None else httpx.AsyncClient(follow_redirects=False)
+    http = client if client is not None else webhook_client(connections=_webhook_connections(service.settings))
     try:
         ctx = DeliveryContext(service=service, client=http)
         kinds = list(table)
@@ -148,6 +161,31 @@ async def deliver_outbox(
         if own_client:
             await http.aclose()
     return dict(zip(kinds, counts, strict=True))
+
+
+def wants_another_pass(settled: Mapping[str, int], settings: ServiceSettings) -> bool:
+    """Whether a pass settled a full `batch` of some kind, so more rows are probably due and the next pass should
+    start now rather than one `control.scan_seconds` later (§10.2). Each pass is still bounded on its own (§9.2)."""
+    return any(count >= settings.outbox.policy(kind).batch for kind, count in settled.items())  # type: ignore[arg-type]
+
+
+class DeliveryLoop:
+    """The `deliver_outbox` sweep's state across passes: one pooled HTTP client (sized from the webhook kind's
+    `parallel`), so deliveries reuse kept-alive connections instead of opening one per POST. `aclose` when done."""
+
+    def __init__(self, service: Service, *, handlers: Mapping[str, Handler] | None = None) -> None:
+        self.service = service
+        self.handlers = handlers
+        self.client = webhook_client(connections=_webhook_connections(service.settings))
+
+    async def run_pass(self) -> dict[str, int]:
+        return await deliver_outbox(self.service, client=self.client, handlers=self.handlers)
+
+    def wants_another_pass(self, settled: Mapping[str, int]) -> bool:
+        return wants_another_pass(settled, self.service.settings)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
 
 async def deliver_kind(
@@ -179,49 +217,54 @@ async def deliver_kind(
             break
         remaining -= len(rows)
         results = await asyncio.gather(
-            *(_deliver_one(service, row, handler, ctx=ctx, rng=rng, max_attempts=policy.max_attempts,
-                           time_limit=policy.lease_seconds / 2) for row in rows)
+            *(_run_handler(row, handler, ctx=ctx, time_limit=policy.lease_seconds / 2) for row in rows)
         )
-        settled += sum(results)
+        settlements = []
+        for row, result in zip(rows, results, strict=True):
+            failpoints.hit(failpoints.OUTBOX_BEFORE_SETTLE)
+            settlements.append(settlement_for(row, result, max_attempts=policy.max_attempts, rng=rng))
+        changed = await settle_many(service.engine, settlements)
+        for row, settlement in zip(rows, settlements, strict=True):
+            if settlement.row_id in changed:  # S-111: otherwise our claim lapsed and someone else owns the row
+                _record(row, settlement)
+        settled += len(changed)
     return settled
 
 
-async def _deliver_one(
-    service: Service,
-    row: ClaimedRow,
-    handler: Handler,
-    *,
-    ctx: DeliveryContext,
-    rng: random.Random,
-    max_attempts: int,
-    time_limit: float,
-) -> bool:
+async def _run_handler(row: ClaimedRow, handler: Handler, *, ctx: DeliveryContext, time_limit: float) -> HandlerResult:
     try:
-        result = await asyncio.wait_for(handler(row, ctx), timeout=time_limit)
+        return await asyncio.wait_for(handler(row, ctx), timeout=time_limit)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - §9.2: a handler exception is a failed attempt
-        result = HandlerResult(outcome="failed", error=f"handler_error: {type(exc).__name__}")
-    failpoints.hit(failpoints.OUTBOX_BEFORE_SETTLE)
-    outcome: Literal["delivered", "dead", "retry", "deferred"]
-    delay = result.delay_seconds
+        return HandlerResult(outcome="failed", error=f"handler_error: {type(exc).__name__}")
+
+
+def settlement_for(row: ClaimedRow, result: HandlerResult, *, max_attempts: int, rng: random.Random) -> Settlement:
+    """How a handler's result settles its row (§9.2): `failed` becomes `retry` with backoff, or `dead` at
+    `max_attempts` (S-109); the other outcomes settle as they are, with the handler's delay and payload."""
     if result.outcome == "failed":
-        outcome = outbox_failure_settlement(attempts=row.attempts, max_attempts=max_attempts)
-        delay = outbox_backoff_seconds(row.attempts, rng)  # S-109
-    else:
-        outcome = result.outcome
-    changed = await settle(
-        service.engine, row_id=row.id, token=row.token, outcome=outcome, error=result.error, delay_seconds=delay,
-        payload=result.payload,
-    )
-    if not changed:
-        return False  # S-111: our claim lapsed and someone else owns the row now
+        return Settlement(
+            row_id=row.id, token=row.token, error=result.error,
+            outcome=outbox_failure_settlement(attempts=row.attempts, max_attempts=max_attempts),
+            delay_seconds=outbox_backoff_seconds(row.attempts, rng),
+        )  # fmt: skip
+    return Settlement(
+        row_id=row.id, token=row.token, outcome=result.outcome, error=result.error,
+        delay_seconds=result.delay_seconds, payload=result.payload,
+    )  # fmt: skip
+
+
+def _record(row: ClaimedRow, settlement: Settlement) -> None:
+    outcome = settlement.outcome
     OUTBOX_DELIVERIES.labels(kind=row.kind, result=outcome).inc()
     fields = {"outbox_id": row.id, "kind": row.kind, "attempts": row.attempts}
     if outcome == "delivered":
         log.info("Outbox delivered", extra=fields)
     elif outcome == "dead":
-        log.warning("Outbox delivery dead", extra={**fields, "error": result.error})
+        log.warning("Outbox delivery dead", extra={**fields, "error": settlement.error})
     elif outcome == "retry":
-        log.info("Outbox delivery failed", extra={**fields, "error": result.error, "delay_seconds": delay})
-    return True
+        log.info(
+            "Outbox delivery failed",
+            extra={**fields, "error": settlement.error, "delay_seconds": settlement.delay_seconds},
+        )

@@ -6,7 +6,11 @@ is the outbox row id, sent as `Candor-Delivery-Id`. The signature is
     Candor-Signature: v1=<hex HMAC-SHA256 of "{Candor-Timestamp}.{Candor-Delivery-Id}.{raw body}">
 
 under the subscription's signing secret. Only a 2xx answer within `control.webhook_timeout` counts; redirects are
-not followed and the response body is never read.
+not followed and the response body is never read: the outcome is decided by the status line alone, and the body's
+bytes are never parsed, stored or logged. To keep the connection for the next delivery (HTTP/1.1 keep-alive),
+a body that announces itself as small (`Content-Length` at most `DRAIN_LIMIT_BYTES`, or none by its status) is
+drained and discarded within the same timeout; any other body is not touched and the connection is closed
+instead. A drain that fails or times out after the status arrived changes nothing: the status stands.
 
 Receivers check a delivery with `verify_signature(secret, headers, body)`:
 
@@ -42,12 +46,20 @@ __all__ = (
     "signed_headers",
     "verify_signature",
     "target_allowed",
+    "DRAIN_LIMIT_BYTES",
+    "drainable_body",
+    "webhook_client",
     "post_webhook",
 )
 
 DELIVERY_ID_HEADER = "Candor-Delivery-Id"
 TIMESTAMP_HEADER = "Candor-Timestamp"
 SIGNATURE_HEADER = "Candor-Signature"
+
+DRAIN_LIMIT_BYTES = 16 * 1024
+"""The largest announced response body discarded to keep its connection; larger or unannounced ones close it."""
+
+_BODYLESS_STATUSES = frozenset({204, 304})
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +135,30 @@ def target_allowed(url: str | None, *, allow_insecure: bool) -> bool:
     return parts.scheme in schemes and bool(parts.hostname)
 
 
+def drainable_body(status: int, headers: Mapping[str, str]) -> bool:
+    """Whether a response's body may be drained (and discarded) to keep the connection: it has none by its
+    status, or announces a `Content-Length` of at most `DRAIN_LIMIT_BYTES`. Chunked or unannounced bodies could
+    be arbitrarily long or slow, so their connection is closed instead."""
+    if status in _BODYLESS_STATUSES or 100 <= status < 200:
+        return True
+    length = headers.get("content-length")
+    if length is None or not length.isdigit() or "transfer-encoding" in headers:
+        return False
+    return int(length) <= DRAIN_LIMIT_BYTES
+
+
+def webhook_client(*, connections: int) -> httpx.AsyncClient:
+    """The pooled client of one delivery loop: at most `connections` open (a kind's `parallel`), all kept alive
+    between deliveries, redirects never followed (S-108)."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(follow_redirects=False, limits=limits)
+
+
+async def _discard_body(response: httpx.Response) -> None:
+    async for _ in response.aiter_raw():  # bytes dropped unseen: only returns the connection to the pool
+        pass
+
+
 async def post_webhook(
     client: httpx.AsyncClient,
     *,
@@ -139,16 +175,21 @@ async def post_webhook(
         return WebhookResult("refused", "target_refused")
     body = canonical_body(delivery_id=delivery_id, payload=payload)
     headers = signed_headers(secret, timestamp=timestamp, delivery_id=delivery_id, body=body)
+    status: int | None = None
     try:
         async with asyncio.timeout(timeout):  # the whole exchange, not each phase
             async with client.stream(
                 "POST", url, content=body, headers=headers, timeout=timeout, follow_redirects=False
             ) as response:
-                status = response.status_code  # the body is never read (§9.4)
+                status = response.status_code  # decides the outcome; the body is never read (§9.4)
+                if drainable_body(status, response.headers):
+                    await _discard_body(response)
     except (httpx.TimeoutException, TimeoutError):
-        return WebhookResult("failed", "timeout")
+        if status is None:
+            return WebhookResult("failed", "timeout")
     except httpx.HTTPError as exc:
-        return WebhookResult("failed", f"transport: {type(exc).__name__}")
-    if 200 <= status < 300:
+        if status is None:
+            return WebhookResult("failed", f"transport: {type(exc).__name__}")
+    if status is not None and 200 <= status < 300:
         return WebhookResult("delivered")
     return WebhookResult("failed", f"http_status: {status}")

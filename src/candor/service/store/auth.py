@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..admin.rules import checked_name
@@ -348,17 +348,25 @@ async def set_permissions(
     return row
 
 
+# Every request runs these two: built once, so SQLAlchemy neither rebuilds them nor recomputes their cache keys.
+_AUTHENTICATE = (
+    select(principals, workspaces.c.archived_at.label("workspace_archived_at"))
+    .join(workspaces, workspaces.c.id == principals.c.workspace_id)
+    .where(principals.c.secret_hash == bindparam("presented_hash"))
+)
+_READ_AUTHORITY = (
+    select(principals.c.workspace_id, principals.c.permissions, principals.c.disabled_at, workspaces.c.archived_at)
+    .join(workspaces, workspaces.c.id == principals.c.workspace_id)
+    .where(principals.c.id == bindparam("authority_principal_id"))
+)
+
+
 async def authenticate(conn: AsyncConnection, secret: str) -> Authenticated | None:
     """The principal holding `secret`, or `None` for an unknown or disabled key (→ 401 `unauthenticated`)."""
     if not secret:
         return None
     presented = hash_secret(secret)
-    query = (
-        select(principals, workspaces.c.archived_at.label("workspace_archived_at"))
-        .join(workspaces, workspaces.c.id == principals.c.workspace_id)
-        .where(principals.c.secret_hash == presented)
-    )
-    row = (await conn.execute(query)).mappings().first()
+    row = (await conn.execute(_AUTHENTICATE, {"presented_hash": presented})).mappings().first()
     if row is None or not hmac.compare_digest(row["secret_hash"], presented) or row["disabled_at"] is not None:
         return None
     principal = Principal(id=row["id"], workspace_id=row["workspace_id"], permissions=frozenset(row["permissions"]))
@@ -384,17 +392,7 @@ async def bootstrap(conn: AsyncConnection, *, entropy: Entropy, name: str = "def
 
 async def read_authority(conn: AsyncConnection, principal_id: str) -> AuthorityFacts:
     """The facts of the §4.3 check: the principal, its permissions and its workspace, read without locks."""
-    query = (
-        select(
-            principals.c.workspace_id,
-            principals.c.permissions,
-            principals.c.disabled_at,
-            workspaces.c.archived_at,
-        )
-        .join(workspaces, workspaces.c.id == principals.c.workspace_id)
-        .where(principals.c.id == principal_id)
-    )
-    row = (await conn.execute(query)).mappings().first()
+    row = (await conn.execute(_READ_AUTHORITY, {"authority_principal_id": principal_id})).mappings().first()
     if row is None:
         return _MISSING
     return AuthorityFacts(

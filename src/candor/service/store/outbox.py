@@ -3,21 +3,22 @@
 * `enqueue_once(conn, …)` inserts one row unless `(kind, dedupe_key)` exists (S-107); `stage_run_event` stages the
   webhook rows of one run or attempt transition for every matching enabled subscription (S-106), and
   `stage_seal_rows` the `checkpoint_cleanup` (and, on a child thread, `child_result`) row of a seal. Both run
-  inside the transaction that makes the change.
+  inside the transaction that makes the change. (The cleanup itself is in `store/cleanup.py`.)
 * `claim_rows` leases due rows per kind (§9.2), `FOR UPDATE SKIP LOCKED` on PostgreSQL and `BEGIN IMMEDIATE` on
   SQLite; a row already at `max_attempts` becomes `dead`/`unsettled` instead (S-110).
-* `settle` is fenced by the claim token (S-111); `deferred` gives the attempt back (S-112).
+* `settle_many` settles a batch in one transaction, each row fenced by its own claim token (S-111); `settle` is
+  the one-row form; `deferred` gives the attempt back (S-112).
 * `purge` removes settled rows past their retention (S-115); `redeliver` resets a `dead` row (S-114).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import and_, bindparam, delete, func, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..errors import Conflict, NotFound
@@ -28,7 +29,7 @@ from ..protocol.fencing import hash_lease_token, new_lease_token
 from ..signing_keys import decrypt_secret
 from .dialect import db_now, dialect_name, insert_ignoring_conflicts
 from .engine import after_commit, read_transaction, write_transaction
-from .tables import checkpoint_messages, checkpoints, outbox, run_attempts, runs, subscriptions, threads
+from .tables import outbox, run_attempts, runs, subscriptions, threads
 
 __all__ = (
     "BACKLOG_COUNT_CAP",
@@ -41,15 +42,16 @@ __all__ = (
     "stage_seal_rows",
     "count_accepted",
     "claim_rows",
+    "Settlement",
+    "settlement_values",
+    "group_settlements",
+    "settle_many",
     "settle",
     "purge",
     "redeliver",
     "read_backlog",
     "read_runs_backlog",
     "has_dead",
-    "CLEANUP_PAGE",
-    "cleanup_checkpoints",
-    "cleanup_checkpoint_page",
 )
 
 BACKLOG_COUNT_CAP = 10000
@@ -308,22 +310,22 @@ async def claim_rows(
                 .with_for_update(skip_locked=True)
             )
         ).mappings().all()
-        for row in rows:
-            if is_unsettled_at_claim(attempts=row["attempts"], max_attempts=max_attempts):
-                await conn.execute(
-                    update(outbox)
-                    .where(o.id == row["id"])
-                    .values(status="dead", last_error="unsettled", settled_at=now, lease_token_hash=None,
-                            lease_expires_at=None, lease_owner=None)
-                )
-                continue
-            token = new_lease_token(randbytes)
+        lapsed = {
+            row["id"] for row in rows if is_unsettled_at_claim(attempts=row["attempts"], max_attempts=max_attempts)
+        }
+        if lapsed:
             await conn.execute(
                 update(outbox)
-                .where(o.id == row["id"])
-                .values(attempts=o.attempts + 1, lease_owner=owner, lease_token_hash=hash_lease_token(token),
-                        lease_expires_at=now + lease_seconds)
+                .where(o.id.in_(sorted(lapsed)))
+                .values(status="dead", last_error="unsettled", settled_at=now, lease_token_hash=None,
+                        lease_expires_at=None, lease_owner=None)
             )
+        leases: list[dict[str, Any]] = []
+        for row in rows:
+            if row["id"] in lapsed:
+                continue
+            token = new_lease_token(randbytes)
+            leases.append({"claimed_id": row["id"], "claimed_hash": hash_lease_token(token)})
             claimed.append(
                 ClaimedRow(
                     id=row["id"], kind=row["kind"], dedupe_key=row["dedupe_key"], target=row["target"],
@@ -332,7 +334,88 @@ async def claim_rows(
                     created_at=row["created_at"], token=token,
                 )
             )
+        if leases:  # one executemany (a single pipelined round trip on asyncpg), not one UPDATE per row
+            await conn.execute(
+                update(outbox)
+                .where(o.id == bindparam("claimed_id"))
+                .values(attempts=o.attempts + 1, lease_owner=owner, lease_token_hash=bindparam("claimed_hash"),
+                        lease_expires_at=now + lease_seconds),
+                leases,
+            )
     return claimed
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settlement:
+    """How one claimed row is to be settled; `token` is the claim's token, which fences the settle (S-111)."""
+
+    row_id: str
+    token: bytes
+    outcome: Outcome
+    error: str | None = None
+    delay_seconds: float = 0.0
+    payload: Mapping[str, Any] | None = None
+
+
+def settlement_values(settlement: Settlement, *, now: Any) -> dict[str, Any]:
+    """The column values a settle writes (§9.2): the lease is cleared; `retry`/`deferred` make the row due after
+    `delay_seconds` and `deferred` gives the attempt back (S-112); `error` is kept, `payload` replaces the stored
+    one (a handler's cursor)."""
+    values: dict[str, Any] = {"lease_token_hash": None, "lease_expires_at": None, "lease_owner": None}
+    if settlement.error is not None:
+        values["last_error"] = settlement.error[:1024]
+    if settlement.payload is not None:
+        values["payload"] = dict(settlement.payload)
+    match settlement.outcome:
+        case "delivered":
+            values.update(status="delivered", delivered_at=now, settled_at=now)
+        case "dead":
+            values.update(status="dead", settled_at=now)
+        case "retry":
+            values.update(available_at=now + settlement.delay_seconds)
+        case "deferred":
+            values.update(available_at=now + settlement.delay_seconds, attempts=outbox.c.attempts - 1)
+        case _:
+            raise ValueError(f"unknown outcome {settlement.outcome!r}")
+    return values
+
+
+def group_settlements(settlements: Sequence[Settlement]) -> list[list[Settlement]]:
+    """Settlements that write the same values, in first-seen order, so each group is one UPDATE.
+
+    The common case, a batch of `delivered` rows, is one group. A settlement with a `payload` is its own group
+    (payloads differ per row); retries usually differ in their random backoff. Within a group every row is still
+    matched on its own `(id, token hash)` pair, so each settle stays fenced by its own token (S-111).
+    """
+    groups: dict[tuple[Any, ...], list[Settlement]] = {}
+    for index, settlement in enumerate(settlements):
+        key: tuple[Any, ...] = (settlement.outcome, settlement.error, settlement.delay_seconds)
+        if settlement.payload is not None:
+            key = ("payload", index)
+        groups.setdefault(key, []).append(settlement)
+    return list(groups.values())
+
+
+async def settle_many(engine: AsyncEngine, settlements: Sequence[Settlement]) -> set[str]:
+    """§9.2 for a batch in one transaction: settle each row only while it is `pending` and its own token is its
+    current claim (S-111); a stale settlement changes nothing and the others still apply. Returns the ids of
+    the rows that changed."""
+    if not settlements:
+        return set()
+    o = outbox.c
+    now = db_now()
+    changed: set[str] = set()
+    async with write_transaction(engine) as conn:
+        for group in group_settlements(settlements):
+            fences = [(item.row_id, hash_lease_token(item.token)) for item in group]
+            result = await conn.execute(
+                update(outbox)
+                .where(o.status == "pending", tuple_(o.id, o.lease_token_hash).in_(fences))
+                .values(**settlement_values(group[0], now=now))
+                .returning(o.id)
+            )
+            changed.update(result.scalars().all())
+    return changed
 
 
 async def settle(
@@ -345,36 +428,15 @@ async def settle(
     delay_seconds: float = 0.0,
     payload: Mapping[str, Any] | None = None,
 ) -> bool:
-    """§9.2: settle a claimed row; only while it is `pending` and `token` is its current claim (S-111).
+    """§9.2: settle one claimed row; only while it is `pending` and `token` is its current claim (S-111).
 
     `retry` and `deferred` make it due again after `delay_seconds`; `deferred` also gives the attempt back (S-112).
     `payload`, when given, replaces the stored payload (a handler's cursor). Returns whether the row changed.
     """
-    o = outbox.c
-    now = db_now()
-    values: dict[str, Any] = {"lease_token_hash": None, "lease_expires_at": None, "lease_owner": None}
-    if error is not None:
-        values["last_error"] = error[:1024]
-    if payload is not None:
-        values["payload"] = dict(payload)
-    match outcome:
-        case "delivered":
-            values.update(status="delivered", delivered_at=now, settled_at=now)
-        case "dead":
-            values.update(status="dead", settled_at=now)
-        case "retry":
-            values.update(available_at=now + delay_seconds)
-        case "deferred":
-            values.update(available_at=now + delay_seconds, attempts=o.attempts - 1)
-        case _:
-            raise ValueError(f"unknown outcome {outcome!r}")
-    async with write_transaction(engine) as conn:
-        result = await conn.execute(
-            update(outbox)
-            .where(o.id == row_id, o.status == "pending", o.lease_token_hash == hash_lease_token(token))
-            .values(**values)
-        )
-    return bool(result.rowcount)
+    settlement = Settlement(
+        row_id=row_id, token=token, outcome=outcome, error=error, delay_seconds=delay_seconds, payload=payload
+    )
+    return row_id in await settle_many(engine, [settlement])
 
 
 async def purge(
@@ -460,77 +522,3 @@ async def has_dead(engine: AsyncEngine, *, kind: str) -> bool:
             await conn.execute(select(outbox.c.id).where(outbox.c.kind == kind, outbox.c.status == "dead").limit(1))
         ).first()
     return found is not None
-
-
-# --- checkpoint cleanup (§9.6) -----------------------------------------------------------------------------------
-
-
-CLEANUP_PAGE = 1000
-"""§9.6: checkpoints looked at per `checkpoint_cleanup` invocation."""
-
-
-async def cleanup_checkpoints(engine: AsyncEngine, *, run_id: str) -> int:
-    """All pages of `cleanup_checkpoint_page` (tests and tools); returns rows touched."""
-    touched, after = 0, 0
-    while True:
-        count, next_after = await cleanup_checkpoint_page(engine, run_id=run_id, after=after)
-        touched += count
-        if next_after is None:
-            return touched
-        after = next_after
-
-
-async def cleanup_checkpoint_page(
-    engine: AsyncEngine, *, run_id: str, after: int = 0, limit: int = CLEANUP_PAGE
-) -> tuple[int, int | None]:
-    """§9.6 for one sealed run, checkpoints with `seq > after` (at most `limit`): delete shadowed message rows and
-    clear superseded envelopes. Returns the rows touched and the cursor of the next page (None when done).
-
-    A checkpoint is protected when it is any run's current or start checkpoint or a thread's imported base (S-47);
-    its messages and envelope stay. For the others, message rows at or beyond the largest `kept` of any checkpoint
-    based on them are unreachable and deleted (only when a later checkpoint of the same run shadows them), and the
-    envelope of every checkpoint but the run's last one is cleared.
-    """
-    c, m = checkpoints.c, checkpoint_messages.c
-    touched = 0
-    async with write_transaction(engine) as conn:
-        last_seq = (await conn.execute(select(func.max(c.seq)).where(c.run_id == run_id))).scalar()
-        rows = (
-            await conn.execute(
-                select(c.id, c.seq, c.count)
-                .where(c.run_id == run_id, c.seq > after, c.seq < func.coalesce(last_seq, 0))
-                .order_by(c.seq)
-                .limit(limit)
-            )
-        ).mappings().all()
-        if not rows:
-            return 0, None
-        ids = [row["id"] for row in rows]
-        protected = set(
-            (await conn.execute(select(runs.c.checkpoint_id).where(runs.c.checkpoint_id.in_(ids)))).scalars()
-        )
-        protected |= set(
-            (await conn.execute(select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)))).scalars()
-        )
-        protected |= set(
-            (await conn.execute(select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids))))
-            .scalars()
-        )
-        for row in rows:  # never the run's last checkpoint (excluded above)
-            if row["id"] in protected:
-                continue
-            children = (
-                await conn.execute(select(c.kept, c.run_id).where(c.base_id == row["id"]))
-            ).all()
-            shadowed = any(child.run_id == run_id for child in children)
-            needed = max((child.kept for child in children), default=row["count"])
-            if shadowed and needed < row["count"]:
-                result = await conn.execute(
-                    delete(checkpoint_messages).where(m.checkpoint_id == row["id"], m.index >= needed)
-                )
-                touched += int(result.rowcount or 0)
-            result = await conn.execute(
-                update(checkpoints).where(c.id == row["id"], c.envelope.is_not(None)).values(envelope=None)
-            )
-            touched += int(result.rowcount or 0)
-    return touched, (rows[-1]["seq"] if len(rows) == limit else None)

@@ -1,0 +1,86 @@
+"""Checkpoint cleanup (§9.6): the `checkpoint_cleanup` outbox handler's store work, one bounded page at a time.
+
+Every seal stages a `checkpoint_cleanup` row (store/outbox.py); its handler (outbox/delivery.py) calls
+`cleanup_checkpoint_page` and keeps the returned cursor in the row's payload between pages.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .engine import write_transaction
+from .tables import checkpoint_messages, checkpoints, runs, threads
+
+__all__ = ("CLEANUP_PAGE", "cleanup_checkpoints", "cleanup_checkpoint_page")
+
+
+CLEANUP_PAGE = 1000
+"""§9.6: checkpoints looked at per `checkpoint_cleanup` invocation."""
+
+
+async def cleanup_checkpoints(engine: AsyncEngine, *, run_id: str) -> int:
+    """All pages of `cleanup_checkpoint_page` (tests and tools); returns rows touched."""
+    touched, after = 0, 0
+    while True:
+        count, next_after = await cleanup_checkpoint_page(engine, run_id=run_id, after=after)
+        touched += count
+        if next_after is None:
+            return touched
+        after = next_after
+
+
+async def cleanup_checkpoint_page(
+    engine: AsyncEngine, *, run_id: str, after: int = 0, limit: int = CLEANUP_PAGE
+) -> tuple[int, int | None]:
+    """§9.6 for one sealed run, checkpoints with `seq > after` (at most `limit`): delete shadowed message rows and
+    clear superseded envelopes. Returns the rows touched and the cursor of the next page (None when done).
+
+    A checkpoint is protected when it is any run's current or start checkpoint or a thread's imported base (S-47);
+    its messages and envelope stay. For the others, message rows at or beyond the largest `kept` of any checkpoint
+    based on them are unreachable and deleted (only when a later checkpoint of the same run shadows them), and the
+    envelope of every checkpoint but the run's last one is cleared.
+    """
+    c, m = checkpoints.c, checkpoint_messages.c
+    touched = 0
+    async with write_transaction(engine) as conn:
+        last_seq = (await conn.execute(select(func.max(c.seq)).where(c.run_id == run_id))).scalar()
+        rows = (
+            await conn.execute(
+                select(c.id, c.seq, c.count)
+                .where(c.run_id == run_id, c.seq > after, c.seq < func.coalesce(last_seq, 0))
+                .order_by(c.seq)
+                .limit(limit)
+            )
+        ).mappings().all()
+        if not rows:
+            return 0, None
+        ids = [row["id"] for row in rows]
+        protected = set(
+            (await conn.execute(select(runs.c.checkpoint_id).where(runs.c.checkpoint_id.in_(ids)))).scalars()
+        )
+        protected |= set(
+            (await conn.execute(select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)))).scalars()
+        )
+        protected |= set(
+            (await conn.execute(select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids))))
+            .scalars()
+        )
+        for row in rows:  # never the run's last checkpoint (excluded above)
+            if row["id"] in protected:
+                continue
+            children = (
+                await conn.execute(select(c.kept, c.run_id).where(c.base_id == row["id"]))
+            ).all()
+            shadowed = any(child.run_id == run_id for child in children)
+            needed = max((child.kept for child in children), default=row["count"])
+            if shadowed and needed < row["count"]:
+                result = await conn.execute(
+                    delete(checkpoint_messages).where(m.checkpoint_id == row["id"], m.index >= needed)
+                )
+                touched += int(result.rowcount or 0)
+            result = await conn.execute(
+                update(checkpoints).where(c.id == row["id"], c.envelope.is_not(None)).values(envelope=None)
+            )
+            touched += int(result.rowcount or 0)
+    return touched, (rows[-1]["seq"] if len(rows) == limit else None)
