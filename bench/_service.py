@@ -243,10 +243,12 @@ class ServiceDatabase:
 
 
 async def closed_loop(db: ServiceDatabase, options: Mapping[str, Any], count: int, in_flight: int, *, prefix: str,
-                      on_sealed: Callable[[int], Awaitable[None] | None] | None = None) -> list[str]:
+                      on_sealed: Callable[[int], Awaitable[None] | None] | None = None,
+                      poll_seconds: float = 0.01) -> list[str]:
     """Submit `count` runs keeping at most `in_flight` of them unsealed; their ids once all are sealed.
 
-    `on_sealed(n)` is called at every poll with how many of them are sealed so far (it may be a coroutine)."""
+    `on_sealed(n)` is called at every poll (every `poll_seconds`) with how many of them are sealed so far (it may be
+    a coroutine)."""
     base = await db.count_runs(*SEALED)
     submitted: list[str] = []
     while True:
@@ -257,7 +259,7 @@ async def closed_loop(db: ServiceDatabase, options: Mapping[str, Any], count: in
             return submitted
         while len(submitted) < count and len(submitted) - sealed < in_flight:
             submitted.append(await db.submit(options, key=f"{prefix}-{len(submitted)}"))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(poll_seconds)
 
 
 def bench_settings(env: Mapping[str, str]) -> ServiceSettings:

@@ -9,7 +9,7 @@ median time of encoding the history first (`encode_history_reusing`: only messag
 commit, as a worker boundary does).
 Target (issue 5): bytes and commit time at 1000 messages <= 2x those at 10.
 
-    python -m bench.checkpoint_cost [--sizes 10,100,1000] [--commits 50] [--backends sqlite,postgresql] [--json out]
+    python -m bench.checkpoint_cost [--sizes 10,100,1000] [--commits 30] [--backends sqlite,postgresql] [--json out]
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sizes", type=_ints, default=[10, 100, 1000],
                         help="history lengths in messages (default: 10,100,1000)")
-    parser.add_argument("--commits", type=int, default=50, help="incremental commits measured per length (default: 50)")
+    parser.add_argument("--commits", type=int, default=30, help="incremental commits measured per length (default: 30)")
     parser.add_argument("--backends", type=_backends, default=list(_store.BACKENDS),
                         help="comma-separated: sqlite,postgresql (default: both)")
     parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,

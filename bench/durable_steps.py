@@ -16,7 +16,7 @@ envelope before it (medians over the timed runs). Targets: candor on PostgreSQL 
 PostgresSaver (steps/s, 80 steps); candor stores <= 1/20 of LangGraph's bytes for an 80-step run (PostgreSQL), and
 its write at step 80 is <= 2x its write at step 5.
 
-    python -m bench.durable_steps [--steps 5,20,80] [--runs 10] [--backends sqlite,postgresql] [--no-langgraph]
+    python -m bench.durable_steps [--steps 5,20,80] [--runs 5] [--backends sqlite,postgresql] [--no-langgraph]
 """
 
 from __future__ import annotations
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Durable step throughput and storage: candor vs bare Pydantic AI vs LangGraph checkpointers.",
     )
     parser.add_argument("--steps", type=_ints, default=[5, 20, 80], help="steps per run (default: 5,20,80)")
-    parser.add_argument("--runs", type=int, default=10, help="timed runs per variant and step count (default: 10)")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per variant and step count (default: 5)")
     parser.add_argument("--backends", type=_backends, default=list(_store.BACKENDS),
                         help="stores for candor and LangGraph: sqlite,postgresql (default: both)")
     parser.add_argument("--no-langgraph", action="store_true",

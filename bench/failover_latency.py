@@ -275,8 +275,8 @@ def report(summary: dict[str, Any]) -> str:
         figures = summary.get(label)
         if not figures:
             continue
-        lines.append(f"  {name}: {figures['trials']} trials ({figures['signals']} signals), p50 {figures['p50']:.3f} s, "
-                     f"p99 {figures['p99']:.3f} s, max {figures['max']:.3f} s")
+        lines.append(f"  {name}: {figures['trials']} trials ({figures['signals']} signals), "
+                     f"p50 {figures['p50']:.3f} s, p99 {figures['p99']:.3f} s, max {figures['max']:.3f} s")
         parts = ", ".join(f"{k.replace('_', ' ')} {v:+.3f} s" for k, v in figures["components_median"].items())
         lines.append(f"    median time after the signal: {parts}")
         lines.append(f"    continued on the other worker: {figures['other_worker']}/{figures['trials']}, completed: "
@@ -323,7 +323,9 @@ def reading(summary: dict[str, Any]) -> list[str]:
     if kill:
         c = kill["components_median"]
         out.append(
-            f"Kill: the median continuation commits its first checkpoint {kill['p50']:.2f} s after SIGKILL. Of that, "
+            f"Kill ({kill['trials']} trials from {kill['signals']} SIGKILLs of a worker holding up to "
+            f"{s['slots']} runs): the median continuation commits its first checkpoint {kill['p50']:.2f} s after "
+            "SIGKILL. Of that, "
             f"{c.get('lease_expiry', float('nan')):.2f} s is the rest of the lease (lease {s['lease_seconds']} s, "
             f"renewed every {s['authority_seconds']} s), the `expire_leases` pass recovers the attempt at "
             f"{c.get('first_attempt_ended', float('nan')):.2f} s, the run is due again "
@@ -335,7 +337,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
     if drain:
         c = drain["components_median"]
         out.append(
-            f"Drain: the median handoff takes {drain['p50'] * 1000:.0f} ms from SIGTERM to the continuation's first "
+            f"Drain ({drain['trials']} trials from {drain['signals']} SIGTERMs): the median handoff takes {drain['p50'] * 1000:.0f} ms from SIGTERM to the continuation's first "
             f"checkpoint: the draining attempt yields at {c.get('first_attempt_ended', float('nan')) * 1000:.0f} ms "
             f"(after the {summary['options']['step_seconds'] * 1000:.0f} ms step in flight and the yielding commit), "
             f"the standby claims the run at {c.get('claimed', float('nan')) * 1000:.0f} ms; no lease is waited out."

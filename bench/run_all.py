@@ -31,6 +31,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 DEFAULT_REPORT = REPO_ROOT / "docs" / "benchmarks.md"
 NOT_BENCHMARKS = {"__init__", "run_all"}
+BUDGET_SECONDS = 15 * 60
+"""Issue 8: the whole `make bench` must finish within 15 minutes on the 2-core reference machine."""
 ISSUE_8_LATER: dict[str, str] = {}
 """Benchmarks issue 8 asks for that may not exist yet (name -> label); the report names those still missing."""
 PACKAGES = ("candor", "pydantic-ai-slim", "pydantic-graph", "pydantic", "pydantic-core", "sqlalchemy", "asyncpg",
@@ -151,6 +153,18 @@ def machine_facts() -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------------- report
 
 
+def time_table(runs: list[BenchRun], total_seconds: float) -> list[str]:
+    """Wall time per benchmark (its whole process) and the total against the `make bench` budget, as Markdown."""
+    lines = ["| Benchmark | Seconds | Share | Exit status |", "|---|---|---|---|"]
+    for run in runs:
+        share = run.seconds / total_seconds if total_seconds > 0 else 0.0
+        lines.append(f"| {run.name} | {run.seconds:.1f} | {share:.0%} | {run.returncode} |")
+    within = "yes" if total_seconds <= BUDGET_SECONDS else "**no**"
+    lines.append(f"| **Total** | **{total_seconds:.1f}** | 100% | within the "
+                 f"{BUDGET_SECONDS / 60:.0f}-minute budget: {within} |")
+    return lines
+
+
 def _summary_table(summary: dict[str, Any]) -> list[str]:
     if summary.get("bench") == "harness_overhead":
         verdict = "yes" if summary["meets_target"] else "**no**"
@@ -260,6 +274,7 @@ def render_report(runs: list[BenchRun], *, argv: list[str], total_seconds: float
         for target, value, met in _targets(run):
             verdict = "not measured" if met is None else ("yes" if met else "**no**")
             lines.append(f"| {run.name} | {target} | {value} | {verdict} |")
+    lines += ["", "## Time per benchmark", "", *time_table(runs, total_seconds)]
     lines += [
         "",
         "Each section below gives the command, the figures, a reading of them (including why a target is missed) "
@@ -323,9 +338,12 @@ def main(argv: list[str] | None = None) -> int:
             progress.console.print(run.stdout.rstrip(), markup=False, highlight=False)
         progress.update(task, description="benchmarks done")
 
+    total_seconds = time.perf_counter() - started
+    report = render_report(runs, argv=raw_argv, total_seconds=total_seconds)
+    for line in time_table(runs, total_seconds):
+        console.print(line, markup=False, highlight=False)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(render_report(runs, argv=raw_argv, total_seconds=time.perf_counter() - started),
-                           encoding="utf-8")
+    args.output.write_text(report, encoding="utf-8")
     console.print(f"report written to {args.output}")
     return 0 if all(run.returncode == 0 for run in runs) else 1
 

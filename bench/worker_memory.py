@@ -31,6 +31,9 @@ PEAK_TARGET_MB = 250.0
 GROWTH_TARGET = 0.10
 IN_FLIGHT_PER_SLOT = 2
 SAMPLE_SECONDS = 0.5
+POLL_SECONDS = 0.1
+"""How often the submitter counts sealed runs: seldom enough that the worker, not the submitter's queries, is what
+the machine's CPUs are busy with (2 unsealed runs per slot keep the worker fed between polls)."""
 QUICK_ARGS = ["--runs", "4", "--steps", "3"]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests)."""
 
@@ -83,7 +86,8 @@ async def measure(runs_count: int, steps: int, slots: int, postgres_url: str, co
             done, submitted = 0, 0
             for mark, count in (("half", half), ("end", runs_count - half)):
                 run_ids = await _service.closed_loop(db, {"script": "loop", "steps": steps}, count,
-                                                     IN_FLIGHT_PER_SLOT * slots, prefix=mark, on_sealed=observe)
+                                                     IN_FLIGHT_PER_SLOT * slots, prefix=mark, on_sealed=observe,
+                                                     poll_seconds=POLL_SECONDS)
                 done, submitted = done + count, submitted + len(run_ids)
                 marks[mark] = worker.memory_kib()
         summary["seconds"] = time.perf_counter() - started

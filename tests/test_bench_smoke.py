@@ -140,6 +140,26 @@ def test_read_memory_kib_parses_proc_status() -> None:
         read_memory_kib("VmRSS:\t1 kB\n")
 
 
+def test_failover_round_sizes_take_every_trial_from_full_rounds_first() -> None:
+    """S-28: the kill trials are runs a signalled worker held; 50 trials at 4 runs per signal need 13 kills."""
+    from bench.failover_latency import round_sizes
+
+    assert round_sizes(50, 4) == [4] * 12 + [2]
+    assert round_sizes(8, 4) == [4, 4] and round_sizes(1, 4) == [1] and round_sizes(0, 4) == []
+    with pytest.raises(ValueError, match="runs_per_signal"):
+        round_sizes(5, 0)
+
+
+def test_run_all_time_table_gives_each_bench_and_the_budget_verdict() -> None:
+    from bench.run_all import BUDGET_SECONDS, BenchRun, time_table
+
+    runs = [BenchRun("a", [], 0, 300.0, "", ""), BenchRun("b", [], 1, 100.0, "", "")]
+    lines = time_table(runs, 400.0)
+    assert lines[2:4] == ["| a | 300.0 | 75% | 0 |", "| b | 100.0 | 25% | 1 |"]
+    assert lines[-1].endswith("within the 15-minute budget: yes |") and "**400.0**" in lines[-1]
+    assert time_table(runs, BUDGET_SECONDS + 1.0)[-1].endswith("budget: **no** |")
+
+
 def test_percentile_is_nearest_rank() -> None:
     from bench._store import percentile
 
@@ -152,10 +172,13 @@ def test_percentile_is_nearest_rank() -> None:
 def test_failover_latency_kills_and_drains_real_workers(tmp_path: Path, postgres_server: str) -> None:
     """S-28: after SIGKILL the run continues on the other worker process from its last checkpoint (a `recovery`
     attempt) and completes; S-53: after SIGTERM the draining attempt hands off (a `handoff` attempt)."""
-    stdout, data = run_service_bench("failover_latency", tmp_path, "--trials", "1", "--drain-trials", "1")
-    for label, reason in (("kill", "recovery"), ("drain", "handoff")):
+    stdout, data = run_service_bench("failover_latency", tmp_path, "--trials", "2", "--drain-trials", "1",
+                                     "--runs-per-signal", "2")
+    for label, reason, trials in (("kill", "recovery", 2), ("drain", "handoff", 1)):
         figures = data[label]
-        assert figures["other_worker"] == figures["completed"] == figures["trials"] == 1
+        # One signal per label: the kill interrupts two runs at once, each of them one trial.
+        assert figures["other_worker"] == figures["completed"] == figures["trials"] == len(figures["seconds"]) == trials
+        assert figures["signals"] == 1
         assert figures["start_reasons"] == [reason] and figures["p50"] > 0
     assert data["kill"]["p50"] > data["settings"]["lease_seconds"] - data["settings"]["authority_seconds"]
     assert "SIGKILL -> continuation's first checkpoint" in stdout and "lease_seconds=3.0" in stdout
@@ -215,7 +238,8 @@ def test_run_all_quick_writes_a_report(tmp_path: Path) -> None:
     for needle in ("# Benchmarks", "## Machine", "`nproc`", "/proc/meminfo", "pydantic-ai-slim", "## harness_overhead",
                    "python -m bench.harness_overhead --steps 2 --reps 2", "| PostgreSQL |", "## checkpoint_cost",
                    "## durable_steps", "--no-langgraph", "Reading:", "## failover_latency", "## resume_latency",
-                   "## service_throughput", "## worker_memory", "## outbox_throughput"):
+                   "## service_throughput", "## worker_memory", "## outbox_throughput", "## Time per benchmark",
+                   "| **Total** |"):
         assert needle in text
     assert "Not benchmarked yet" not in text
     assert RATIO.search(text) is not None
