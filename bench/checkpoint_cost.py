@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
@@ -35,7 +33,7 @@ from candor.service.store.checkpoints import (
 )
 from candor.service.store.seals import commit_checkpoint
 
-from . import _store
+from . import _cli, _store
 
 TARGET_RATIO = 2.0
 TOOL_RESULT = "r" * 200
@@ -220,12 +218,6 @@ def reading(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def _ints(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
-    return values
-
 
 def _backends(text: str) -> list[str]:
     values = [part.strip() for part in text.split(",") if part.strip()]
@@ -240,23 +232,18 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.checkpoint_cost",
         description="Bytes written and time per fenced checkpoint commit at growing history lengths.",
     )
-    parser.add_argument("--sizes", type=_ints, default=[10, 100, 1000],
+    parser.add_argument("--sizes", type=_cli.positive_ints, default=[10, 100, 1000],
                         help="history lengths in messages (default: 10,100,1000)")
     parser.add_argument("--commits", type=int, default=30, help="incremental commits measured per length (default: 30)")
     parser.add_argument("--backends", type=_backends, default=list(_store.BACKENDS),
                         help="comma-separated: sqlite,postgresql (default: both)")
-    parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
-                        help="server on which a scratch database is created and dropped "
-                             "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+    _cli.add_postgres_url(parser)
+    _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.commits < 1:
         parser.error("--commits must be >= 1")
     summary = asyncio.run(measure(args.sizes, args.commits, args.backends, args.postgres_url))
-    print(report(summary), flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return 0
+    return _cli.emit(summary, report, args.json)
 
 
 if __name__ == "__main__":

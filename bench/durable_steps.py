@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import statistics
 import sys
 import time
@@ -46,7 +45,7 @@ from candor.service.store.checkpoints import (
 from candor.service.store.seals import SealRequest, commit_checkpoint
 from candor.service.worker.inputs import usage_json
 
-from . import _store
+from . import _cli, _store
 
 TOOL_RESULT = "r" * 200
 PROMPT = "Run the loop."
@@ -321,10 +320,7 @@ def report(summary: dict[str, Any]) -> str:
                 f"  {row['variant']:<22}{steps:>6}{row['median_ms']:>11.2f}{row['steps_per_s']:>10.1f}{vs_bare:>8}"
                 f"{vs_lg:>9}{stored:>14}{first:>10}{last:>12}{commit:>11}{prepare:>11}"
             )
-    for verdict in summary["verdicts"]:
-        lines.append(f"  target: {verdict['target']}: {verdict['value']} -> {'meets' if verdict['met'] else 'MISSES'}")
-    for name, reason in summary["skipped"].items():
-        lines.append(f"  {name}: SKIPPED ({reason})")
+    lines.extend(_cli.target_lines(summary))
     if summary.get("peers_versions"):
         lines.append("  peers: " + ", ".join(f"{k} {v}" for k, v in summary["peers_versions"].items()))
     if summary.get("postgres_version"):
@@ -378,19 +374,9 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"B at step {top}, because every checkpoint stores the whole message list again, so its total grows "
             "with the square of the run length while candor's grows linearly."
         )
-    for verdict in summary["verdicts"]:
-        if not verdict["met"]:
-            out.append(f"Missed: {verdict['target']} (measured {verdict['value']}); see the readings above for why.")
-    for name, reason in summary["skipped"].items():
-        out.append(f"{name}: not measured ({reason}); no figure is given for it.")
+    out.extend(_cli.missed_lines(summary, why='; see the readings above for why'))
     return out
 
-
-def _ints(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
-    return values
 
 
 def _backends(text: str) -> list[str]:
@@ -405,24 +391,19 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.durable_steps",
         description="Durable step throughput and storage: candor vs bare Pydantic AI vs LangGraph checkpointers.",
     )
-    parser.add_argument("--steps", type=_ints, default=[5, 20, 80], help="steps per run (default: 5,20,80)")
+    parser.add_argument("--steps", type=_cli.positive_ints, default=[5, 20, 80], help="steps per run (default: 5,20,80)")
     parser.add_argument("--runs", type=int, default=5, help="timed runs per variant and step count (default: 5)")
     parser.add_argument("--backends", type=_backends, default=list(_store.BACKENDS),
                         help="stores for candor and LangGraph: sqlite,postgresql (default: both)")
     parser.add_argument("--no-langgraph", action="store_true",
                         help="skip the LangGraph side (no peers venv needed), e.g. for smoke tests")
-    parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
-                        help="server on which scratch databases are created and dropped "
-                             "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+    _cli.add_postgres_url(parser)
+    _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be >= 1")
     summary = asyncio.run(measure(args.steps, args.runs, args.backends, args.postgres_url, not args.no_langgraph))
-    print(report(summary), flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return 0
+    return _cli.emit(summary, report, args.json)
 
 
 if __name__ == "__main__":

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import signal
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -40,7 +38,7 @@ from sqlalchemy import func, select
 from candor.service.protocol.backoff import run_retry_delay
 from candor.service.store.tables import checkpoints, run_attempts, runs
 
-from . import _service, _store
+from . import _cli, _service, _store
 
 DRAIN_TARGET_SECONDS = 1.0
 KILL_MARGIN_SECONDS = 1.0
@@ -281,10 +279,7 @@ def report(summary: dict[str, Any]) -> str:
         lines.append(f"    median time after the signal: {parts}")
         lines.append(f"    continued on the other worker: {figures['other_worker']}/{figures['trials']}, completed: "
                      f"{figures['completed']}/{figures['trials']}, start reason: {', '.join(figures['start_reasons'])}")
-    for verdict in summary["verdicts"]:
-        lines.append(f"  target: {verdict['target']}: {verdict['value']} -> {'meets' if verdict['met'] else 'MISSES'}")
-    for name, reason in summary["skipped"].items():
-        lines.append(f"  {name}: SKIPPED ({reason})")
+    lines.extend(_cli.target_lines(summary))
     return "\n".join(lines)
 
 
@@ -342,11 +337,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"(after the {summary['options']['step_seconds'] * 1000:.0f} ms step in flight and the yielding commit), "
             f"the standby claims the run at {c.get('claimed', float('nan')) * 1000:.0f} ms; no lease is waited out."
         )
-    for verdict in summary["verdicts"]:
-        if not verdict["met"]:
-            out.append(f"Missed: {verdict['target']} (measured {verdict['value']}).")
-    for name, reason in summary["skipped"].items():
-        out.append(f"{name}: not measured ({reason}); no figure is given for it.")
+    out.extend(_cli.missed_lines(summary))
     return out
 
 
@@ -371,10 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-seconds", type=float, default=0.05, help="duration of one tool step (default: 0.05)")
     parser.add_argument("--kill-at", type=int, default=2, help="signal once the run committed this many checkpoints "
                                                                "(default: 2)")
-    parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
-                        help="server on which a scratch database is created and dropped "
-                             "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+    _cli.add_postgres_url(parser)
+    _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.trials < 0 or args.drain_trials < 0 or args.trials + args.drain_trials == 0:
         parser.error("--trials and --drain-trials must be >= 0, and not both 0")
@@ -388,10 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(problem)
     summary = asyncio.run(measure(args.trials, args.drain_trials, settings, options, args.kill_at, args.postgres_url,
                                   Console(stderr=True)))
-    print(report(summary), flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return 0
+    return _cli.emit(summary, report, args.json)
 
 
 if __name__ == "__main__":

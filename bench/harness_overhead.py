@@ -13,12 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent
@@ -26,6 +24,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from candor import Harness
+
+from . import _cli
 
 TARGET_RATIO = 1.10
 QUICK_ARGS = ["--steps", "2", "--reps", "2", "--warmup", "0"]
@@ -145,15 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="tool-calling steps per run (default: 20)")
     parser.add_argument("--reps", type=int, default=20, help="timed runs per variant (default: 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed warm-up runs per variant (default: 3)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+    _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.reps < 1 or args.warmup < 0:
         parser.error("--steps and --reps must be >= 1, --warmup >= 0")
     summary = asyncio.run(measure(args.steps, args.reps, args.warmup))
-    print(report(summary), flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return 0
+    return _cli.emit(summary, report, args.json)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from cryptography.fernet import Fernet
@@ -36,7 +35,7 @@ from candor.service.signing_keys import encrypt_secret
 from candor.service.store.outbox import enqueue_once
 from candor.service.store.tables import outbox
 
-from . import _service, _store
+from . import _cli, _service, _store
 
 TARGET_PER_SECOND = 1000.0
 STAGE_BATCH = 500
@@ -172,10 +171,7 @@ def report(summary: dict[str, Any]) -> str:
             f"  delivering process CPU: {summary['cpu_seconds'] * 1000 / summary['rows']:.2f} ms per delivery "
             f"(wall {summary['seconds'] / summary['cpu_seconds']:.1f}x CPU)",
         ]
-    for verdict in summary["verdicts"]:
-        lines.append(f"  target: {verdict['target']}: {verdict['value']} -> {'meets' if verdict['met'] else 'MISSES'}")
-    for name, reason in summary["skipped"].items():
-        lines.append(f"  {name}: SKIPPED ({reason})")
+    lines.extend(_cli.target_lines(summary))
     return "\n".join(lines)
 
 
@@ -215,11 +211,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
             "defaults (batch 32, parallel 8) are no longer capped at 32 rows per `control.scan_seconds`; most of the "
             "remaining CPU is httpx/httpcore's per-request work (pool bookkeeping, h11), not the outbox's."
         )
-    for verdict in summary["verdicts"]:
-        if not verdict["met"]:
-            out.append(f"Missed: {verdict['target']} (measured {verdict['value']}).")
-    for name, reason in summary["skipped"].items():
-        out.append(f"{name}: not measured ({reason}); no figure is given for it.")
+    out.extend(_cli.missed_lines(summary))
     return out
 
 
@@ -235,10 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                              "connections)")
     parser.add_argument("--scan-seconds", type=float, default=0.05,
                         help="control.scan_seconds, the pause between passes (default: 0.05)")
-    parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
-                        help="server on which a scratch database is created and dropped "
-                             "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+    _cli.add_postgres_url(parser)
+    _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.rows < 1:
         parser.error("--rows must be >= 1")
@@ -248,10 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem is not None:
         parser.error(problem)
     summary = asyncio.run(measure(args.rows, policy, args.scan_seconds, args.postgres_url, Console(stderr=True)))
-    print(report(summary), flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return 0
+    return _cli.emit(summary, report, args.json)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -30,7 +29,7 @@ from sqlalchemy import select
 
 from candor.service.store.tables import runs
 
-from . import _agents, _service, _store
+from . import _agents, _cli, _service, _store
 
 TARGET_P99_MS = 50.0
 TARGET_CLIENTS = 32
@@ -148,10 +147,7 @@ def report(summary: dict[str, Any]) -> str:
     for r in summary["results"]:
         lines.append(f"  {r['clients']:>8}{r['requests']:>10}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}"
                      f"{r['requests_per_s']:>12.1f}{r['control_cpu_ms']:>20.2f}{r['machine_busy']:>14.0%}")
-    for verdict in summary["verdicts"]:
-        lines.append(f"  target: {verdict['target']}: {verdict['value']} -> {'meets' if verdict['met'] else 'MISSES'}")
-    for name, reason in summary["skipped"].items():
-        lines.append(f"  {name}: SKIPPED ({reason})")
+    lines.extend(_cli.target_lines(summary))
     return "\n".join(lines)
 
 
@@ -179,19 +175,9 @@ def reading(summary: dict[str, Any]) -> list[str]:
             "pending calls, insert the successor run), plus JSON validation and the response; on a shared machine "
             "every database round trip also waits for a CPU."
         )
-    for verdict in summary["verdicts"]:
-        if not verdict["met"]:
-            out.append(f"Missed: {verdict['target']} (measured {verdict['value']}).")
-    for name, reason in summary["skipped"].items():
-        out.append(f"{name}: not measured ({reason}); no figure is given for it.")
+    out.extend(_cli.missed_lines(summary))
     return out
 
-
-def _ints(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
-    return values
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,22 +185,17 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.resume_latency",
         description="Latency of POST /v1/runs/{id}/resume over HTTP on PostgreSQL at several concurrent clients.",
     )
-    parser.add_argument("--clients", type=_ints, default=[1, 8, TARGET_CLIENTS],
+    parser.add_argument("--clients", type=_cli.positive_ints, default=[1, 8, TARGET_CLIENTS],
                         help="concurrent client counts (default: 1,8,32)")
     parser.add_argument("--requests", type=int, default=160, help="timed resumes per client count (default: 160)")
     parser.add_argument("--warmup", type=int, default=16, help="untimed resumes first (default: 16)")
-    parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
-                        help="server on which a scratch database is created and dropped "
-                             "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+    _cli.add_postgres_url(parser)
+    _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.requests < 1 or args.warmup < 0:
         parser.error("--requests must be >= 1 and --warmup >= 0")
     summary = asyncio.run(measure(args.clients, args.requests, args.warmup, args.postgres_url, Console(stderr=True)))
-    print(report(summary), flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return 0
+    return _cli.emit(summary, report, args.json)
 
 
 if __name__ == "__main__":

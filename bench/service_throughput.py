@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -31,7 +29,7 @@ from sqlalchemy import select
 
 from candor.service.store.tables import run_attempts, runs
 
-from . import _service, _store
+from . import _cli, _service, _store
 
 QUICK_ARGS = ["--workers", "1", "--runs", "4", "--steps", "2"]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests)."""
@@ -126,10 +124,7 @@ def report(summary: dict[str, Any]) -> str:
             f"{r['queue_wait_ms_p50']:>19.1f}{r['queue_wait_ms_p99']:>9.1f}{r['run_ms_p50']:>12.1f}"
             f"{r['completed']:>7}/{r['runs']}{r['machine_cpu_busy']:>10.0%}"
         )
-    for verdict in summary["verdicts"]:
-        lines.append(f"  target: {verdict['target']}: {verdict['value']} -> {'meets' if verdict['met'] else 'MISSES'}")
-    for name, reason in summary["skipped"].items():
-        lines.append(f"  {name}: SKIPPED ({reason})")
+    lines.extend(_cli.target_lines(summary))
     return "\n".join(lines)
 
 
@@ -168,19 +163,9 @@ def reading(summary: dict[str, Any]) -> list[str]:
                f"runs/s with {top['workers']})." if max(r["machine_cpu_busy"] for r in measured) >= 0.9 else
                "the CPUs were not saturated, so latency (database commits, wake-ups) per slot is the limit.")
         )
-    for verdict in summary["verdicts"]:
-        if not verdict["met"]:
-            out.append(f"Missed: {verdict['target']} (measured {verdict['value']}).")
-    for name, reason in summary["skipped"].items():
-        out.append(f"{name}: not measured ({reason}); no figure is given for it.")
+    out.extend(_cli.missed_lines(summary))
     return out
 
-
-def _ints(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
-    return values
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,22 +173,17 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.service_throughput",
         description="Completed runs per second with 1, 2 and 4 real worker processes on PostgreSQL, and queue wait.",
     )
-    parser.add_argument("--workers", type=_ints, default=[1, 2, 4], help="worker process counts (default: 1,2,4)")
+    parser.add_argument("--workers", type=_cli.positive_ints, default=[1, 2, 4], help="worker process counts (default: 1,2,4)")
     parser.add_argument("--runs", type=int, default=120, help="measured runs per worker count (default: 120)")
     parser.add_argument("--steps", type=int, default=5, help="tool steps per run (default: 5)")
-    parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
-                        help="server on which scratch databases are created and dropped "
-                             "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+    _cli.add_postgres_url(parser)
+    _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.runs < 1 or args.steps < 1:
         parser.error("--runs and --steps must be >= 1")
     options = {"script": "loop", "steps": args.steps}
     summary = asyncio.run(measure(args.workers, args.runs, options, args.postgres_url, Console(stderr=True)))
-    print(report(summary), flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return 0
+    return _cli.emit(summary, report, args.json)
 
 
 if __name__ == "__main__":

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import _service, _store
+from . import _cli, _service, _store
 
 PEAK_TARGET_MB = 250.0
 GROWTH_TARGET = 0.10
@@ -110,10 +108,7 @@ def report(summary: dict[str, Any]) -> str:
             f"{mib(summary['rss_end_kib']):.1f} MB",
             f"  peak RSS (VmHWM): {mib(summary['peak_kib']):.1f} MB",
         ]
-    for verdict in summary["verdicts"]:
-        lines.append(f"  target: {verdict['target']}: {verdict['value']} -> {'meets' if verdict['met'] else 'MISSES'}")
-    for name, reason in summary["skipped"].items():
-        lines.append(f"  {name}: SKIPPED ({reason})")
+    lines.extend(_cli.target_lines(summary))
     return "\n".join(lines)
 
 
@@ -146,11 +141,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
             + (": each attempt's harness, history and encoded messages are released when it ends."
                if summary["verdicts"][1]["met"] else ": it keeps growing with the runs served, a leak to find.")
         )
-    for verdict in summary["verdicts"]:
-        if not verdict["met"]:
-            out.append(f"Missed: {verdict['target']} (measured {verdict['value']}).")
-    for name, reason in summary["skipped"].items():
-        out.append(f"{name}: not measured ({reason}); no figure is given for it.")
+    out.extend(_cli.missed_lines(summary))
     return out
 
 
@@ -162,20 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=200, help="runs to complete (default: 200)")
     parser.add_argument("--steps", type=int, default=80, help="tool steps per run (default: 80)")
     parser.add_argument("--slots", type=int, default=4, help="worker.slots (default: 4)")
-    parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
-                        help="server on which a scratch database is created and dropped "
-                             "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+    _cli.add_postgres_url(parser)
+    _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.runs < 2 or args.steps < 1:
         parser.error("--runs must be >= 2 (two halves are compared) and --steps >= 1")
     if (problem := _service.settings_problem(worker={"slots": args.slots})) is not None:
         parser.error(problem)
     summary = asyncio.run(measure(args.runs, args.steps, args.slots, args.postgres_url, Console(stderr=True)))
-    print(report(summary), flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return 0
+    return _cli.emit(summary, report, args.json)
 
 
 if __name__ == "__main__":

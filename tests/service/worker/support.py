@@ -374,3 +374,28 @@ async def add_steer_entry(conn: AsyncConnection, ref: RunRef, *, text: str, posi
         )
     )
     return entry_id
+
+
+async def run_until_failpoint(argv: list[str], failpoint: str, *, cwd: str | None = None, timeout: float = 60,
+                              **env: str) -> None:
+    """Run `python *argv` with `CANDOR_FAILPOINTS=failpoint` (plus `env`) until the failpoint kills it; asserts it
+    died there (exit code `EXIT_CODE`, the failpoint's message on stderr). The child is killed on any way out."""
+    import sys
+
+    from candor.service.failpoints import EXIT_CODE
+
+    environment = dict(os.environ, CANDOR_FAILPOINTS=failpoint, **env)
+    environment.pop("PYTHONSTARTUP", None)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, *argv, env=environment, cwd=cwd,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == EXIT_CODE, stderr.decode()[-3000:]
+    name = failpoint.partition("@")[0]
+    assert f"failpoint {name} fired" in stderr.decode()

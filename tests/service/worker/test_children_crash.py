@@ -10,7 +10,6 @@ the child the first execution created instead of starting a second one.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from sqlalchemy import select  # noqa: E402
 
 from candor.service.control.sweeps import expire_leases  # noqa: E402
 from candor.service.core import Service  # noqa: E402
-from candor.service.failpoints import EXIT_CODE  # noqa: E402
 from candor.service.store.tables import runs, threads  # noqa: E402
 from candor.service.worker import WorkerLoop  # noqa: E402
 
@@ -40,20 +38,7 @@ async def test_replayed_spawn_after_a_crash_returns_the_same_child(db, tenant) -
     replays it (`tool_recovery="declared"`) and gets the first child back; exactly one child exists."""
     async with db.engine.begin() as conn:
         parent = await add_thread_run(conn, tenant, agent="parent", script="spawn")
-    env = dict(os.environ, CANDOR_FAILPOINTS="checkpoint_before_commit@3")
-    env.pop("PYTHONSTARTUP", None)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, db.url, "worker-first", env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        _, stderr = await asyncio.wait_for(process.communicate(), 60)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode == EXIT_CODE, stderr.decode()[-3000:]
-    assert "failpoint checkpoint_before_commit fired" in stderr.decode()
+    await support.run_until_failpoint([__file__, db.url, "worker-first"], "checkpoint_before_commit@3")
 
     # The spawn committed; the checkpoint holding the tool's return did not.
     run = await run_row(db.engine, parent.run_id)

@@ -18,7 +18,6 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
 from sqlalchemy import select
 
 from candor.service.control.sweeps import expire_leases
-from candor.service.failpoints import EXIT_CODE
 from candor.service.store.checkpoints import load_state
 from candor.service.store.tables import checkpoints
 from candor.service.worker import WorkerLoop
@@ -42,20 +41,9 @@ async def test_worker_process_dies_before_tools_and_the_run_recovers(db, tenant,
     non-retry-safe call an unknown outcome and replays the retry-safe one."""
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant, script="tools", options={"workdir": str(tmp_path)})
-    env = dict(os.environ, CANDOR_FAILPOINTS="before_tool", WORKER_TEST_ROLE="first")
-    env.pop("PYTHONSTARTUP", None)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(PROC), db.url, "worker-first", env=env, cwd=str(tmp_path),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    await support.run_until_failpoint(
+        [str(PROC), db.url, "worker-first"], "before_tool", cwd=str(tmp_path), WORKER_TEST_ROLE="first"
     )
-    try:
-        _, stderr = await asyncio.wait_for(process.communicate(), 60)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode == EXIT_CODE, stderr.decode()[-3000:]
-    assert "failpoint before_tool fired" in stderr.decode()
 
     # The dead worker committed the model boundary and the tool boundary, and no tool ran (S-36).
     run = await run_row(db.engine, ref.run_id)

@@ -136,17 +136,23 @@ async def update_subscription(
     )
     async with write_transaction(service.engine) as conn:
         await recheck_admin(conn, principal, refuse_archived=True)
-        current = await store.lock_subscription(
-            conn, workspace_id=principal.workspace_id, subscription_id=subscription_id
-        )
-        if current is None:
-            raise NotFound("subscription", subscription_id)
-        if expected_version != current.version:
-            raise _stale(current)
+        current = await _locked_at_version(conn, principal, subscription_id, expected_version)
         updated = await store.update_subscription(conn, current, principal_id=principal.id, changes=changes)
     if updated.version != current.version:
         audit("Subscription updated", principal, subscription_id=subscription_id)
     return updated
+
+
+async def _locked_at_version(
+    conn: Any, principal: Principal, subscription_id: str, expected_version: int
+) -> SubscriptionRow:
+    """The caller's subscription, locked, at the version its If-Match names (404 / 412 otherwise)."""
+    current = await store.lock_subscription(conn, workspace_id=principal.workspace_id, subscription_id=subscription_id)
+    if current is None:
+        raise NotFound("subscription", subscription_id)
+    if expected_version != current.version:
+        raise _stale(current)
+    return current
 
 
 async def delete_subscription(
@@ -156,12 +162,6 @@ async def delete_subscription(
     require(principal, "admin")
     async with write_transaction(service.engine) as conn:
         await recheck_admin(conn, principal, refuse_archived=False)
-        current = await store.lock_subscription(
-            conn, workspace_id=principal.workspace_id, subscription_id=subscription_id
-        )
-        if current is None:
-            raise NotFound("subscription", subscription_id)
-        if expected_version != current.version:
-            raise _stale(current)
+        current = await _locked_at_version(conn, principal, subscription_id, expected_version)
         await store.delete_subscription(conn, current)
     audit("Subscription deleted", principal, subscription_id=subscription_id)

@@ -1,0 +1,57 @@
+"""What every benchmark script's command line and report share: option types, the `--postgres-url`/`--json`
+options, the target and skip lines, and printing the report and writing the JSON summary `bench.run_all` reads."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import _store
+
+__all__ = ("positive_ints", "add_postgres_url", "add_json", "target_lines", "missed_lines", "emit")
+
+
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: a comma-separated list of positive integers (`1,8,32`)."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("a comma-separated list of positive integers") from exc
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
+    return values
+
+
+def add_postgres_url(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
+                        help="PostgreSQL server on which scratch databases are created and dropped "
+                             "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+
+
+def target_lines(summary: dict[str, Any]) -> list[str]:
+    """Console lines: each target with its verdict, then what was skipped and why."""
+    lines = [f"  target: {v['target']}: {v['value']} -> {'meets' if v['met'] else 'MISSES'}" for v in summary["verdicts"]]
+    lines += [f"  {name}: SKIPPED ({reason})" for name, reason in summary["skipped"].items()]
+    return lines
+
+
+def missed_lines(summary: dict[str, Any], *, why: str = "") -> list[str]:
+    """Reading lines: each missed target (with `why`, a pointer to the explanation) and each unmeasured part."""
+    lines = [f"Missed: {v['target']} (measured {v['value']}){why}." for v in summary["verdicts"] if not v["met"]]
+    lines += [f"{name}: not measured ({reason}); no figure is given for it." for name, reason in summary["skipped"].items()]
+    return lines
+
+
+def emit(summary: dict[str, Any], report: Callable[[dict[str, Any]], str], json_path: Path | None) -> int:
+    """Print the human report and write the JSON summary; the script's exit code."""
+    print(report(summary), flush=True)
+    if json_path is not None:
+        json_path.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return 0
