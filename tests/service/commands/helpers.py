@@ -57,15 +57,24 @@ async def new_workspace(service: Service) -> str:
     return workspace.id
 
 
-async def new_key(
+async def new_key_with_secret(
     service: Service, workspace_id: str | None = None, permissions: Collection[str] = ("read", "run", "admin")
-) -> Principal:
+) -> tuple[Principal, str]:
+    """A new API key (in a new workspace unless one is given): its principal and its bearer secret."""
     workspace_id = workspace_id or await new_workspace(service)
     async with write_transaction(service.engine) as conn:
         created = await auth.create_principal(
             conn, workspace_id=workspace_id, permissions=permissions, entropy=service.entropy
         )
-    return Principal(id=created.principal.id, workspace_id=workspace_id, permissions=created.principal.permissions)
+    principal = Principal(id=created.principal.id, workspace_id=workspace_id, permissions=created.principal.permissions)
+    return principal, created.secret
+
+
+async def new_key(
+    service: Service, workspace_id: str | None = None, permissions: Collection[str] = ("read", "run", "admin")
+) -> Principal:
+    principal, _ = await new_key_with_secret(service, workspace_id, permissions)
+    return principal
 
 
 async def thread_row(service: Service, thread_id: str) -> ThreadRow:

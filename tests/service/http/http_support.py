@@ -4,7 +4,6 @@ whose secrets the tests send as bearer tokens."""
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +14,8 @@ from fastapi import FastAPI
 from candor.service.core import Service
 from candor.service.http import Readiness, Role, create_app
 from candor.service.protocol.authority import Principal
-from candor.service.store import auth
-from candor.service.store.engine import write_transaction
 
-from commands.helpers import make_service
+from commands.helpers import make_service, new_key_with_secret
 
 REQUEST_ID = re.compile(r"\Areq_[0-9a-f]{32}\Z")
 TEXT = {"content": [{"type": "text", "text": "hello"}]}
@@ -51,22 +48,11 @@ class Key:
         return headers | {name.replace("_", "-"): value for name, value in extra.items()}
 
 
-async def new_workspace(service: Service) -> str:
-    async with write_transaction(service.engine) as conn:
-        workspace = await auth.create_workspace(conn, name=f"ws-{secrets.token_hex(4)}", entropy=service.entropy)
-    return workspace.id
-
-
 async def new_key(
     service: Service, workspace_id: str | None = None, permissions: Collection[str] = ("read", "run", "admin")
 ) -> Key:
-    workspace_id = workspace_id or await new_workspace(service)
-    async with write_transaction(service.engine) as conn:
-        created = await auth.create_principal(
-            conn, workspace_id=workspace_id, permissions=permissions, entropy=service.entropy
-        )
-    principal = Principal(id=created.principal.id, workspace_id=workspace_id, permissions=created.principal.permissions)
-    return Key(principal=principal, secret=created.secret)
+    principal, secret = await new_key_with_secret(service, workspace_id, permissions)
+    return Key(principal=principal, secret=secret)
 
 
 def client_for(app: FastAPI) -> httpx.AsyncClient:
