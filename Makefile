@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench bench-peers clean
+.PHONY: install demo test rules bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# docs/rules.md: regenerate the generated columns (and rows for newly cited ids) from the citations in src/ and tests/.
+rules: $(STAMP)
+	$(PY) -m tools.rules_doc
 
 # Benchmarks (docs/benchmarks.md). The peers they compare against (LangGraph and its checkpointers) live in their own
 # venv, bench/.venv-peers, never in candor's; if it cannot be built, the LangGraph figures are reported as skipped.

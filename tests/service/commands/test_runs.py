@@ -1,4 +1,4 @@
-"""Interrupt, archive and fork (§7.12, S-64, §8.3): S-58, S-59, S-60, S-64, S-128."""
+"""Interrupt, archive and fork (§7.12, S-64, §8.3; conflict reasons of §12.2): S-58, S-59, S-60, S-64, S-128."""
 
 from __future__ import annotations
 

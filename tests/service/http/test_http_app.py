@@ -1,4 +1,4 @@
-"""HTTP conventions of the app factory (§8.1): S-95, S-96, S-99, S-100, body limit, 503 and 500 envelopes."""
+"""HTTP conventions of the app factory (§8, §8.1; error codes of §12): S-95, S-96, S-99, S-100, body limit, 503 and 500 envelopes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from candor.service.store.engine import create_engine
 
 
 async def test_every_response_has_a_server_generated_request_id(api: Any) -> None:
-    """S-95: success and error responses carry `X-Request-Id: req_<32 hex>`; a caller's value is ignored; error
+    """S-95, §4.1: success and error responses carry `X-Request-Id: req_<32 hex>`; a caller's value is ignored; error
     bodies repeat it as `request_id`."""
     key = await api.key()
     spoofed = {"X-Request-Id": "req_" + "0" * 32}

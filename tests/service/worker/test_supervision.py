@@ -1,4 +1,4 @@
-"""Crash recovery, drain handoff, cancellation and revoked authority with a live worker loop (§7.4–§7.12)."""
+"""Crash recovery, drain handoff, cancellation and revoked authority with a live worker loop (§7.4, §7.5 lease expiry, §7.11 drain, up to §7.12)."""
 
 from __future__ import annotations
 
