@@ -31,7 +31,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
 
 from candor.service.outbox.delivery import DeliveryLoop
-from candor.service.signing_keys import encrypt_secret
+
 from candor.service.store.outbox import enqueue_once
 from candor.service.store.tables import outbox
 
@@ -52,7 +52,7 @@ def event_payload(n: int, created_at: float) -> dict[str, Any]:
 
 
 async def stage(db: _service.ServiceDatabase, rows: int, target: str) -> None:
-    secret = encrypt_secret(SECRET)
+    secret = db.service.key_ring.encrypt_secret(SECRET)
     created_at = time.time()
     workspace_id = db.principal.workspace_id
     for start in range(0, rows, STAGE_BATCH):

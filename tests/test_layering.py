@@ -153,3 +153,132 @@ def test_store_and_http_exist_or_are_skipped() -> None:
     for directory in (SERVICE / "store", SERVICE / "migrations", SERVICE / "http"):
         if directory.is_dir():
             assert (directory / "__init__.py").is_file() or any(directory.glob("*.py")), directory
+
+
+# --- private members, the HTTP layer's reach and dialect branches (issue 16) ------------------------------------
+
+
+def _package_of(path: Path) -> str:
+    """The package a module belongs to: its directory (a package's `__init__` belongs to the package itself)."""
+    name = _module_name(path)
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _trees() -> dict[Path, ast.Module]:
+    return {p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(CANDOR.rglob("*.py")) if not _under(p, MIGRATIONS)}
+
+
+def private_definitions(trees: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """`_name` → the packages that define it (functions, classes, assignments, attribute stores)."""
+    owners: dict[str, set[str]] = {}
+    for package, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = node.name
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                name = node.attr
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                name = node.id
+            else:
+                continue
+            if name.startswith("_") and not name.startswith("__"):
+                owners.setdefault(name, set()).add(package)
+    return owners
+
+
+def private_reaches(package: str, tree: ast.Module, owners: dict[str, set[str]]) -> list[str]:
+    """`_name`s that `tree` (a module of `package`) reads off another package: `x._name` where only other packages
+    define `_name`, and `from <other package> import _name`. Access through `self`/`cls` is the object's own."""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            defined_in = owners.get(node.attr, set())
+            if defined_in and package not in defined_in:
+                found.append(f"line {node.lineno}: .{node.attr} (defined in {', '.join(sorted(defined_in))})")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("candor"):
+            source_package = node.module or ""
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__") and source_package != package:
+                    found.append(f"line {node.lineno}: from {source_package} import {alias.name}")
+    return found
+
+
+MIGRATIONS = SERVICE / "migrations"
+
+
+def test_private_member_scanner() -> None:
+    """The scanner: a `_name` defined only in another package is flagged; its own package's, `self.`'s and dunders
+    are not."""
+    trees = {
+        "candor.harness": ast.parse("class S:\n    def _ref(self):\n        return self._ref()\n"),
+        "candor.service.worker": ast.parse(
+            "from candor.harness.state import _trusted\nx = s._ref()\nself._ref()\ny = s.__dict__\n"),
+    }
+    owners = private_definitions(trees)
+    assert sorted(private_reaches("candor.service.worker", trees["candor.service.worker"], owners)) == [
+        "line 1: from candor.harness.state import _trusted",
+        "line 2: ._ref (defined in candor.harness)",
+    ]
+    assert private_reaches("candor.harness", trees["candor.harness"], owners) == []
+
+
+def test_no_private_member_access_across_packages() -> None:
+    """STYLE habit 8: a leading `_` means private to its package; no module reads another package's `_` members
+    (the service reads harness state through `history_view()`/`capabilities_view()`/`environment_view()`)."""
+    trees = _trees()
+    owners = private_definitions({f"{_package_of(p)}#{p}": t for p, t in trees.items()})
+    owners = {name: {o.split("#")[0] for o in packages} for name, packages in owners.items()}
+    # The check can fail: the accessor the service used to call is still a harness-private name.
+    assert private_reaches("candor.service.worker", ast.parse("state._history_ref()"), owners)
+    offending = {
+        str(path.relative_to(SRC)): found
+        for path, tree in trees.items()
+        if (found := private_reaches(_package_of(path), tree, owners))
+    }
+    assert offending == {}
+
+
+def test_http_never_imports_the_store() -> None:
+    """Habit 10: the HTTP layer reaches the database only through commands (and admin): no import of
+    candor.service.store under service/http/."""
+    offending = {
+        str(path.relative_to(SRC)): sorted(n for n in names if n.startswith("candor.service.store"))
+        for path, names in _imports_by_file().items()
+        if _under(path, SERVICE / "http")
+    }
+    assert {k: v for k, v in offending.items() if v} == {}
+
+
+def dialect_branches(tree: ast.Module) -> list[int]:
+    """Lines comparing against a dialect: `x.dialect.name == …`, or `== "postgresql"`/`"sqlite"` (and `!=`, `in`)."""
+    lines: list[int] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        names_dialect = any(
+            isinstance(o, ast.Attribute) and o.attr == "name" and isinstance(o.value, ast.Attribute)
+            and o.value.attr == "dialect" for o in operands
+        )
+        literal = any(isinstance(o, ast.Constant) and o.value in ("postgresql", "sqlite") for o in operands)
+        if names_dialect or literal:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_dialect_branch_scanner() -> None:
+    """The scanner finds both spellings of a dialect branch and ignores other comparisons."""
+    source = 'a = e.dialect.name == "x"\nb = name != "sqlite"\nc = kind == "webhook"\nd = url.set(drivername="postgresql")\n'
+    assert dialect_branches(ast.parse(source)) == [1, 2]
+
+
+def test_dialect_branches_only_in_dialect_py() -> None:
+    """STYLE habit 4: only store/dialect.py branches on SQLite vs PostgreSQL (migrations are frozen history)."""
+    offending = {
+        str(path.relative_to(SRC)): lines
+        for path, tree in _trees().items()
+        if path != SERVICE / "store" / "dialect.py" and (lines := dialect_branches(tree))
+    }
+    assert offending == {}

@@ -430,3 +430,23 @@ def test_capability_json_has_version_and_data() -> None:
         "version": "1",
         "data": {"items": [1, 2.5, "x", None, True], "nested": {"k": []}},
     }
+
+
+def test_read_views_are_the_stored_values_without_copies() -> None:
+    """H-6, H-19, §3.3: the copy-free views hand out the stored values (equal to the copying fields, same objects on
+    every call), while the fields still copy; a host that only reads uses the views."""
+    state = HarnessState(
+        schema_version="1",
+        thread_id="thr_views",
+        message_history=(ModelRequest(parts=[UserPromptPart(content="hi", timestamp=EPOCH)]),),
+        capabilities={"ns": CapabilityState(version="1", data={"n": 1})},
+        environment={"mount": {"cwd": "/"}},
+    )
+    assert state.history_view() == state.message_history
+    assert state.history_view() is state.history_view()
+    assert state.history_view()[0] is not state.message_history[0]
+    assert dict(state.capabilities_view()) == state.capabilities
+    assert state.capabilities_view() is state.capabilities_view()
+    assert dict(state.environment_view()) == state.environment == {"mount": {"cwd": "/"}}
+    assert state.environment_view() is state.environment_view()
+    assert state.environment_view() is not state.environment

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
@@ -114,7 +115,21 @@ class HarnessState(_Detached):
             environment={},
         )
 
-    # Internal, copy-free access for the harness's own hot paths. Callers outside candor use the fields.
+    # Copy-free reads for hosts that only read (the service encodes checkpoints from them). The fields copy on every
+    # read (H-6, H-19); these hand out the stored objects themselves, so the caller must not mutate what it gets.
+    def history_view(self) -> tuple[ModelMessage, ...]:
+        """The stored message history without a copy. Read-only: mutating a message would change this state."""
+        return self.__dict__["message_history"]
+
+    def capabilities_view(self) -> Mapping[str, CapabilityState]:
+        """The stored capability namespaces without a copy. Read-only: never mutate the mapping or its values."""
+        return self.__dict__["capabilities"]
+
+    def environment_view(self) -> Mapping[str, JsonValue]:
+        """The stored environment entries without a copy. Read-only: never mutate the mapping or its values."""
+        return self.__dict__["environment"]
+
+    # The same reads for the harness's own hot paths (which also need the mutable types).
     def _history_ref(self) -> tuple[ModelMessage, ...]:
         return self.__dict__["message_history"]
 

@@ -10,11 +10,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import signing_keys
 from .agents import AgentRegistry
 from .runtime import Clock, Entropy, SystemClock, SystemEntropy
 from .settings import ServiceSettings
-from .store.engine import Engine, create_engine
+from .signing_keys import KeyRing
+from .store.engine import Engine, bind_key_ring, create_engine
 from .store.notify import Notifier
 
 __all__ = ("Service", "DEFAULT_AGENTS", "agent_registry")
@@ -42,6 +42,12 @@ class Service:
     """In-process wake-up signal for workers (an asyncio.Event-like object), set when a run becomes due."""
     notifier: Notifier | None = None
     """Cross-process wake-ups (PostgreSQL `NOTIFY candor_wake`); workers listen in `process.serve`."""
+    key_ring: KeyRing = field(init=False)
+    """The webhook signing-secret ring of `settings.security.keys`; bound to `engine` for the store's statements."""
+
+    def __post_init__(self) -> None:
+        self.key_ring = KeyRing.from_keys(key.get_secret_value() for key in self.settings.security.keys)
+        bind_key_ring(self.engine, self.key_ring)
 
     @classmethod
     async def open(
@@ -53,7 +59,6 @@ class Service:
         entropy: Entropy | None = None,
     ) -> Service:
         engine = create_engine(settings.database.url, timeout=settings.database.timeout)
-        signing_keys.configure(key.get_secret_value() for key in settings.security.keys)
         return cls(
             settings=settings,
             engine=engine,

@@ -71,7 +71,7 @@ async def test_readyz_reports_the_database(db: Any, monkeypatch: pytest.MonkeyPa
 
     async with client_for(app) as client, app.router.lifespan_context(app):
         for check in (slow, broken, behind):
-            monkeypatch.setattr(readiness_module, "check_schema", check)
+            monkeypatch.setattr(readiness_module, "check_database_schema", check)
             response = await client.get("/readyz")
             assert response.status_code == 503, check.__name__
             assert response.json() == {"status": "unavailable", "dependency": "database"}

@@ -6,7 +6,7 @@ Deliveries go through the real outbox loop (`deliver_outbox`) to a real HTTP rec
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,17 +16,17 @@ from cryptography.fernet import Fernet
 from http_support import Key, client_for, create_thread, error_of, new_key
 from sqlalchemy import select
 
-from candor.service import signing_keys
 from candor.service.core import Service
 from candor.service.http import create_app
 from candor.service.outbox.delivery import deliver_outbox
 from candor.service.outbox.webhooks import verify_signature
 from candor.service.store import auth
-from candor.service.store.engine import write_transaction
+from candor.service.signing_keys import KeyRing
+from candor.service.store.engine import bind_key_ring, write_transaction
 from candor.service.store.tables import subscriptions
 
 from commands.helpers import make_service
-from outbox.support import KEY, Receiver, outbox_row, outbox_rows
+from outbox.support import KEY, KEY_RING, Receiver, outbox_row, outbox_rows
 
 VIEW_FIELDS = {"id", "name", "url", "events", "filter", "enabled", "version", "created_by_id", "updated_by_id",
                "created_at", "updated_at"}  # fmt: skip
@@ -50,14 +50,14 @@ class Hooks:
         return await self.client.request(method, path, json=body or None, headers=self.admin.headers(**extra))
 
 
-@pytest.fixture(autouse=True)
-def _key_ring() -> Iterator[None]:
-    signing_keys.configure([KEY])
-    yield
-    signing_keys.configure(())
+def _replace_key_ring(service: Service, keys: list[str]) -> None:
+    """As if the operator restarted the service with another `security.keys`."""
+    service.key_ring = KeyRing.from_keys(keys)
+    bind_key_ring(service.engine, service.key_ring)
 
 
 async def _hooks(db: Any, *, insecure: bool = True, **sections: Any) -> AsyncIterator[Hooks]:
+    sections = {"security": {"keys": [KEY]}} | sections
     service = make_service(db, control={"webhook_allow_insecure": insecure, "subscriptions": 3}, **sections)
     async with client_for(create_app(service, role="all")) as client:
         yield Hooks(service=service, client=client, admin=await new_key(service))
@@ -96,12 +96,12 @@ async def test_create_shows_the_signing_secret_once(hooks: Hooks, receiver: Rece
     assert secret not in read.text + listed.text
     async with hooks.service.engine.connect() as conn:
         stored = (await conn.execute(select(subscriptions.c.signing_secret))).scalar_one()
-    assert secret not in stored and signing_keys.decrypt_secret(stored) == secret
+    assert secret not in stored and KEY_RING.decrypt_secret(stored) == secret
 
 
 async def test_without_a_key_ring_nothing_is_created(hooks: Hooks, receiver: Receiver) -> None:
     """§9.3: with `security.keys` empty, creation → 409 `conflict` reason `signing_secret_unavailable`; no row."""
-    signing_keys.configure(())
+    _replace_key_ring(hooks.service, [])
     response = await hooks.create(receiver.url)
     assert response.status_code == 409
     assert error_of(response)["details"] == {"reason": "signing_secret_unavailable", "kind": "key_ring",
@@ -238,7 +238,7 @@ async def test_redeliver_needs_a_readable_secret(hooks: Hooks, receiver: Receive
     """§9.7: a dead delivery whose secret the key ring can no longer decrypt → 409 `signing_secret_unavailable`;
     the row stays dead."""
     sub_id, delivery_id = await _dead_delivery(hooks, receiver)
-    signing_keys.configure([Fernet.generate_key().decode("ascii")])
+    _replace_key_ring(hooks.service, [Fernet.generate_key().decode("ascii")])
     path = f"/v1/subscriptions/{sub_id}/deliveries/{delivery_id}/redeliver"
     response = await hooks.client.post(path, headers=hooks.admin.headers())
     assert (response.status_code, error_of(response)["details"]["reason"]) == (409, "signing_secret_unavailable")

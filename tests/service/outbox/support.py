@@ -11,7 +11,7 @@ from cryptography.fernet import Fernet
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from candor.service import signing_keys
+from candor.service.signing_keys import KeyRing
 from candor.service.agents import AgentRegistry
 from candor.service.core import Service
 from candor.service.runtime import FakeClock, SeededEntropy
@@ -23,6 +23,8 @@ from candor.service.store.tables import outbox, subscriptions
 from worker import support as worker_support
 
 KEY = Fernet.generate_key().decode("ascii")
+KEY_RING = KeyRing.from_keys([KEY])
+"""The ring of services made with the default `keys`: what tests encrypt stored secrets with."""
 SECRET = "whsec_test_secret"
 ALL_EVENTS = [
     "run.accepted", "run.running", "run.waiting", "run.completed", "run.failed", "run.cancelled",
@@ -45,7 +47,6 @@ def make_settings(url: str, *, keys: tuple[str, ...] = (KEY,), webhook: dict[str
 
 def make_service(url: str, engine: AsyncEngine, *, clock: FakeClock | None = None, **kwargs: Any) -> Service:
     settings = make_settings(url, **kwargs)
-    signing_keys.configure(key.get_secret_value() for key in settings.security.keys)
     return Service(
         settings=settings,
         engine=engine,
@@ -65,7 +66,7 @@ async def add_subscription(
         insert(subscriptions).values(
             id=sub_id, workspace_id=tenant.workspace_id, name=sub_id, url=url, events=events or ALL_EVENTS,
             filter=filter or {}, enabled=True,
-            signing_secret=encrypted if encrypted is not None else signing_keys.encrypt_secret(secret),
+            signing_secret=encrypted if encrypted is not None else KEY_RING.encrypt_secret(secret),
             version=1, created_by_id=tenant.principal_id, updated_by_id=tenant.principal_id,
             created_at=db_now(), updated_at=db_now(),
         )
@@ -81,7 +82,7 @@ async def stage_webhooks(engine: AsyncEngine, tenant: worker_support.Tenant, *, 
             payload = {"type": "run.completed", "created_at": 1.0, "data": {"run": {"id": f"run_{n}"}}}
             await enqueue_once(
                 conn, kind="webhook", dedupe_key=f"test-{row_id}", target=url, payload=payload,
-                workspace_id=tenant.workspace_id, signing_secret=signing_keys.encrypt_secret(SECRET), row_id=row_id,
+                workspace_id=tenant.workspace_id, signing_secret=KEY_RING.encrypt_secret(SECRET), row_id=row_id,
             )
     return ids
 

@@ -2,7 +2,7 @@
 edit, delete.
 
 * Creation draws a signing secret from the service's entropy, stores it encrypted with the key ring
-  (`signing_keys`), and returns it once. With no key ring configured it answers 409 `conflict`, reason
+  (`Service.key_ring`), and returns it once. With no key ring configured it answers 409 `conflict`, reason
   `signing_secret_unavailable` (kind `key_ring`), and writes nothing.
 * The URL is checked against the outbound policy at every write (`control.webhook_allow_insecure`, §9.4).
 * At most `control.subscriptions` subscriptions per workspace (409 `conflict`, reason `subscription_limit`);
@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import signing_keys
 from ..core import Service
 from ..errors import Conflict, NotFound, PreconditionFailed
 from ..protocol.authority import Principal
@@ -88,7 +87,7 @@ async def create_subscription(
     wanted_filter = checked_filter(filter)
     secret = _new_signing_secret(service)
     try:
-        encrypted = signing_keys.encrypt_secret(secret)
+        encrypted = service.key_ring.encrypt_secret(secret)
     except LookupError as exc:  # §9.3: no key ring, no subscription
         raise Conflict("signing_secret_unavailable", kind="key_ring", id="security.keys") from exc
     async with write_transaction(service.engine) as conn:

@@ -14,8 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from ..admin.rules import NAME_LIMIT, URL_LIMIT, EventType
-from ..store.auth import CreatedKey, PrincipalRow
-from ..store.subscriptions import DeliveryRow, SubscriptionRow
+from ..admin.rows import CreatedKey, DeliveryRow, PrincipalRow, SubscriptionRow
 
 __all__ = (
     "CreateKeyBody",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core import Service
-from ..store.migrate import check_schema
+from ..commands.health import check_database_schema
 
 __all__ = ("Role", "Readiness", "probe_readiness")
 
@@ -45,7 +45,7 @@ class Readiness:
 async def _schema_is_current(service: Service) -> bool:
     timeout = service.settings.server.readiness_timeout
     try:
-        status = await asyncio.wait_for(check_schema(service.settings.database.url, timeout=timeout), timeout)
+        status = await asyncio.wait_for(check_database_schema(service, timeout=timeout), timeout)
     except Exception as exc:  # noqa: BLE001 - any failure of the check makes the database the failed dependency
         # §10.1: probes are not logged at the default level; the 503 body names the dependency.
         log.debug("Readiness check failed", extra={"error": type(exc).__name__})

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
 
-from ..store.views import AttemptRow, EntryRow, RunRow, ThreadRow
+from ..commands.rows import AttemptRow, EntryRow, RunRow, ThreadRow
 
 __all__ = (
     "TextItem",

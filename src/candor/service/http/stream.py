@@ -28,8 +28,8 @@ from starlette.requests import Request
 from .. import commands
 from ..errors import InvalidArgument, NotFound
 from ..protocol.authority import Principal
-from ..store.streams import StreamEntry, read_stream
-from ..store.views import ThreadRow
+from ..commands.rows import StreamEntry, ThreadRow
+from ..commands.streams import read_stream_entries
 
 __all__ = ("StreamTiming", "KEEPALIVE_SECONDS", "timing_of", "thread_stream_response", "parse_last_event_id")
 
@@ -121,9 +121,7 @@ async def thread_stream_response(
         marker = _marker(thread)
         started = checked = clock.monotonic()
         while True:
-            entries = await read_stream(
-                service.engine, workspace_id=principal.workspace_id, thread_id=thread_id, after=cursor.last_id
-            )
+            entries = await read_stream_entries(service, principal, thread_id, after=cursor.last_id)
             for entry in entries:
                 for event in cursor.events_for(entry):
                     yield event

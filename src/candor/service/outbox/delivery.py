@@ -25,7 +25,6 @@ from .. import failpoints
 from ..core import Service
 from ..metrics import OUTBOX_DELIVERIES
 from ..protocol.backoff import outbox_backoff_seconds, outbox_failure_settlement
-from ..signing_keys import decrypt_secret
 from ..protocol.children import CHILD_RESULT_DEFER_SECONDS
 from ..store.children import deliver_child_result
 from ..settings import ServiceSettings
@@ -65,7 +64,7 @@ async def handle_webhook(row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult
     control = ctx.service.settings.control
     if not target_allowed(row.target, allow_insecure=control.webhook_allow_insecure):
         return HandlerResult(outcome="dead", error="target_refused")
-    secret = decrypt_secret(row.signing_secret)
+    secret = ctx.service.key_ring.decrypt_secret(row.signing_secret)
     if secret is None:
         return HandlerResult(outcome="dead", error="signing_secret_unavailable")
     assert row.target is not None

@@ -190,12 +190,12 @@ def encode_envelope(envelope: CheckpointEnvelope) -> EncodedEnvelope:
 def envelope_for_state(
     state: HarnessState, *, deferred: JsonValue = None, resume_input_consumed: bool = False
 ) -> CheckpointEnvelope:
-    """The envelope of `state` (read without copies through the state's internal references)."""
+    """The envelope of `state` (read through the state's copy-free views)."""
     return CheckpointEnvelope(
         schema_version=state.schema_version,
         thread_id=state.thread_id,
-        capabilities=state._capabilities_ref(),
-        environment=state._environment_ref(),
+        capabilities=dict(state.capabilities_view()),
+        environment=dict(state.environment_view()),
         deferred=deferred,
         resume_input_consumed=resume_input_consumed,
     )

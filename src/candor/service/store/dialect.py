@@ -47,6 +47,10 @@ __all__ = (
     "attach_guards",
     "guard_ddl",
     "dialect_name",
+    "writes_as_ctes",
+    "needs_transaction_for_reads",
+    "has_listen_notify",
+    "is_postgresql_url",
     "async_url",
     "engine_options",
     "install_connection_hooks",
@@ -244,6 +248,27 @@ def dialect_name(bind: AsyncConnection | AsyncEngine | Any) -> DialectName:
     if name not in DIALECTS:
         raise ValueError(f"unsupported database dialect {name!r}")
     return name  # type: ignore[return-value]
+
+
+def writes_as_ctes(bind: AsyncConnection | AsyncEngine | Any) -> bool:
+    """Whether several writes can go in one statement as data-modifying CTEs (PostgreSQL; SQLite has none)."""
+    return dialect_name(bind) == "postgresql"
+
+
+def needs_transaction_for_reads(bind: AsyncConnection | AsyncEngine | Any) -> bool:
+    """Whether even a lone read statement goes through a (deferred) read transaction: SQLite emits BEGIN itself and
+    has no round trips to save, while PostgreSQL reads it in autocommit."""
+    return dialect_name(bind) != "postgresql"
+
+
+def has_listen_notify(bind: AsyncConnection | AsyncEngine | Any) -> bool:
+    """Whether the database offers LISTEN/NOTIFY for wake-ups (PostgreSQL only)."""
+    return dialect_name(bind) == "postgresql"
+
+
+def is_postgresql_url(url: str | URL) -> bool:
+    """Whether an operator URL names a PostgreSQL database (any driver suffix)."""
+    return make_url(url).get_backend_name() == "postgresql"
 
 
 _ASYNC_DRIVERS: Mapping[str, str] = {

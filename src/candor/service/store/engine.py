@@ -22,11 +22,21 @@ from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ..errors import StoreUnavailable
-from .dialect import BEGIN_OPTION, async_url, dialect_name, engine_options, install_connection_hooks
+from ..signing_keys import NO_KEYS, KeyRing
+from .dialect import (
+    BEGIN_OPTION,
+    async_url,
+    engine_options,
+    install_connection_hooks,
+    needs_transaction_for_reads,
+    writes_as_ctes,
+)
 
 __all__ = (
     "create_engine",
     "after_commit",
+    "bind_key_ring",
+    "key_ring_of",
     "write_transaction",
     "read_transaction",
     "single_read",
@@ -45,6 +55,22 @@ _AFTER_COMMIT = "candor_after_commit"
 def after_commit(conn: AsyncConnection, hook: Callable[[], None]) -> None:
     """Run `hook` once the `write_transaction` of `conn` has committed (dropped if it rolls back); for metrics."""
     conn.info.setdefault(_AFTER_COMMIT, []).append(hook)
+
+
+_KEY_RING = "candor_key_ring"
+
+
+def bind_key_ring(engine: AsyncEngine, key_ring: KeyRing) -> None:
+    """Hand the service's key ring down to every connection of `engine` (an execution option), so the statements
+    that stage or redeliver webhook rows read the ring of the service that opened the transaction."""
+    engine.update_execution_options(**{_KEY_RING: key_ring})
+
+
+def key_ring_of(conn: AsyncConnection) -> KeyRing:
+    """The key ring bound to the connection's engine; `NO_KEYS` when none was bound."""
+    ring = conn.sync_engine.get_execution_options().get(_KEY_RING, NO_KEYS)
+    assert isinstance(ring, KeyRing)
+    return ring
 
 
 # SQLSTATE classes and codes that mean "the database is not usable right now" rather than "your statement is wrong".
@@ -126,7 +152,7 @@ async def execute_together(
     `params`, so no parameter name may also be a column name of a table they write (SQLAlchemy would take it as a
     value for that column); give constant statements (built once) so the combined one is built once too.
     """
-    if leading and dialect_name(conn) == "postgresql":
+    if leading and writes_as_ctes(conn):
         return await conn.execute(_with_ctes(last, tuple(leading)), params)
     for statement in leading:
         await conn.execute(statement, params)
@@ -157,7 +183,7 @@ async def single_read(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     need them. Two statements through it would not share a snapshot: use `read_transaction` for those. SQLite has
     no round trips to save and emits BEGIN itself, so it gets a `read_transaction`.
     """
-    if engine.dialect.name != "postgresql":
+    if needs_transaction_for_reads(engine):
         async with read_transaction(engine) as connection:
             yield connection
         return

@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL, Connection
 
 from .. import migrations as _migrations_package
 from ..errors import SchemaMismatch
-from .dialect import BEGIN_OPTION, acquire_migration_lock, existing_trigger_names, trigger_names
+from .dialect import BEGIN_OPTION, acquire_migration_lock, dialect_name, existing_trigger_names, trigger_names
 from .engine import DEFAULT_TIMEOUT, create_engine, read_transaction, translate_errors
 from .tables import GUARDS, metadata
 
@@ -149,8 +149,7 @@ def _inspect(connection: Connection) -> SchemaStatus:
     )
     current = tuple(sorted(context.get_current_heads()))
     differences = [_describe(diff) for diff in compare_metadata(context, metadata)]
-    dialect = connection.dialect.name
-    expected = trigger_names(GUARDS, dialect)  # type: ignore[arg-type]
+    expected = trigger_names(GUARDS, dialect_name(connection))
     present = existing_trigger_names(connection)
     differences += [f"add_trigger {name}" for name in sorted(expected - present)]
     differences += [f"remove_trigger {name}" for name in sorted(present - expected)]

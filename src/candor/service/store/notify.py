@@ -27,6 +27,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from .dialect import has_listen_notify, is_postgresql_url
+
 __all__ = ("CHANNEL", "Notifier", "listen_for_wakeups", "is_postgres_url", "plain_postgres_dsn")
 
 CHANNEL = "candor_wake"
@@ -34,7 +36,7 @@ log = logging.getLogger("candor.notify")
 
 
 def is_postgres_url(url: str | URL) -> bool:
-    return make_url(url).get_backend_name() == "postgresql"
+    return is_postgresql_url(url)
 
 
 def plain_postgres_dsn(url: str | URL) -> str:
@@ -47,7 +49,7 @@ class Notifier:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._enabled = engine.dialect.name == "postgresql"
+        self._enabled = has_listen_notify(engine)
         self._task: asyncio.Task[None] | None = None
         self._again = False
 

@@ -26,9 +26,8 @@ from ..metrics import RUNS_ACCEPTED, RUNS_SEALED
 from ..protocol.backoff import is_unsettled_at_claim
 from ..protocol.children import stages_child_result
 from ..protocol.fencing import hash_lease_token, new_lease_token
-from ..signing_keys import decrypt_secret
 from .dialect import db_now, dialect_name, insert_ignoring_conflicts
-from .engine import after_commit, read_transaction, write_transaction
+from .engine import after_commit, key_ring_of, read_transaction, write_transaction
 from .tables import outbox, run_attempts, runs, subscriptions, threads
 
 __all__ = (
@@ -193,7 +192,7 @@ async def stage_run_event(
     payload = {"type": event_type, "created_at": created_at, "data": data}
     staged = 0
     for sub in wanted:
-        readable = decrypt_secret(sub["signing_secret"]) is not None
+        readable = key_ring_of(conn).decrypt_secret(sub["signing_secret"]) is not None
         # One row per (subscription, event, run, attempt): each transition happens once.
         key = f"{sub['id']}:{event_type}:{run_id}:{attempt_id or '-'}"
         staged += await enqueue_once(
@@ -478,7 +477,7 @@ async def redeliver(conn: AsyncConnection, row_id: str, *, workspace_id: str | N
         raise NotFound("delivery", row_id)
     if row["status"] != "dead":
         raise Conflict("not_dead", kind="delivery", id=row_id)
-    if row["kind"] == "webhook" and decrypt_secret(row["signing_secret"]) is None:
+    if row["kind"] == "webhook" and key_ring_of(conn).decrypt_secret(row["signing_secret"]) is None:
         raise Conflict("signing_secret_unavailable", kind="delivery", id=row_id)
     await conn.execute(
         update(outbox)

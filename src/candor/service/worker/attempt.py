@@ -225,7 +225,7 @@ class _Attempt:
             from_own_checkpoint=start.from_own_checkpoint,
         )
         if loaded is not None and state is loaded.state:
-            self.base_messages = state._history_ref()
+            self.base_messages = state.history_view()
         return state
 
     def _input(self, start: AttemptStart) -> Any:
@@ -300,7 +300,7 @@ class _Attempt:
         envelope = encode_envelope(envelope_for_state(state, resume_input_consumed=self.has_resume_input))
         if len(envelope.text) > self.settings.worker.envelope_bytes:
             return _ended("envelope_too_large")
-        history = state._history_ref()
+        history = state.history_view()
         encoded = encode_history_reusing(history, self.base_messages, self.base_encoded)
         usage = stream.usage
         self._guard()
@@ -426,7 +426,7 @@ class _Attempt:
         if len(envelope.text) > self.settings.worker.envelope_bytes:
             await self._seal("failed", "checkpoint_envelope_too_large", None)
             return "failed", "checkpoint_envelope_too_large"
-        encoded = encode_history_reusing(state._history_ref(), self.base_messages, self.base_encoded)
+        encoded = encode_history_reusing(state.history_view(), self.base_messages, self.base_encoded)
         self._guard()
         committed = await commit_checkpoint(
             self.service.engine,
