@@ -14,8 +14,8 @@ from candor.service.errors import Conflict, Disabled, Forbidden, InvalidArgument
 from candor.service.protocol.pending import Pending, pending_problem
 from candor.service.store import auth
 from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.commands.runs import resume_refusal
-from candor.service.store.resume import find_resume_and_run, split_resume_lookup, successor_of
+from candor.service.protocol.resume import ResumeAnswers, resume_refusal, split_resume_lookup, successor_of
+from candor.service.store.resume import find_resume_and_run
 from candor.service.store.tables import runs
 from candor.service.store.threads import start_run
 
@@ -255,7 +255,7 @@ async def test_unique_resume_index_decides_a_lost_race(db: Any) -> None:
     key = await new_key(service)
     waiting = await _waiting(service, key)
     successor, _ = await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
-    twin = successor_of(waiting, body=ANSWERS, resumed_by_id=key.id, key="r", digest=successor.request_digest or "",
+    twin = successor_of(waiting, answers=ResumeAnswers.model_validate(ANSWERS), resumed_by_id=key.id, key="r", digest=successor.request_digest or "",
                         max_attempts=3)  # fmt: skip
     with pytest.raises(RaceLost) as caught:
         async with write_transaction(service.engine) as conn:
@@ -300,9 +300,10 @@ async def test_resume_refusals_come_in_step_order(db: Any) -> None:
     thread = await thread_row(service, waiting.thread_id)
     allowed = auth.AuthorityFacts(principal_exists=True, principal_disabled=False, permissions=frozenset({"run"}),
                                   workspace_id=key.workspace_id, workspace_archived=False)  # fmt: skip
-    assert resume_refusal(thread, waiting, allowed, ANSWERS) is None
+    typed = ResumeAnswers.model_validate(ANSWERS)
+    assert resume_refusal(thread, waiting, allowed, typed) is None
     lost_run = replace(allowed, permissions=frozenset({"read"}))
-    uncovered = {"approvals": {}, "calls": ANSWERS["calls"]}
+    uncovered = ResumeAnswers.model_validate({"approvals": {}, "calls": ANSWERS["calls"]})
     other_run = replace(thread, last_run_id="run_" + "0" * 32)
     archived_thread = replace(thread, state="archived")
     archived_workspace = replace(lost_run, workspace_archived=True)
@@ -315,7 +316,7 @@ async def test_resume_refusals_come_in_step_order(db: Any) -> None:
     for facts, locked, error, reason in steps:
         refusal = resume_refusal(locked, waiting, facts, uncovered)
         assert isinstance(refusal, error) and getattr(refusal, "reason", None) == reason, refusal
-    assert isinstance(resume_refusal(thread, waiting, lost_run, ANSWERS), Forbidden)
+    assert isinstance(resume_refusal(thread, waiting, lost_run, typed), Forbidden)
 
 
 async def test_resume_sends_few_statements(db: Any) -> None:

@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
-from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai import DeferredToolRequests
 from pydantic_ai.messages import ToolCallPart
 
 from candor.service.protocol.pending import (
@@ -17,7 +16,6 @@ from candor.service.protocol.pending import (
     PendingInvalid,
     build_pending,
     coverage_mismatch,
-    resume_body_to_results,
     resume_shape_problem,
     wait_reason,
 )
@@ -197,51 +195,3 @@ def test_coverage_mismatch_property(pending_approvals, pending_calls, answered_a
 def test_resume_shape(approval_ids, call_ids, problem):
     """S-79: an id in both maps or more than 128 results → 400."""
     assert resume_shape_problem(approval_ids, call_ids) == problem
-
-
-def test_resume_body_to_results():
-    """S-132, S-87: approve → ToolApproved(), deny → ToolDenied(reason or default), returned → plain value,
-    failed → ToolFailed(message)."""
-    body = {
-        "approvals": {
-            "a1": {"action": "approve"},
-            "a2": {"action": "deny", "reason": "not today"},
-            "a3": {"action": "deny"},
-            "a4": {"action": "deny", "reason": None},
-        },
-        "calls": {
-            "c1": {"status": "returned", "value": {"rows": [1, 2]}},
-            "c2": {"status": "returned", "value": None},
-            "c3": {"status": "failed", "message": "upstream said no"},
-        },
-        "input": {"content": [{"type": "text", "text": "go on"}]},
-    }
-    results = resume_body_to_results(body)
-    assert isinstance(results, DeferredToolResults)
-    assert results.approvals == {
-        "a1": ToolApproved(),
-        "a2": ToolDenied("not today"),
-        "a3": ToolDenied(),
-        "a4": ToolDenied(),
-    }
-    assert results.calls == {"c1": {"rows": [1, 2]}, "c2": None, "c3": ToolFailed("upstream said no")}
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        {"calls": {}},
-        {"approvals": {}},
-        {"approvals": {"a": {"action": "maybe"}}, "calls": {}},
-        {"approvals": {"a": "approve"}, "calls": {}},
-        {"approvals": {"a": {"action": "deny", "reason": 3}}, "calls": {}},
-        {"approvals": {}, "calls": {"c": {"status": "returned"}}},
-        {"approvals": {}, "calls": {"c": {"status": "failed"}}},
-        {"approvals": {}, "calls": {"c": {"status": "failed", "message": 1}}},
-        {"approvals": {}, "calls": {"c": {"status": "retry", "message": "x"}}},
-    ],
-)
-def test_resume_body_shapes_are_refused(body):
-    """S-79: both maps present, and every answer in one of the §8.6 shapes."""
-    with pytest.raises(ValueError):
-        resume_body_to_results(body)

@@ -6,20 +6,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import Service
-from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, NotFound, ServiceError
+from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
 from ..protocol.authority import Principal
 from ..protocol.idempotency import replay_or_conflict, request_digest, resume_digest
-from ..protocol.pending import Pending, coverage_mismatch
 from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
 from ..store import auth, interrupts, threads, views
-from ..store.auth import AuthorityFacts
 from ..store.engine import write_transaction
-from ..store.resume import find_resume_and_run, find_resume_by_key, successor_of
-from ..store.views import RunRow, ThreadRow
+from ..protocol.resume import ResumeAnswers, resume_refusal, successor_of
+from ..store.resume import find_resume_and_run, find_resume_by_key
+from ..store.views import RunRow
 from .acceptance import Accepted, accepted, answer, checked_client_tool_names, input_run, may_write, new_message
 from .acceptance import replay, with_optional, woken
 
-__all__ = ("fork_run", "resume_run", "resume_refusal", "interrupt_run")
+__all__ = ("fork_run", "resume_run", "interrupt_run")
 
 
 async def fork_run(
@@ -77,15 +76,16 @@ async def fork_run(
 
 
 async def resume_run(
-    service: Service, principal: Principal, run_id: str, body: Mapping[str, Any], *, key: str
+    service: Service, principal: Principal, run_id: str, body: ResumeAnswers | Mapping[str, Any], *, key: str
 ) -> tuple[RunRow, bool]:
     """`POST /v1/runs/{id}/resume`, §8.6 in order: shape → replay → lock → archived → last waiting run →
     coverage → `run` held → successor. Any rejection changes nothing (S-85); the waiting run stays `waiting` (S-86).
-    Returns the successor and whether this request created it (201) or replayed it (200)."""
+    `body` is the typed answers (the HTTP body) or a plain mapping, built into them once. Returns the successor and
+    whether this request created it (201) or replayed it (200)."""
     require(principal, "run")
     key = checked_key(key)
-    checked = checked_resume_body(body)
-    digest = resume_digest(run_id, checked)
+    answers = checked_resume_body(body)
+    digest = resume_digest(run_id, answers.stored_json())
 
     def replay_of(found: RunRow | None) -> RunRow | None:
         if found is not None and replay_or_conflict(found.request_digest or "", digest) == "conflict":
@@ -105,7 +105,7 @@ async def resume_run(
             thread = await threads.lock_thread(conn, thread_id=waiting.thread_id, workspace_id=None)
             assert thread is not None
             facts = await auth.read_authority(conn, principal.id)
-            refusal = resume_refusal(thread, waiting, facts, checked)
+            refusal = resume_refusal(thread, waiting, facts, answers)
             if refusal is not None:
                 # A racing twin may have committed while we waited for the lock: its successor is the answer
                 # (S-81), and its commit is what made the run refusable. Looked up only here, off the common path.
@@ -113,7 +113,7 @@ async def resume_run(
                     return found, False
                 raise refusal
             successor = successor_of(
-                waiting, body=checked, resumed_by_id=principal.id, key=key, digest=digest,
+                waiting, answers=answers, resumed_by_id=principal.id, key=key, digest=digest,
                 max_attempts=service.settings.worker.max_attempts,
             )  # fmt: skip
             return await threads.start_run(conn, successor, entropy=service.entropy), True
@@ -122,26 +122,6 @@ async def resume_run(
     if created:
         service.wake_workers()
     return run, created
-
-
-def resume_refusal(
-    thread: ThreadRow, waiting: RunRow, facts: AuthorityFacts, body: Mapping[str, Any]
-) -> ServiceError | None:
-    """§8.6 steps 3–6 on the locked thread, the first that fails: archived workspace (S-128) → archived thread
-    (S-84) → not the thread's last, waiting run (S-77) → pending coverage (S-78) → `run` no longer held (§4.3)."""
-    if facts.workspace_archived:
-        return Disabled(waiting.workspace_id)
-    if thread.state == "archived":
-        return Conflict("archived", kind="thread", id=thread.id)
-    if thread.state != "waiting" or thread.last_run_id != waiting.id:
-        return Conflict("not_idle_waiting_run", kind="run", id=waiting.id)
-    pending = Pending.model_validate(waiting.pending)
-    mismatch = coverage_mismatch(pending, body["approvals"].keys(), body["calls"].keys())
-    if mismatch is not None:
-        return InvalidArgument(reason="pending_coverage_mismatch", details=mismatch.details())
-    if facts.verdict() != "allowed":
-        return Forbidden("run")
-    return None
 
 
 async def interrupt_run(service: Service, principal: Principal, run_id: str) -> RunRow:

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
 
 from ..commands.rows import AttemptRow, EntryRow, RunRow, ThreadRow
+from ..protocol.resume import ApprovalAnswer, CallAnswer, ResumeAnswers
 
 __all__ = (
     "TextItem",
@@ -135,31 +136,6 @@ class ForkBody(_Body):
         return {"input": self.input.model_dump(mode="json"), "options": _options(self.options)}
 
 
-class Approve(_Body):
-    action: Literal["approve"]
-
-
-class Deny(_Body):
-    action: Literal["deny"]
-    reason: str | None = None
-    """Shown to the model; a default message when absent."""
-
-
-class Returned(_Body):
-    status: Literal["returned"]
-    value: JsonValue
-    """The call's return value, any JSON."""
-
-
-class Failed(_Body):
-    status: Literal["failed"]
-    message: str
-
-
-ApprovalAnswer = Annotated[Approve | Deny, Field(discriminator="action")]
-CallAnswer = Annotated[Returned | Failed, Field(discriminator="status")]
-
-
 class ResumeBody(_Body):
     """§8.6: both maps are required and must answer exactly the waiting run's pending groups (S-78)."""
 
@@ -167,12 +143,13 @@ class ResumeBody(_Body):
     calls: dict[str, CallAnswer]
     input: InputContent | None = None
 
-    def answers(self) -> dict[str, Any]:
-        """The body as the client wrote it (an explicit `"input": null` reads as absent): the resume digest's input."""
-        body = self.model_dump(mode="json", exclude_unset=True)
-        if body.get("input", ...) is None:
-            del body["input"]
-        return body
+    def answers(self) -> ResumeAnswers:
+        """The one typed value of the answers (`protocol.resume`), built from this validated body without validating
+        again; the fields the client left out stay unset, so its stored JSON is the body as the client wrote it."""
+        fields: dict[str, Any] = {"approvals": self.approvals, "calls": self.calls}
+        if self.input is not None:
+            fields["input"] = self.input.model_dump(mode="json")
+        return ResumeAnswers.model_construct(_fields_set=set(fields), **fields)
 
 
 class EditEntryBody(_Body):

@@ -1,8 +1,7 @@
 """The pending items of a waiting run (§5.7) and the strict resume that answers them (§8.6).
 
 ``build_pending`` turns the harness's ``DeferredToolRequests`` into ``runs.pending``; ``coverage_mismatch`` and
-``resume_shape_problem`` are the pure resume checks; ``resume_body_to_results`` maps a stored resume body to the
-pydantic-ai ``DeferredToolResults`` the successor's first attempt passes on.
+``resume_shape_problem`` are the pure resume checks; the answers themselves are ``protocol.resume.ResumeAnswers``.
 """
 
 from __future__ import annotations
@@ -12,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
-from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai import DeferredToolRequests
 from pydantic_ai.messages import ToolCallPart
 
 __all__ = (
@@ -30,7 +28,6 @@ __all__ = (
     "CoverageMismatch",
     "coverage_mismatch",
     "resume_shape_problem",
-    "resume_body_to_results",
 )
 
 MAX_PENDING_ITEMS: Final = 128
@@ -177,42 +174,3 @@ def resume_shape_problem(
     if len(body_approval_ids) + len(body_call_ids) > MAX_PENDING_ITEMS:
         return "too_many"
     return None
-
-
-def resume_body_to_results(body: Mapping[str, Any]) -> DeferredToolResults:
-    """S-132, §8.6: ``approve`` → ``ToolApproved()``, ``deny`` → ``ToolDenied(reason or default)``,
-    ``returned`` → the plain value, ``failed`` → ``ToolFailed(message)``. Raises ``ValueError`` on other shapes."""
-    results = DeferredToolResults()
-    for call_id, answer in _mapping(body, "approvals").items():
-        match answer:
-            case {"action": "approve"}:
-                results.approvals[call_id] = ToolApproved()
-            case {"action": "deny"}:
-                results.approvals[call_id] = _denial(call_id, answer.get("reason"))
-            case _:
-                raise ValueError(f"approval {call_id!r}: expected action 'approve' or 'deny'")
-    for call_id, answer in _mapping(body, "calls").items():
-        match answer:
-            case {"status": "returned", "value": value}:
-                results.calls[call_id] = value
-            case {"status": "failed", "message": str(message)}:
-                results.calls[call_id] = ToolFailed(message)
-            case _:
-                raise ValueError(f"call {call_id!r}: expected status 'returned' with value or 'failed' with message")
-    return results
-
-
-def _denial(call_id: str, reason: object) -> ToolDenied:
-    # An absent, null or empty reason gets pydantic-ai's default denial message.
-    if reason is None or reason == "":
-        return ToolDenied()
-    if not isinstance(reason, str):
-        raise ValueError(f"approval {call_id!r}: reason must be text")
-    return ToolDenied(reason)
-
-
-def _mapping(body: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = body.get(key)
-    if not isinstance(value, Mapping):
-        raise ValueError(f"resume body needs the {key!r} map")
-    return value

@@ -17,7 +17,8 @@ from ..errors import Forbidden, InvalidArgument
 from .authority import Permission, Principal
 from .client_tools import ClientToolsProblem, validate_client_tools
 from .idempotency import KeyProblem, canonical_json, validate_idempotency_key
-from .pending import resume_body_to_results, resume_shape_problem
+from .pending import resume_shape_problem
+from .resume import ResumeAnswers
 
 __all__ = (
     "checked_limit",
@@ -120,8 +121,27 @@ def checked_history(value: Any) -> tuple[list[Any], list[Any]] | None:
     return messages, ModelMessagesTypeAdapter.dump_python(messages, mode="json")
 
 
-def checked_resume_body(body: Any) -> dict[str, Any]:
-    """§8.6 step 1, S-79: both maps, no id in both, at most 128 results, at most 256 KiB, answers well formed."""
+def checked_resume_body(body: ResumeAnswers | Mapping[str, Any]) -> ResumeAnswers:
+    """§8.6 step 1, S-79: both maps, no id in both, at most 128 results, at most 256 KiB, answers well formed.
+
+    The HTTP layer hands in the `ResumeAnswers` its body parsed into; other callers a plain mapping, built into one
+    here (once). Either way the same size and shape checks follow.
+    """
+    answers = body if isinstance(body, ResumeAnswers) else _answers_of(body)
+    if json_size(answers.stored_json(), "body") > RESUME_BODY_LIMIT:
+        raise InvalidArgument(fields=[("body", "too_large")])
+    match resume_shape_problem(answers.approvals.keys(), answers.calls.keys()):
+        case "overlap":
+            raise InvalidArgument(fields=[("calls", "id_also_in_approvals")])
+        case "too_many":
+            raise InvalidArgument(fields=[("body", "too_many_results")])
+    if answers.input is not None:
+        checked_input(answers.input)
+    return answers
+
+
+def _answers_of(body: Mapping[str, Any]) -> ResumeAnswers:
+    """The typed value of a resume body given as a mapping, or the `InvalidArgument` naming the first bad field."""
     if not isinstance(body, Mapping) or not set(body) <= {"approvals", "calls", "input"}:
         raise InvalidArgument(fields=[("body", "invalid")])
     missing = [(name, "required") for name in ("approvals", "calls") if not isinstance(body.get(name), Mapping)]
@@ -129,19 +149,11 @@ def checked_resume_body(body: Any) -> dict[str, Any]:
         raise InvalidArgument(fields=missing)
     if json_size(body, "body") > RESUME_BODY_LIMIT:
         raise InvalidArgument(fields=[("body", "too_large")])
-    match resume_shape_problem(body["approvals"].keys(), body["calls"].keys()):
-        case "overlap":
-            raise InvalidArgument(fields=[("calls", "id_also_in_approvals")])
-        case "too_many":
-            raise InvalidArgument(fields=[("body", "too_many_results")])
-    for name in ("approvals", "calls"):
-        try:
-            resume_body_to_results({"approvals": {}, "calls": {}, name: body[name]})
-        except ValueError as exc:
-            raise InvalidArgument(fields=[(name, "invalid_answer")]) from exc
-    if "input" in body:
-        checked_input(body["input"])
-    return dict(body)
+    try:
+        return ResumeAnswers.model_validate(body)
+    except ValidationError as exc:
+        field = str(exc.errors()[0]["loc"][0])  # pydantic reports in field order: approvals, calls, input
+        raise InvalidArgument(fields=[(field, "invalid_content" if field == "input" else "invalid_answer")]) from exc
 
 
 EDITABLE_FIELDS: Final = ("input", "delivery", "agent", "options")

@@ -26,6 +26,7 @@ from ..metrics import RUNS_ACCEPTED, RUNS_SEALED
 from ..protocol.backoff import is_unsettled_at_claim
 from ..protocol.children import stages_child_result
 from ..protocol.fencing import hash_lease_token, new_lease_token
+from ..protocol.webhook_filter import subscription_wants
 from .dialect import db_now, dialect_name, insert_ignoring_conflicts
 from .engine import after_commit, key_ring_of, read_transaction, write_transaction
 from .tables import outbox, run_attempts, runs, subscriptions, threads
@@ -139,17 +140,6 @@ def _view(row: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {name: row[name] for name in names}
 
 
-def _matches(sub: Mapping[str, Any], event_type: str, run: Mapping[str, Any]) -> bool:
-    if event_type not in (sub["events"] or ()):
-        return False
-    wanted = sub["filter"] or {}
-    if wanted.get("agent") is not None and wanted["agent"] != run["agent"]:
-        return False
-    if wanted.get("thread_id") is not None and wanted["thread_id"] != run["thread_id"]:
-        return False
-    return True
-
-
 async def stage_run_event(
     conn: AsyncConnection,
     *,
@@ -178,7 +168,7 @@ async def stage_run_event(
     if not subs:
         return 0
     run = (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().one()
-    wanted = [sub for sub in subs if _matches(sub, event_type, run)]
+    wanted = [sub for sub in subs if subscription_wants(sub, event_type, run)]
     if not wanted:
         return 0
     if event_type.startswith("run_attempt."):

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import RaceLost
 from ..protocol.idempotency import canonical_json, sha256_hex
+from ..protocol.new_run import NewRun
 from ..runtime import Entropy, SystemEntropy
 from ..settings import ServiceSettings
 from .auth import get_workspace, new_id, read_authority
@@ -72,30 +73,6 @@ class NewEntry:
     request_digest: str | None = None
     request_kind: Literal["thread", "message", "fork"] | None = None
     child_run_id: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NewRun:
-    """An `accepted` run to insert (§5.2 "(none) → accepted")."""
-
-    workspace_id: str
-    thread_id: str
-    agent: str
-    principal_id: str
-    authority: dict[str, Any]
-    options: dict[str, Any]
-    trigger: Literal["input", "queued", "resume", "child_result", "spawned"]
-    lineage: Literal["root", "continue", "fork"]
-    max_attempts: int
-    """S-10: `worker.max_attempts` at acceptance."""
-    start_checkpoint_id: str | None
-    parent_run_id: str | None = None
-    source_entry_id: str | None = None
-    """The entry that starts the run; it becomes `assigned` to it."""
-    resume: dict[str, Any] | None = None
-    resumed_by_id: str | None = None
-    request_key: str | None = None
-    request_digest: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

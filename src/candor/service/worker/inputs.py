@@ -17,7 +17,7 @@ from pydantic_ai.usage import RunUsage
 from candor import DeferredToolResume, HarnessState
 
 from ..errors import CheckpointCorrupt
-from ..protocol.pending import resume_body_to_results
+from ..protocol.resume import ResumeAnswers
 
 __all__ = (
     "input_content",
@@ -86,7 +86,7 @@ def resume_batch(requests: JsonValue, resume: Mapping[str, Any], *, attempt_numb
         raise ValueError("the waiting run's final envelope has no deferred requests")
     return DeferredToolResume(
         requests=_requests_adapter.validate_python(requests),
-        results=resume_body_to_results(resume),
+        results=ResumeAnswers.from_stored(resume).to_results(),
         recovery=attempt_number > 1,
     )
 
