@@ -13,8 +13,9 @@ import contextlib
 import contextvars
 import copy
 import dataclasses
-from datetime import datetime, timezone
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import TypeAdapter
@@ -25,11 +26,11 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from pydantic_graph import End
 
 from . import _agent_glue as glue
+from ._detach import detached, detached_all
+from ._driver import TaskDrivenGenerator
 from ._recovery_start import OpenCallStart, start_open_calls
 from .bindings import RunBindings
 from .candidates import normalize_candidate
-from ._detach import detached, detached_all
-from ._driver import TaskDrivenGenerator
 from .capability_store import CapabilityStore
 from .deferred import DeferredToolResume
 from .errors import HarnessError, RunCleanupError, RunError, StateError
@@ -53,6 +54,32 @@ _usage_adapter: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
 __all__ = ("RunStream", "USAGE_CAPABILITY_ID", "STEERING_CAPABILITY_ID")
 
 _STEP_DONE = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _SnapshotRecipe:
+    """What the state of the latest safe boundary is made of; the state is built only when asked (export_state)."""
+
+    history: tuple[ModelMessage, ...]
+    """The canonical history at the boundary."""
+    namespaces: CapabilityStore
+    """A frozen copy of the capability namespaces (steer() still records pending input into it, H-104)."""
+    environment: dict[str, Any]
+    """A detached copy of the environment entries."""
+    usage: RunUsage | None
+    """The usage to record in "candor.usage"; None at run start, where the previous state stands as it was (H-98)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _StartPlan:
+    """How the run starts (decided before `agent.iter`): what is prompted and whether open calls come first."""
+
+    user_input: InputValue
+    """The input still to deliver once open calls are closed (None once it was queued as steering, H-59)."""
+    iter_prompt: InputValue
+    """The prompt `agent.iter` gets: the input, unless open calls or a fresh batch must be answered first."""
+    has_open_start: bool
+    """Unanswered calls of the last response, or a fresh deferred batch, are handled before the first request."""
 
 
 class RunStream(Generic[OutputT]):
@@ -88,7 +115,7 @@ class RunStream(Generic[OutputT]):
         self._history: list[ModelMessage] = list(previous_state._history_ref())
         self._base_len = len(self._history)
         self._snapshot: HarnessState | None = None
-        self._snapshot_recipe: tuple[Any, ...] = ()
+        self._snapshot_recipe: _SnapshotRecipe | None = None
         self._steer_queue: list[tuple[str | None, InputValue]] = []
         self._steering_touched = False
         # H-85: pending input restored from the state stays recorded until a host delivers it again.
@@ -107,10 +134,12 @@ class RunStream(Generic[OutputT]):
         self._step_task: asyncio.Task[Any] | None = None
         self._cancel_requested = False
         self._candidate: RunResult[OutputT] | None = None
-        self._pending_answer_ids: frozenset[str] = frozenset()
+        self._run: Any = None
+        """pydantic-ai's `AgentRun` once `agent.iter` has started."""
+        self._next_node: Any = None
+        """The node the last `_step` returned."""
         self.result: RunResult[OutputT] | None = None
         self.outcome: RunResult[OutputT] | None = None
-        self._state_capture_failed = False
 
     # -- public members --------------------------------------------------------------------------------
     @property
@@ -141,12 +170,11 @@ class RunStream(Generic[OutputT]):
             raise RunError("steer() needs an active stream", code="run_not_active")
         self._steer_queue.append((key, input))
         self._record_steering()
-        if self._snapshot_recipe:
+        if self._snapshot_recipe is not None:
             # H-104: a state exported before the input is incorporated still carries it.
-            namespaces = self._snapshot_recipe[1]
             steering = self._store._raw(STEERING_CAPABILITY_ID)
             if steering is not None:
-                namespaces._put(STEERING_CAPABILITY_ID, *steering)
+                self._snapshot_recipe.namespaces._put(STEERING_CAPABILITY_ID, *steering)
             self._snapshot = None
 
     async def export_state(self) -> HarnessState:
@@ -158,14 +186,15 @@ class RunStream(Generic[OutputT]):
                 raise StateError("no state could be captured at shutdown", code="run_state_unavailable")
             return self.outcome.state
         if self._snapshot is None:
-            history, namespaces, environment, usage = self._snapshot_recipe
-            if usage is not None:
-                namespaces._put(USAGE_CAPABILITY_ID, "1", _usage_adapter.dump_python(usage, mode="json"))
+            recipe = self._snapshot_recipe
+            assert recipe is not None  # taken when the stream is entered
+            if recipe.usage is not None:
+                recipe.namespaces._put(USAGE_CAPABILITY_ID, "1", _usage_adapter.dump_python(recipe.usage, mode="json"))
             self._snapshot = HarnessState._trusted(
                 thread_id=self.thread_id,
-                message_history=history,
-                capabilities=namespaces.snapshot_now(),
-                environment=environment,
+                message_history=recipe.history,
+                capabilities=recipe.namespaces.snapshot_now(),
+                environment=recipe.environment,
             )
         return self._snapshot
 
@@ -270,23 +299,13 @@ class RunStream(Generic[OutputT]):
         yield RunResultEvent(self._candidate)
 
     async def _drive_agent(self) -> AsyncIterator[Any]:
+        """The agent run: the start phase (open calls or a fresh batch), then the node loop with its boundaries."""
         agent = self._harness.agent
-        user_input = await self._resolve_input()
-        if self._batch is not None and self._batch.recovery:
-            self._batch = self._batch.remaining(self._history)  # H-91: incorporated → no batch
+        plan = self._plan_start(await self._resolve_input())
         history = self._history
-        last = last_response(history)
-        provider_suspended = bool(history) and last is not None and last.state == "suspended" and history[-1] is last
-        self._provider_suspended_start = provider_suspended
-        open_calls = [] if provider_suspended else unanswered_calls(history)
-        has_open_start = bool(open_calls) or (self._batch is not None and not self._batch.recovery)
-        if provider_suspended and user_input is not None:
-            self._steer_queue.append((None, user_input))  # H-59: pydantic-ai continues the response first
-            user_input = None
-        iter_prompt = None if has_open_start else user_input
         await self._restore_environments()
         async with agent.iter(
-            iter_prompt,
+            plan.iter_prompt,
             message_history=detached_all(history),
             output_type=glue.deferred_output_type(agent),
             deps=self._bindings.deps,
@@ -304,55 +323,87 @@ class RunStream(Generic[OutputT]):
             conversation_id=self.thread_id,
         ) as run:
             self._run = run
-            node: Any = run.next_node
-            if has_open_start:
-                node = await self._await_step(run, node, stream_events=False)
-                if isinstance(node, ModelRequestNode) and node.is_resuming_without_prompt:
-                    await glue.restore_resumed_request(run, node)
-                start: OpenCallStart | None = start_open_calls(
-                    run,
-                    history=history,
-                    batch=self._batch,
-                    mode=self._tool_recovery,
-                    user_input=user_input,
-                    deferred_tools_supported=self._bindings.deferred_tools_supported,
-                )
-                self._pending_answer_ids = start.pending_answer_ids
-                only_output_calls = not start.calls and self._batch is None and isinstance(node, CallToolsNode)
-                if only_output_calls:
-                    # §2: output-tool calls are pydantic-ai's to process; the restored response ends the run.
-                    start = None
-                elif start.native_node is not None:
-                    async with contextlib.aclosing(self._step(run, start.native_node)) as events:
-                        async for event in events:
-                            yield event
-                    node = self._next_node
-                else:
-                    node = None
-                if start is not None:
-                    outcome = start.finish(run, node)
-                    if outcome.suspend is not None:
-                        self._append_new(outcome.messages)
-                        await self._export_environments()
-                        self._finish_suspended(outcome.suspend)
-                        return
-                    node = outcome.node
-            while not isinstance(node, End):
-                if isinstance(node, ModelRequestNode):
-                    # A re-sent trailing request is already the canonical history's last message.
-                    resent = node.is_resuming_without_prompt or glue.is_provider_continuation(node)
-                    if not resent:
-                        node = self._incorporate_steering(node)
-                    yield await self._boundary("model", run, pending_request=None if resent else node.request)
-                elif isinstance(node, CallToolsNode) and node.model_response.tool_calls:
-                    yield await self._boundary("tool", run)
-                async with contextlib.aclosing(self._step(run, node)) as events:
+            self._next_node = run.next_node
+            if plan.has_open_start:
+                async with contextlib.aclosing(self._start_open_calls(run, plan.user_input)) as events:
                     async for event in events:
                         yield event
-                node = self._next_node
-            self._sync(run)
-            await self._export_environments()  # H-23: run end is a safe boundary too
-            self._finish_end(run, node)
+                if self._candidate is not None:
+                    return  # the start phase suspended the run again
+            async with contextlib.aclosing(self._node_loop(run, self._next_node)) as events:
+                async for event in events:
+                    yield event
+
+    def _plan_start(self, user_input: InputValue) -> _StartPlan:
+        """Decide how the run starts, from the restored history and the batch (H-58, H-59, H-80, H-91)."""
+        if self._batch is not None and self._batch.recovery:
+            self._batch = self._batch.remaining(self._history)  # H-91: incorporated → no batch
+        history = self._history
+        last = last_response(history)
+        provider_suspended = bool(history) and last is not None and last.state == "suspended" and history[-1] is last
+        self._provider_suspended_start = provider_suspended
+        open_calls = [] if provider_suspended else unanswered_calls(history)
+        has_open_start = bool(open_calls) or (self._batch is not None and not self._batch.recovery)
+        if provider_suspended and user_input is not None:
+            self._steer_queue.append((None, user_input))  # H-59: pydantic-ai continues the response first
+            user_input = None
+        return _StartPlan(
+            user_input=user_input, iter_prompt=None if has_open_start else user_input, has_open_start=has_open_start
+        )
+
+    async def _start_open_calls(self, run: Any, user_input: InputValue) -> AsyncIterator[Any]:
+        """H-40…H-62, H-74…H-83: close the restored open calls (recovery) or apply the fresh batch before the first
+        model request. Leaves the node to continue with in `_next_node`, or a suspended candidate."""
+        node = await self._await_step(run, self._next_node, stream_events=False)
+        if isinstance(node, ModelRequestNode) and node.is_resuming_without_prompt:
+            await glue.restore_resumed_request(run, node)
+        start: OpenCallStart = start_open_calls(
+            run,
+            history=self._history,
+            batch=self._batch,
+            mode=self._tool_recovery,
+            user_input=user_input,
+            deferred_tools_supported=self._bindings.deferred_tools_supported,
+        )
+        if not start.calls and self._batch is None and isinstance(node, CallToolsNode):
+            # §2: output-tool calls are pydantic-ai's to process; the restored response ends the run.
+            self._next_node = node
+            return
+        if start.native_node is not None:
+            async with contextlib.aclosing(self._step(run, start.native_node)) as events:
+                async for event in events:
+                    yield event
+            node = self._next_node
+        else:
+            node = None
+        outcome = start.finish(run, node)
+        if outcome.suspend is not None:
+            self._append_new(outcome.messages)
+            await self._export_environments()
+            self._finish_suspended(outcome.suspend)
+            return
+        self._next_node = outcome.node
+
+    async def _node_loop(self, run: Any, node: Any) -> AsyncIterator[Any]:
+        """Step node by node to the end, stopping at a model boundary before every request (H-35, H-36) and at a
+        tool boundary after every response with tool calls (H-37, H-38)."""
+        while not isinstance(node, End):
+            if isinstance(node, ModelRequestNode):
+                # A re-sent trailing request is already the canonical history's last message.
+                resent = node.is_resuming_without_prompt or glue.is_provider_continuation(node)
+                if not resent:
+                    node = self._incorporate_steering(node)
+                yield await self._boundary("model", run, pending_request=None if resent else node.request)
+            elif isinstance(node, CallToolsNode) and node.model_response.tool_calls:
+                yield await self._boundary("tool", run)
+            async with contextlib.aclosing(self._step(run, node)) as events:
+                async for event in events:
+                    yield event
+            node = self._next_node
+        self._sync(run)
+        await self._export_environments()  # H-23: run end is a safe boundary too
+        self._finish_end(run, node)
+
     async def _resolve_input(self) -> InputValue:
         if self._input_factory is None:
             return self._input
@@ -375,7 +426,8 @@ class RunStream(Generic[OutputT]):
             raise asyncio.CancelledError
         queue: asyncio.Queue[Any] = asyncio.Queue()
         streams = stream_events and (
-            isinstance(node, CallToolsNode) or (isinstance(node, ModelRequestNode) and glue.model_streams(run_agent(run, self)))
+            isinstance(node, CallToolsNode)
+            or (isinstance(node, ModelRequestNode) and glue.model_streams(self._harness.agent))
         )
 
         async def execute() -> Any:
@@ -429,11 +481,11 @@ class RunStream(Generic[OutputT]):
     def _take_snapshot(self, *, at_start: bool = False) -> None:
         """Remember the state of this safe boundary; it is built only if someone asks for it (export_state)."""
         self._snapshot = None
-        self._snapshot_recipe = (
-            tuple(self._history),
-            self._store._freeze(),
-            detached(self._environment),
-            None if at_start else copy.copy(self._usage),  # run start: the previous state as it was (H-98)
+        self._snapshot_recipe = _SnapshotRecipe(
+            history=tuple(self._history),
+            namespaces=self._store._freeze(),
+            environment=detached(self._environment),
+            usage=None if at_start else copy.copy(self._usage),
         )
 
     def _adopt_continued_response(self, run: Any, new_count: int) -> None:
@@ -461,7 +513,9 @@ class RunStream(Generic[OutputT]):
         self._take_snapshot()
         self._boundary_index += 1
         keys, self._incorporated = tuple(self._incorporated), []
-        return BoundaryEvent(kind=kind, index=self._boundary_index, message_count=len(self._history), incorporated_keys=keys)
+        return BoundaryEvent(
+            kind=kind, index=self._boundary_index, message_count=len(self._history), incorporated_keys=keys
+        )
 
     def _incorporate_steering(self, node: ModelRequestNode[Any, Any]) -> ModelRequestNode[Any, Any]:
         if not self._steer_queue:
@@ -538,13 +592,14 @@ class RunStream(Generic[OutputT]):
             new_message_index=self._base_len,
         )
 
-    def _terminal_candidate(self, status: Literal["failed", "cancelled"], *, failure: SafeFailure | None = None) -> RunResult[OutputT]:
+    def _terminal_candidate(
+        self, status: Literal["failed", "cancelled"], *, failure: SafeFailure | None = None
+    ) -> RunResult[OutputT]:
         """A failed/cancelled result with the safe candidate state of H-103, or without state if none can be built."""
         try:
             messages: list[ModelMessage] = list(self._history)
-            run = getattr(self, "_run", None)
-            if run is not None:
-                pyd = self._pyd_new(run)
+            if self._run is not None:
+                pyd = self._pyd_new(self._run)
                 new_len = len(self._history) - self._base_len
                 messages.extend(detached_all(pyd[new_len:]))
             pending = self._pending_answer_ids_now(messages)
@@ -568,12 +623,8 @@ class RunStream(Generic[OutputT]):
             return frozenset()
         if remaining is None:
             return frozenset()
-        ids = {c.tool_call_id for c in remaining.requests.calls} | {c.tool_call_id for c in remaining.requests.approvals}
-        return frozenset(ids)
-
-
-def run_agent(run: Any, stream: RunStream[Any]) -> Any:
-    return stream._harness.agent
+        requests = remaining.requests
+        return frozenset(c.tool_call_id for c in (*requests.calls, *requests.approvals))
 
 
 def _jsonable_input(content: InputValue) -> Any:
