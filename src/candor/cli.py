@@ -47,7 +47,8 @@ def migrate(
     check: Annotated[bool, typer.Option("--check", help="Change nothing; exit 1 unless the schema is current.")] = False,
 ) -> None:
     """Apply pending schema migrations under the migration lock (§10.3)."""
-    from .service.store.migrate import check_schema, migrate as apply_migrations
+    from .service.store.migrate import check_schema
+    from .service.store.migrate import migrate as apply_migrations
 
     settings = load_settings(config)
     url = settings.database.url

@@ -15,8 +15,8 @@ from .bindings import RunBindings, validate_bindings
 from .deferred import DeferredToolResume
 from .errors import RunError, StateError
 from .recovery import validate_tool_recovery
-from .resume_check import check_resume
 from .results import RunResult
+from .resume_check import check_resume
 from .state import HarnessState
 from .stream import USAGE_CAPABILITY_ID, RunStream
 

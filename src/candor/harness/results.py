@@ -49,17 +49,17 @@ class RunResult(Generic[OutputT]):
     """The outcome of one run. Construct it only through the harness, `replace()`, or for tests."""
 
     __slots__ = (
-        "_thread_id",
-        "_run_id",
-        "_status",
-        "_output",
-        "_state",
-        "_usage",
-        "_failure",
-        "_suspend_reason",
         "_deferred",
+        "_failure",
         "_messages",
         "_new_message_index",
+        "_output",
+        "_run_id",
+        "_state",
+        "_status",
+        "_suspend_reason",
+        "_thread_id",
+        "_usage",
     )
 
     def __init__(

@@ -412,8 +412,6 @@ def _same_json(left: Any, right: Any) -> bool:
             if len(a) != len(b):
                 return False
             stack.extend(zip(a, b))
-        elif isinstance(a, (dict, list, tuple)) or isinstance(b, (dict, list, tuple)):
-            return False
-        elif a != b:
+        elif isinstance(a, (dict, list, tuple)) or isinstance(b, (dict, list, tuple)) or a != b:
             return False
     return True

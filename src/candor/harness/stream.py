@@ -15,7 +15,7 @@ import copy
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import TypeAdapter
@@ -504,7 +504,7 @@ class RunStream(Generic[OutputT]):
             # A new object, so pydantic-ai's request is left as it is; `_sync` detaches it into the history.
             pending_request = dataclasses.replace(
                 pending_request,
-                timestamp=datetime.now(timezone.utc),
+                timestamp=datetime.now(UTC),
                 run_id=pending_request.run_id or self.run_id,
                 conversation_id=pending_request.conversation_id or self.thread_id,
             )

@@ -10,13 +10,23 @@ from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
 from ..protocol.authority import Principal
 from ..protocol.idempotency import replay_or_conflict, request_digest, resume_digest
 from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
+from ..protocol.resume import ResumeAnswers, resume_refusal, successor_of
 from ..store import auth, interrupts, threads, views
 from ..store.engine import write_transaction
-from ..protocol.resume import ResumeAnswers, resume_refusal, successor_of
 from ..store.resume import find_resume_and_run, find_resume_by_key
 from ..store.views import RunRow
-from .acceptance import Accepted, accepted, answer, checked_client_tool_names, input_run, may_write, new_message
-from .acceptance import replay, with_optional, woken
+from .acceptance import (
+    Accepted,
+    accepted,
+    answer,
+    checked_client_tool_names,
+    input_run,
+    may_write,
+    new_message,
+    replay,
+    with_optional,
+    woken,
+)
 
 __all__ = ("fork_run", "resume_run", "interrupt_run")
 

@@ -10,14 +10,33 @@ from ..errors import Conflict, NotFound, PreconditionFailed, RateLimited
 from ..protocol.authority import Principal
 from ..protocol.idempotency import request_digest
 from ..protocol.inbox import inbox_would_overflow
-from ..protocol.requests import Delivery, checked_delivery, checked_history, checked_input, checked_key
-from ..protocol.requests import checked_options, require
+from ..protocol.requests import (
+    Delivery,
+    checked_delivery,
+    checked_history,
+    checked_input,
+    checked_key,
+    checked_options,
+    require,
+)
 from ..store import auth, interrupts, threads, views
 from ..store.checkpoints import import_history
 from ..store.engine import write_transaction
 from ..store.views import ThreadRow
-from .acceptance import Accepted, accepted, answer, check_steer, checked_agent, checked_client_tool_names
-from .acceptance import input_run, may_write, new_message, replay, with_optional, woken
+from .acceptance import (
+    Accepted,
+    accepted,
+    answer,
+    check_steer,
+    checked_agent,
+    checked_client_tool_names,
+    input_run,
+    may_write,
+    new_message,
+    replay,
+    with_optional,
+    woken,
+)
 
 __all__ = ("create_thread", "post_input", "archive_thread", "thread_etag")
 

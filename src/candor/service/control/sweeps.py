@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .advance import advance_threads
 from ..core import Service
 from ..metrics import SWEEP_PASSES
 from ..outbox.delivery import DeliveryLoop
@@ -28,6 +27,7 @@ from ..settings import OUTBOX_KINDS
 from ..store.recovery import list_expired_attempts, recover_attempt
 from ..store.streams import TrimResult
 from ..store.streams import trim_streams as trim_stream_entries
+from .advance import advance_threads
 from .backlog import BacklogAlarm, purge_outbox, report_backlog
 
 __all__ = ("Sweep", "ExpiryCursor", "expire_leases", "trim_streams", "sweep_table", "run_sweep", "run_sweeps")

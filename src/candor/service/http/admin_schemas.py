@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from ..admin.rules import NAME_LIMIT, URL_LIMIT, EventType
 from ..admin.rows import CreatedKey, DeliveryRow, PrincipalRow, SubscriptionRow
+from ..admin.rules import NAME_LIMIT, URL_LIMIT, EventType
 
 __all__ = (
     "CreateKeyBody",

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..core import Service
 from ..commands.health import check_database_schema
+from ..core import Service
 
 __all__ = ("Role", "Readiness", "probe_readiness")
 

@@ -26,10 +26,10 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 
 from .. import commands
-from ..errors import InvalidArgument, NotFound
-from ..protocol.authority import Principal
 from ..commands.rows import StreamEntry, ThreadRow
 from ..commands.streams import read_stream_entries
+from ..errors import InvalidArgument, NotFound
+from ..protocol.authority import Principal
 
 __all__ = ("StreamTiming", "KEEPALIVE_SECONDS", "timing_of", "thread_stream_response", "parse_last_event_id")
 

@@ -26,8 +26,8 @@ from ..core import Service
 from ..metrics import OUTBOX_DELIVERIES
 from ..protocol.backoff import outbox_backoff_seconds, outbox_failure_settlement
 from ..protocol.children import CHILD_RESULT_DEFER_SECONDS
-from ..store.children import deliver_child_result
 from ..settings import ServiceSettings
+from ..store.children import deliver_child_result
 from ..store.cleanup import cleanup_checkpoint_page
 from ..store.outbox import ClaimedRow, Settlement, claim_rows, settle_many
 from .webhooks import post_webhook, target_allowed, webhook_client

@@ -17,8 +17,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import exc as sa_exc
 from sqlalchemy import and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..admin.rules import checked_name

@@ -89,7 +89,7 @@ _NOW_SQL: Mapping[DialectName, str] = {
 }
 
 
-class db_now(FunctionElement[float]):  # noqa: N801 - used like a SQL function
+class db_now(FunctionElement[float]):
     """The database clock as float epoch seconds (§2.2): `clock_timestamp()` on PostgreSQL, the host on SQLite."""
 
     type = Double()

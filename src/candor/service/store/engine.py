@@ -18,8 +18,8 @@ from typing import Any
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, CursorResult
-from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql.dml import UpdateBase
 
 from ..errors import StoreUnavailable
 from ..signing_keys import NO_KEYS, KeyRing
@@ -117,7 +117,7 @@ def translate_errors() -> Iterator[None]:
         yield
     except StoreUnavailable:
         raise
-    except (sa_exc.SQLAlchemyError, OSError, asyncio.TimeoutError) as error:
+    except (TimeoutError, sa_exc.SQLAlchemyError, OSError) as error:
         if is_unavailable(error):
             raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
         raise

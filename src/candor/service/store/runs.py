@@ -10,8 +10,8 @@ writers (§2.2); SQLAlchemy renders no locking clause for SQLite, so no statemen
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
 import importlib.metadata
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -34,6 +34,7 @@ from .dialect import db_now
 from .engine import write_transaction
 from .outbox import stage_run_transition
 from .tables import CHECKPOINT_FORMAT, checkpoints, run_attempts, runs, threads
+
 
 def _build() -> str:
     """What this process runs, recorded on every attempt it claims (`worker_build`, §5.1) for incident forensics."""

@@ -35,11 +35,10 @@ from ..store.checkpoints import (
     encode_history_reusing,
     envelope_for_state,
 )
-from ..store.run_inputs import AttemptStart, load_attempt_start
 from ..store.leases import check_authority
 from ..store.recovery import recover_attempt
+from ..store.run_inputs import AttemptStart, load_attempt_start
 from ..store.runs import start_attempt
-from ..store.streams import NewStreamEntry, append_stream_entries
 from ..store.seals import (
     SealRequest,
     advance_thread_after_seal,
@@ -48,6 +47,7 @@ from ..store.seals import (
     record_usage,
     seal_run,
 )
+from ..store.streams import NewStreamEntry, append_stream_entries
 from .children import child_toolsets
 from .client_tools import CLIENT_TOOL_CONFLICT, agent_tool_names, client_tools_of, client_toolsets
 from .handle import AttemptHandle
@@ -457,7 +457,7 @@ class _Attempt:
                 agent_names=self.service.agents.names(),
                 entropy=self.service.entropy,
             )
-        except Exception:  # noqa: BLE001 - advance_threads (§10.2) starts it later
+        except Exception:
             log.warning("Thread advance failed", extra={"thread_id": self.lease.thread_id}, exc_info=True)
             return
         if started is not None:
@@ -483,7 +483,7 @@ class _Attempt:
                 ),
                 timeout=self.settings.database.timeout,
             )
-        except Exception:  # noqa: BLE001 - best effort; the attempt is over either way
+        except Exception:
             log.warning("Usage record failed", extra={"run_id": self.lease.run_id}, exc_info=True)
 
 

@@ -10,8 +10,18 @@ from fastapi import APIRouter, Query, Response
 from ... import commands
 from ..cursors import index_keyset, issue_cursor, read_cursor
 from ..dependencies import IdempotencyKey
-from ..schemas import AcceptedView, AttemptList, AttemptView, EntryView, ErrorBody, ForkBody, MessagePage, ResumeBody
-from ..schemas import RunView, ThreadView
+from ..schemas import (
+    AcceptedView,
+    AttemptList,
+    AttemptView,
+    EntryView,
+    ErrorBody,
+    ForkBody,
+    MessagePage,
+    ResumeBody,
+    RunView,
+    ThreadView,
+)
 from ._common import ERRORS, Reader, Runner, created_or_replayed, with_etag
 
 __all__ = ("router",)

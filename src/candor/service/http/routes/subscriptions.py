@@ -7,8 +7,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 
 from ...admin import deliveries, subscriptions
-from ..admin_schemas import CreatedSubscriptionView, CreateSubscriptionBody, DeliveryPage, DeliveryView
-from ..admin_schemas import SubscriptionPage, SubscriptionView, UpdateSubscriptionBody
+from ..admin_schemas import (
+    CreatedSubscriptionView,
+    CreateSubscriptionBody,
+    DeliveryPage,
+    DeliveryView,
+    SubscriptionPage,
+    SubscriptionView,
+    UpdateSubscriptionBody,
+)
 from ..cursors import issue_cursor, keyset, read_cursor
 from ..dependencies import IfMatch, expected_version
 from ..schemas import ErrorBody
