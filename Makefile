@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test rules bench bench-peers clean
+.PHONY: install demo lint test rules bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -16,6 +16,12 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m examples.demo
+
+# Lint and types (configured in pyproject.toml): fails on any finding. src/ and tools/ are checked strictly; the
+# tests are not linted yet (see [tool.ruff.lint.per-file-ignores] for the looser set they will get).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tools
+	$(VENV)/bin/mypy
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -44,7 +44,9 @@ def print_json(value: Any) -> None:
 @app.command()
 def migrate(
     config: ConfigOption = None,
-    check: Annotated[bool, typer.Option("--check", help="Change nothing; exit 1 unless the schema is current.")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Change nothing; exit 1 unless the schema is current.")
+    ] = False,
 ) -> None:
     """Apply pending schema migrations under the migration lock (§10.3)."""
     from .service.store.migrate import check_schema

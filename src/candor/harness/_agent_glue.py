@@ -151,7 +151,9 @@ class HarnessCapability(AbstractCapability[Any]):
         # H-84: external tools cannot be answered by a run that can never suspend.
         return [tool_def for tool_def in tool_defs if tool_def.kind != "external"]
 
-    async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition, args: Any, handler: Any) -> Any:
+    async def wrap_tool_execute(
+        self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition, args: Any, handler: Any
+    ) -> Any:
         try:
             return await handler(args)
         except (CallDeferred, ApprovalRequired) as deferral:

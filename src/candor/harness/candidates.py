@@ -84,7 +84,8 @@ def normalize_candidate(
                 result.append(cleaned)
         elif isinstance(message, ModelRequest):
             if message.parts:
-                result.append(message if message.state == "complete" else dataclasses.replace(message, state="complete"))
+                complete = message if message.state == "complete" else dataclasses.replace(message, state="complete")
+                result.append(complete)
         else:
             result.append(message)
     open_calls = [c for c in unanswered_calls(result) if c.tool_call_id not in set(pending_answer_ids)]

@@ -39,7 +39,7 @@ class Harness(Generic[OutputT]):
         self.agent = agent
         self.usage_limits = usage_limits
 
-    async def run(self, input: InputValue = None, **options: Any) -> RunResult[OutputT]:
+    async def run(self, input: InputValue = None, **options: Any) -> RunResult[OutputT]:  # noqa: A002 - spec name
         """Exactly like entering `stream(...)`, consuming every event and returning `stream.outcome` (H-106)."""
         stream = self.stream(input, **options)
         async with stream:
@@ -52,7 +52,7 @@ class Harness(Generic[OutputT]):
 
     def stream(
         self,
-        input: InputValue = None,
+        input: InputValue = None,  # noqa: A002 - the spec's parameter name (§3.5)
         *,
         input_factory: Callable[[], Awaitable[InputValue]] | None = None,
         previous_state: HarnessState | None = None,

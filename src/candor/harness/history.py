@@ -71,7 +71,8 @@ def unanswered_calls(
         return []
     answered = answered_call_ids(messages, index)
     response: ModelResponse = messages[index]  # type: ignore[assignment]
-    return [call for call in tool_calls(response, output_tool_names=output_tool_names) if call.tool_call_id not in answered]
+    calls = tool_calls(response, output_tool_names=output_tool_names)
+    return [call for call in calls if call.tool_call_id not in answered]
 
 
 def is_answered(messages: Sequence[ModelMessage], tool_call_id: str) -> bool:

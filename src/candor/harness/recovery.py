@@ -217,7 +217,8 @@ def _decide(
     if accepted is not None:
         answer = _accepted_answer(call, accepted)
         if answer is not None:  # H-93: applied first, whatever the mode or surface
-            reason: Reason = "accepted_denial" if answer[0].outcome == "denied" else "accepted_answer"
+            denied = isinstance(answer[0], ToolReturnPart) and answer[0].outcome == "denied"
+            reason: Reason = "accepted_denial" if denied else "accepted_answer"
             return RecoveryDecision(call=call, action="apply_answer", reason=reason, answer=answer)
     approved = accepted is not None and _is_positive_approval(call, accepted)
     action, reason = decide_action(tool_def, mode, approved=approved)

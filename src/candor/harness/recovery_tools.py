@@ -51,7 +51,7 @@ def recovery_retryable(tool_or_function: Tool[Any] | Callable[..., Any]) -> Tool
 def copy_tool(tool: Tool[Any]) -> Tool[Any]:
     """A shallow copy of a `Tool` that shares the function and schema but not the metadata dict."""
     if dataclasses.is_dataclass(tool):
-        return dataclasses.replace(tool)  # type: ignore[type-var]
+        return dataclasses.replace(tool)
     clone = object.__new__(type(tool))
     clone.__dict__.update(tool.__dict__)
     return clone

@@ -160,7 +160,8 @@ class RunResult(Generic[OutputT]):
         return copy.deepcopy(self._deferred)
 
     def all_messages(self) -> list[ModelMessage]:
-        """The whole history as of the end of the run (H-34: equals `state.message_history` when completed/suspended)."""
+        """The whole history as of the end of the run (H-34: equals `state.message_history` when completed or
+        suspended)."""
         return copy.deepcopy(list(self._messages))
 
     def new_messages(self) -> list[ModelMessage]:
@@ -196,7 +197,9 @@ class RunResult(Generic[OutputT]):
         if self._status == "completed":
             return
         if self._status == "suspended":
-            raise RunError("the run is suspended waiting for deferred answers", code="run_suspended", retry_hint="new_run")
+            raise RunError(
+                "the run is suspended waiting for deferred answers", code="run_suspended", retry_hint="new_run"
+            )
         if self._status == "cancelled":
             raise RunError("the run was cancelled", code="run_cancelled", retry_hint="new_run")
         failure = self._failure

@@ -188,13 +188,13 @@ def _check_answer_types(results: DeferredToolResults) -> None:
                 "deferred_approval_invalid", "an approval answer must be a bool, ToolApproved or ToolDenied",
                 tool_call_id=tool_call_id,
             )
-    for tool_call_id, answer in results.calls.items():
-        if isinstance(answer, ToolReturn):
+    for tool_call_id, call_answer in results.calls.items():
+        if isinstance(call_answer, ToolReturn):
             problem = None  # its data is checked for finiteness by H-68
-        elif isinstance(answer, ToolFailed):
-            problem = None if isinstance(answer.message, str) else "type"
+        elif isinstance(call_answer, ToolFailed):
+            problem = None if isinstance(call_answer.message, str) else "type"
         else:
-            problem = _json_problem(answer)
+            problem = _json_problem(call_answer)
         if problem is not None:
             raise _error(
                 "deferred_results_invalid", "a call answer must be a finite JSON value, ToolReturn or ToolFailed",
@@ -411,7 +411,7 @@ def _same_json(left: Any, right: Any) -> bool:
         elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
             if len(a) != len(b):
                 return False
-            stack.extend(zip(a, b))
+            stack.extend(zip(a, b, strict=True))  # equal lengths, checked above
         elif isinstance(a, (dict, list, tuple)) or isinstance(b, (dict, list, tuple)) or a != b:
             return False
     return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from pydantic_ai.messages import ModelMessage
@@ -24,7 +24,10 @@ __all__ = ("HarnessState", "CapabilityState", "ensure_finite_json")
 _DETACHED_FIELDS = frozenset({"message_history", "capabilities", "environment", "data"})
 
 
-def ensure_finite_json(value: Any, *, where: str = "value") -> Any:
+_JsonT = TypeVar("_JsonT")
+
+
+def ensure_finite_json(value: _JsonT, *, where: str = "value") -> _JsonT:
     """Reject NaN and ±Infinity anywhere inside a JSON value (H-12); returns the value unchanged."""
     stack = [value]
     while stack:
@@ -119,25 +122,25 @@ class HarnessState(_Detached):
     # read (H-6, H-19); these hand out the stored objects themselves, so the caller must not mutate what it gets.
     def history_view(self) -> tuple[ModelMessage, ...]:
         """The stored message history without a copy. Read-only: mutating a message would change this state."""
-        return self.__dict__["message_history"]
+        return cast("tuple[ModelMessage, ...]", self.__dict__["message_history"])
 
     def capabilities_view(self) -> Mapping[str, CapabilityState]:
         """The stored capability namespaces without a copy. Read-only: never mutate the mapping or its values."""
-        return self.__dict__["capabilities"]
+        return cast("dict[str, CapabilityState]", self.__dict__["capabilities"])
 
     def environment_view(self) -> Mapping[str, JsonValue]:
         """The stored environment entries without a copy. Read-only: never mutate the mapping or its values."""
-        return self.__dict__["environment"]
+        return cast("dict[str, JsonValue]", self.__dict__["environment"])
 
     # The same reads for the harness's own hot paths (which also need the mutable types).
     def _history_ref(self) -> tuple[ModelMessage, ...]:
-        return self.__dict__["message_history"]
+        return cast("tuple[ModelMessage, ...]", self.__dict__["message_history"])
 
     def _capabilities_ref(self) -> dict[str, CapabilityState]:
-        return self.__dict__["capabilities"]
+        return cast("dict[str, CapabilityState]", self.__dict__["capabilities"])
 
     def _environment_ref(self) -> dict[str, JsonValue]:
-        return self.__dict__["environment"]
+        return cast("dict[str, JsonValue]", self.__dict__["environment"])
 
 
 def _trusted_state(
@@ -161,4 +164,3 @@ def _trusted_state(
     )
 
 
-HarnessState._trusted = staticmethod(_trusted_state)  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import copy
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -39,7 +39,7 @@ from .history import last_response, unanswered_calls
 from .ids import new_run_id
 from .recovery import ToolRecovery
 from .results import RunResult, SafeFailure
-from .state import HarnessState
+from .state import HarnessState, _trusted_state
 
 if TYPE_CHECKING:
     from .harness import Harness
@@ -89,7 +89,7 @@ class RunStream(Generic[OutputT]):
         self,
         harness: Harness[OutputT],
         *,
-        input: InputValue,
+        input: InputValue,  # noqa: A002 - the spec's parameter name (§3.5)
         input_factory: Callable[[], Awaitable[InputValue]] | None,
         previous_state: HarnessState,
         bindings: RunBindings,
@@ -164,7 +164,7 @@ class RunStream(Generic[OutputT]):
         if self._step_task is not None and not self._step_task.done():
             self._step_task.cancel()
 
-    async def steer(self, input: InputValue, *, key: str | None = None) -> None:
+    async def steer(self, input: InputValue, *, key: str | None = None) -> None:  # noqa: A002 - spec name
         """H-104: queue user input; it enters history before the next model request."""
         if not self._entered or self._closed:
             raise RunError("steer() needs an active stream", code="run_not_active")
@@ -190,7 +190,7 @@ class RunStream(Generic[OutputT]):
             assert recipe is not None  # taken when the stream is entered
             if recipe.usage is not None:
                 recipe.namespaces._put(USAGE_CAPABILITY_ID, "1", _usage_adapter.dump_python(recipe.usage, mode="json"))
-            self._snapshot = HarnessState._trusted(
+            self._snapshot = _trusted_state(
                 thread_id=self.thread_id,
                 message_history=recipe.history,
                 capabilities=recipe.namespaces.snapshot_now(),
@@ -263,7 +263,7 @@ class RunStream(Generic[OutputT]):
             raise RunCleanupError("the run's teardown failed", outcome=self._candidate, causes=tuple(causes))
 
     # -- driving the run ------------------------------------------------------------------------------
-    async def _drive(self) -> AsyncIterator[Any]:
+    async def _drive(self) -> AsyncGenerator[Any, None]:
         """All events of the run, then one RunResultEvent, yielded only after the agent run was torn down."""
         try:
             async with contextlib.aclosing(self._drive_agent()) as events:
@@ -298,7 +298,7 @@ class RunStream(Generic[OutputT]):
         assert self._candidate is not None
         yield RunResultEvent(self._candidate)
 
-    async def _drive_agent(self) -> AsyncIterator[Any]:
+    async def _drive_agent(self) -> AsyncGenerator[Any, None]:
         """The agent run: the start phase (open calls or a fresh batch), then the node loop with its boundaries."""
         agent = self._harness.agent
         plan = self._plan_start(await self._resolve_input())
@@ -351,7 +351,7 @@ class RunStream(Generic[OutputT]):
             user_input=user_input, iter_prompt=None if has_open_start else user_input, has_open_start=has_open_start
         )
 
-    async def _start_open_calls(self, run: Any, user_input: InputValue) -> AsyncIterator[Any]:
+    async def _start_open_calls(self, run: Any, user_input: InputValue) -> AsyncGenerator[Any, None]:
         """H-40…H-62, H-74…H-83: close the restored open calls (recovery) or apply the fresh batch before the first
         model request. Leaves the node to continue with in `_next_node`, or a suspended candidate."""
         node = await self._await_step(run, self._next_node, stream_events=False)
@@ -384,7 +384,7 @@ class RunStream(Generic[OutputT]):
             return
         self._next_node = outcome.node
 
-    async def _node_loop(self, run: Any, node: Any) -> AsyncIterator[Any]:
+    async def _node_loop(self, run: Any, node: Any) -> AsyncGenerator[Any, None]:
         """Step node by node to the end, stopping at a model boundary before every request (H-35, H-36) and at a
         tool boundary after every response with tool calls (H-37, H-38)."""
         while not isinstance(node, End):
@@ -420,7 +420,7 @@ class RunStream(Generic[OutputT]):
                 pass
         return self._next_node
 
-    async def _step(self, run: Any, node: Any, *, stream_events: bool = True) -> AsyncIterator[Any]:
+    async def _step(self, run: Any, node: Any, *, stream_events: bool = True) -> AsyncGenerator[Any, None]:
         """Run one node in a cancellable task and forward its events as they come."""
         if self._cancel_requested:
             raise asyncio.CancelledError
@@ -451,10 +451,8 @@ class RunStream(Generic[OutputT]):
         finally:
             if not task.done():
                 task.cancel()
-                try:
+                with contextlib.suppress(BaseException):  # the step's own error is reported elsewhere
                     await task
-                except BaseException:  # noqa: BLE001 - the step's own error is reported elsewhere
-                    pass
             self._step_task = None
             self._usage = run.usage
 
@@ -527,7 +525,9 @@ class RunStream(Generic[OutputT]):
                 self._incorporated.append(key)
         self._steer_queue = []
         self._record_steering()
-        return glue.replace_request(node, dataclasses.replace(node.request, parts=parts))
+        request = dataclasses.replace(node.request, parts=parts)
+        replaced: ModelRequestNode[Any, Any] = glue.replace_request(node, request)
+        return replaced
 
     def _record_steering(self) -> None:
         """H-104: queued input lives in "candor.steering" until it is incorporated."""
@@ -554,7 +554,7 @@ class RunStream(Generic[OutputT]):
             self._environment[name] = copy.deepcopy(await provider.export())
 
     def _build_state(self, history: Sequence[ModelMessage]) -> HarnessState:
-        return HarnessState._trusted(
+        return _trusted_state(
             thread_id=self.thread_id,
             message_history=tuple(history),
             capabilities=self._store.snapshot_now(),

@@ -90,7 +90,40 @@ _HOMES: dict[str, str] = {
     "SystemEntropy": "runtime",
 }
 
-__all__ = tuple(_HOMES)
+__all__ = (
+    "Service",
+    "AgentRegistry",
+    "ServiceSettings",
+    "ServerSettings",
+    "DatabaseSettings",
+    "WorkerSettings",
+    "ControlSettings",
+    "OutboxSettings",
+    "OutboxKindPolicy",
+    "SecuritySettings",
+    "AgentSettings",
+    "ServiceError",
+    "SettingsError",
+    "StoreUnavailable",
+    "CheckpointCorrupt",
+    "SchemaMismatch",
+    "FieldProblem",
+    "InvalidArgument",
+    "Forbidden",
+    "NotSubmitter",
+    "NotFound",
+    "AlreadyExists",
+    "Conflict",
+    "PreconditionFailed",
+    "Disabled",
+    "RateLimited",
+    "AlreadyBootstrapped",
+    "Clock",
+    "SystemClock",
+    "Entropy",
+    "SystemEntropy",
+)
+assert set(__all__) == set(_HOMES)
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from candor import Harness
 
@@ -132,4 +132,4 @@ class AgentRegistry:
             raise AgentUnavailable(name, "attribute_missing") from exc
         if not callable(target):
             raise AgentUnavailable(name, "not_callable")
-        return target
+        return cast(AgentFactory, target)

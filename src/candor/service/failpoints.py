@@ -15,6 +15,7 @@ it for tests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -162,13 +163,9 @@ def _fire(point: Failpoint) -> NoReturn:
     if point.action == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
         os._exit(EXIT_CODE)  # pragma: no cover - only if the signal did not end the process at once
-    try:
+    with contextlib.suppress(Exception):  # a closed stream must not stop the crash
         sys.stderr.write(f"candor: failpoint {point.name} fired (hit {point.count})\n")
-    except Exception:  # noqa: BLE001 - a closed stream must not stop the crash
-        pass
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):
             stream.flush()
-        except Exception:  # noqa: BLE001
-            pass
     os._exit(EXIT_CODE)

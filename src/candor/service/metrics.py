@@ -47,7 +47,9 @@ CHECKPOINT_COMMIT_BYTES = Histogram(
 OUTBOX_DELIVERIES = Counter(
     "candor_outbox_deliveries_total", "Outbox handler results, by kind and result.", ["kind", "result"]
 )
-BACKLOG_SIZE = Gauge("candor_backlog_size", "Due items per queue (runs and each outbox kind), capped at 10000.", ["queue"])
+BACKLOG_SIZE = Gauge(
+    "candor_backlog_size", "Due items per queue (runs and each outbox kind), capped at 10000.", ["queue"]
+)
 BACKLOG_OLDEST_AGE = Gauge("candor_backlog_oldest_age_seconds", "Age of the oldest due item per queue.", ["queue"])
 OUTBOX_BACKLOG_ALERT = Gauge(
     "candor_outbox_backlog_alert", "1 when an outbox kind's backlog breach has lasted backlog_alert_seconds.", ["kind"]

@@ -61,7 +61,7 @@ class CreateKeyBody(_Body):
 class UpdateKeyBody(_Body):
     """`PATCH /v1/keys/{key_id}`: omitted fields stay as they are."""
 
-    permissions: list[Permission] = Field(default=None)  # type: ignore[assignment]
+    permissions: list[Permission] = Field(default=None)  # type: ignore[arg-type]
     """Replaces the key's permissions."""
     disabled: bool = Field(default=None)  # type: ignore[assignment]
     """`true` disables the key (it authenticates no more); `false` enables it again."""
@@ -81,7 +81,7 @@ class KeyView(BaseModel):
     @classmethod
     def of(cls, row: PrincipalRow) -> KeyView:
         return cls(
-            id=row.id, name=row.name, permissions=sorted(row.permissions),  # type: ignore[arg-type]
+            id=row.id, name=row.name, permissions=sorted(row.permissions),
             disabled=row.disabled_at is not None, disabled_at=_at(row.disabled_at), version=row.version,
             created_at=_at(row.created_at),
         )  # fmt: skip
@@ -135,7 +135,7 @@ class UpdateSubscriptionBody(_Body):
 
     name: str = Field(default=None, min_length=1, max_length=NAME_LIMIT)  # type: ignore[assignment]
     url: str = Field(default=None, min_length=1, max_length=URL_LIMIT)  # type: ignore[assignment]
-    events: list[EventType] = Field(default=None, min_length=1)  # type: ignore[assignment]
+    events: list[EventType] = Field(default=None, min_length=1)  # type: ignore[arg-type]
     filter: SubscriptionFilter = Field(default=None)  # type: ignore[assignment]
     """`{}` clears the filter."""
     enabled: bool = Field(default=None)  # type: ignore[assignment]
@@ -199,7 +199,7 @@ class DeliveryView(BaseModel):
     def of(cls, row: DeliveryRow) -> DeliveryView:
         return cls(
             id=row.id, subscription_id=row.subscription_id, event_type=row.event_type,
-            status=row.status,  # type: ignore[arg-type]
+            status=row.status,
             attempts=row.attempts, available_at=_at(row.available_at), last_error=row.last_error,
             created_at=_at(row.created_at), delivered_at=_at(row.delivered_at), settled_at=_at(row.settled_at),
         )  # fmt: skip

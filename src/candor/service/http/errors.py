@@ -34,7 +34,6 @@ __all__ = (
     "request_id_of",
     "error_response",
     "service_error_response",
-    "validation_error_response",
     "http_exception_response",
     "internal_error_response",
     "validation_fields",

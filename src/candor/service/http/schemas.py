@@ -194,7 +194,7 @@ class ThreadView(BaseModel):
     @classmethod
     def of(cls, row: ThreadRow) -> ThreadView:
         return cls(
-            id=row.id, state=row.state, origin=row.origin, origin_thread_id=row.origin_thread_id,  # type: ignore[arg-type]
+            id=row.id, state=row.state, origin=row.origin, origin_thread_id=row.origin_thread_id,
             origin_run_id=row.origin_run_id, agent=row.agent, current_run_id=row.current_run_id,
             last_run_id=row.last_run_id, archived_at=_at(row.archived_at), version=row.version,
             created_at=_at(row.created_at), updated_at=_at(row.updated_at),
@@ -232,7 +232,7 @@ class EntryView(BaseModel):
     @classmethod
     def of(cls, row: EntryRow) -> EntryView:
         return cls(
-            id=row.id, thread_id=row.thread_id, kind=row.kind, delivery=row.delivery,  # type: ignore[arg-type]
+            id=row.id, thread_id=row.thread_id, kind=row.kind, delivery=row.delivery,
             position=row.position, status=row.status, agent=row.agent, assigned_run_id=row.assigned_run_id,
             failure=_failure(row.failure), created_at=_at(row.created_at), finished_at=_at(row.finished_at),
         )  # fmt: skip
@@ -284,9 +284,9 @@ class RunView(BaseModel):
     def of(cls, row: RunRow) -> RunView:
         pending = None if row.pending is None else PendingView.model_validate(row.pending)
         return cls(
-            id=row.id, thread_id=row.thread_id, agent=row.agent, status=row.status,  # type: ignore[arg-type]
-            trigger=row.trigger, lineage=row.lineage, parent_run_id=row.parent_run_id,  # type: ignore[arg-type]
-            wait_reason=row.wait_reason, pending=pending, output=row.output,  # type: ignore[arg-type]
+            id=row.id, thread_id=row.thread_id, agent=row.agent, status=row.status,
+            trigger=row.trigger, lineage=row.lineage, parent_run_id=row.parent_run_id,
+            wait_reason=row.wait_reason, pending=pending, output=row.output,
             failure=_failure(row.failure), attempts=row.attempts, max_attempts=row.max_attempts,
             cancel_requested_at=_at(row.cancel_requested_at), current_attempt_id=row.current_attempt_id,
             checkpoint_seq=row.checkpoint_seq, usage=row.usage, created_at=_at(row.created_at),
@@ -314,8 +314,8 @@ class AttemptView(BaseModel):
     @classmethod
     def of(cls, row: AttemptRow) -> AttemptView:
         return cls(
-            id=row.id, run_id=row.run_id, number=row.number, status=row.status,  # type: ignore[arg-type]
-            start_reason=row.start_reason, replaces_attempt_id=row.replaces_attempt_id,  # type: ignore[arg-type]
+            id=row.id, run_id=row.run_id, number=row.number, status=row.status,
+            start_reason=row.start_reason, replaces_attempt_id=row.replaces_attempt_id,
             worker_id=row.worker_id, lease_expires_at=_at(row.lease_expires_at), yield_reason=row.yield_reason,
             failure=_failure(row.failure), created_at=_at(row.created_at), started_at=_at(row.started_at),
             finished_at=_at(row.finished_at),

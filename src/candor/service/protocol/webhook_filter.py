@@ -8,14 +8,10 @@ from typing import Any
 __all__ = ("subscription_wants",)
 
 
-def subscription_wants(subscription: Mapping[str, Any], event_type: str, run: Mapping[str, Any]) -> bool:
+def subscription_wants(subscription: Mapping[Any, Any], event_type: str, run: Mapping[Any, Any]) -> bool:
     """§9.3: `event_type` is among the subscription's `events`, and each non-null `filter` field (`agent`,
     `thread_id`) equals the run's."""
     if event_type not in (subscription["events"] or ()):
         return False
     wanted = subscription["filter"] or {}
-    if wanted.get("agent") is not None and wanted["agent"] != run["agent"]:
-        return False
-    if wanted.get("thread_id") is not None and wanted["thread_id"] != run["thread_id"]:
-        return False
-    return True
+    return all(wanted.get(name) is None or wanted[name] == run[name] for name in ("agent", "thread_id"))

@@ -22,4 +22,5 @@ def select_threads_to_advance(*, after: str | None, limit: int) -> Select[tuple[
 
 
 async def threads_to_advance(conn: AsyncConnection, *, after: str | None, limit: int) -> list[str]:
-    return list((await conn.execute(select_threads_to_advance(after=after, limit=limit))).scalars())
+    result = await conn.execute(select_threads_to_advance(after=after, limit=limit))
+    return [str(thread_id) for thread_id in result.scalars()]

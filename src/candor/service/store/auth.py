@@ -70,7 +70,7 @@ class WorkspaceRow:
     created_at: float
 
     @classmethod
-    def from_mapping(cls, row: Mapping[str, Any]) -> WorkspaceRow:
+    def from_mapping(cls, row: Mapping[Any, Any]) -> WorkspaceRow:
         return cls(id=row["id"], name=row["name"], archived_at=row["archived_at"], created_at=row["created_at"])
 
 
@@ -87,7 +87,7 @@ class PrincipalRow:
     created_at: float
 
     @classmethod
-    def from_mapping(cls, row: Mapping[str, Any]) -> PrincipalRow:
+    def from_mapping(cls, row: Mapping[Any, Any]) -> PrincipalRow:
         return cls(
             id=row["id"],
             workspace_id=row["workspace_id"],

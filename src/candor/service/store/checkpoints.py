@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
@@ -210,7 +210,7 @@ def common_prefix_length(base: Sequence[str], new: Sequence[str]) -> int:
     return limit
 
 
-def new_checkpoint_id(token_hex: Any = secrets.token_hex) -> str:
+def new_checkpoint_id(token_hex: Callable[[int], str] = secrets.token_hex) -> str:
     return "ckp_" + token_hex(16)
 
 
@@ -444,7 +444,7 @@ async def load_state(conn: AsyncConnection, checkpoint_id: str) -> LoadedCheckpo
     if leaf is None:
         raise CheckpointCorrupt(f"checkpoint {checkpoint_id} not found")
     chain = [tuple(row) for row in (await conn.execute(select_chain(checkpoint_id))).all()]
-    ranges = plan_ranges(chain)  # type: ignore[arg-type]
+    ranges = plan_ranges(chain)
     bodies: list[EncodedMessage | None] = [None] * leaf.count
     for start in range(0, len(ranges), _RANGES_PER_QUERY):
         result = await conn.execute(select_message_ranges(ranges[start : start + _RANGES_PER_QUERY]))

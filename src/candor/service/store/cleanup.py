@@ -60,7 +60,9 @@ async def cleanup_checkpoint_page(
             (await conn.execute(select(runs.c.checkpoint_id).where(runs.c.checkpoint_id.in_(ids)))).scalars()
         )
         protected |= set(
-            (await conn.execute(select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)))).scalars()
+            (
+                await conn.execute(select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)))
+            ).scalars()
         )
         protected |= set(
             (await conn.execute(select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids))))

@@ -73,7 +73,7 @@ JSON_TYPE = JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=T
 ID_INTEGER = BigInteger().with_variant(Integer(), "sqlite")
 """Auto-increment integer keys: BIGSERIAL on PostgreSQL, the rowid alias `INTEGER PRIMARY KEY` on SQLite."""
 
-TIMESTAMP = Double()
+TIMESTAMP: Double[float] = Double()
 """Every timestamp is float seconds since the Unix epoch, read from the database clock (`db_now()`)."""
 
 STRICTLY_INCREASING_IDS: Mapping[str, Any] = {"sqlite_autoincrement": True}
@@ -234,9 +234,9 @@ def attach_guards(table: Table, guards: Iterable[Guard]) -> None:
     for guard in guards:
         for dialect in DIALECTS:
             for statement in guard_ddl(guard, dialect):
-                event.listen(table, "after_create", DDL(statement).execute_if(dialect=dialect))
+                event.listen(table, "after_create", DDL(statement).execute_if(dialect=dialect))  # type: ignore[no-untyped-call]
         for function in _pg_functions(guard):
-            drop = DDL(f"DROP FUNCTION IF EXISTS {function}()").execute_if(dialect="postgresql")
+            drop = DDL(f"DROP FUNCTION IF EXISTS {function}()").execute_if(dialect="postgresql")  # type: ignore[no-untyped-call]
             event.listen(table, "after_drop", drop)
 
 
@@ -247,7 +247,7 @@ def dialect_name(bind: AsyncConnection | AsyncEngine | Any) -> DialectName:
     name = bind.dialect.name
     if name not in DIALECTS:
         raise ValueError(f"unsupported database dialect {name!r}")
-    return name  # type: ignore[return-value]
+    return name
 
 
 def writes_as_ctes(bind: AsyncConnection | AsyncEngine | Any) -> bool:

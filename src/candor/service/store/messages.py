@@ -55,8 +55,8 @@ async def read_added_messages(
         return MessagePage(messages=(), more=False)
     start = 0 if start_checkpoint_id is None else await _count(conn, start_checkpoint_id)
     chain = [tuple(row) for row in (await conn.execute(select_chain(checkpoint_id))).all()]
-    ranges = plan_ranges(chain)  # type: ignore[arg-type]
-    count = int(chain[0][3])  # type: ignore[arg-type]
+    ranges = plan_ranges(chain)
+    count = int(chain[0][3])
     low = start + offset
     high = min(low + limit, count)
     if low >= high:

@@ -103,7 +103,7 @@ async def listen_for_wakeups(
         conn: Any = None
         try:
             conn = await asyncpg.connect(dsn)
-            conn.add_termination_listener(lambda _conn: lost.set())
+            conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
             await conn.add_listener(CHANNEL, lambda *_args: on_wake())
             on_connected(True)
             delay = retry_seconds

@@ -136,7 +136,7 @@ async def enqueue_once(
     return bool(result.rowcount)
 
 
-def _view(row: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+def _view(row: Mapping[Any, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {name: row[name] for name in names}
 
 

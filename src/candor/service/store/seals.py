@@ -93,7 +93,8 @@ def sum_usage(records: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
     for record in records:
         if record:
             total = total + _usage_adapter.validate_python(record)
-    return _usage_adapter.dump_python(total, mode="json")
+    dumped: dict[str, Any] = _usage_adapter.dump_python(total, mode="json")
+    return dumped
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

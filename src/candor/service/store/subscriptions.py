@@ -59,7 +59,7 @@ class SubscriptionRow:
     updated_at: float
 
     @classmethod
-    def from_mapping(cls, row: Mapping[str, Any]) -> SubscriptionRow:
+    def from_mapping(cls, row: Mapping[Any, Any]) -> SubscriptionRow:
         return cls(
             id=row["id"], workspace_id=row["workspace_id"], name=row["name"], url=row["url"],
             events=tuple(row["events"] or ()), filter=dict(row["filter"] or {}), enabled=bool(row["enabled"]),
@@ -84,7 +84,7 @@ class DeliveryRow:
     settled_at: float | None
 
     @classmethod
-    def from_mapping(cls, row: Mapping[str, Any]) -> DeliveryRow:
+    def from_mapping(cls, row: Mapping[Any, Any]) -> DeliveryRow:
         return cls(
             id=row["id"], subscription_id=row["subscription_id"], event_type=(row["payload"] or {}).get("type", ""),
             status=row["status"], attempts=row["attempts"], available_at=row["available_at"],
@@ -104,7 +104,7 @@ class SubscriptionChanges:
     enabled: bool | None = None
 
     def values(self) -> dict[str, Any]:
-        chosen = {"name": self.name, "url": self.url, "events": self.events, "filter": self.filter,
+        chosen: dict[str, Any] = {"name": self.name, "url": self.url, "events": self.events, "filter": self.filter,
                   "enabled": self.enabled}  # fmt: skip
         return {
             name: (list(value) if name == "events" else dict(value) if name == "filter" else value)

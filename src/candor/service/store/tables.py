@@ -115,8 +115,10 @@ ATTEMPT_GUARD = StatusGuard(
     table="run_attempts",
     initial="leased",
     final=FINISHED_ATTEMPT_STATUSES,
-    moves=(("leased", "running"),)  # §5.3; running -> leased is absent on purpose
-    + tuple((live, end) for live in LIVE_ATTEMPT_STATUSES for end in FINISHED_ATTEMPT_STATUSES),
+    moves=(
+        ("leased", "running"),  # §5.3; running -> leased is absent on purpose
+        *((live, end) for live in LIVE_ATTEMPT_STATUSES for end in FINISHED_ATTEMPT_STATUSES),
+    ),
     rules="S-8",
 )
 LEASE_GUARD = LeaseGuard(table="run_attempts", column="lease_expires_at", rules="S-9")

@@ -45,7 +45,7 @@ class _Row:
     __slots__ = ()
 
     @classmethod
-    def from_mapping(cls, row: Mapping[str, Any]) -> Self:
+    def from_mapping(cls, row: Mapping[Any, Any]) -> Self:
         return cls(**{f.name: row[f.name] for f in fields(cls)})  # type: ignore[arg-type]
 
 

@@ -171,7 +171,9 @@ class _Attempt:
             return _ended("agent_factory_failed")
         tools = client_tools_of(claimed.options)  # §8.8: validated at post time; re-checked, never trusted
         if not isinstance(tools, list):
-            return _ended("harness_error", failure_code="client_tools_invalid", message=f"{tools.field}: {tools.reason}")
+            return _ended(
+                "harness_error", failure_code="client_tools_invalid", message=f"{tools.field}: {tools.reason}"
+            )
         if clash := sorted({tool.name for tool in tools} & agent_tool_names(harness)):
             message = "client tools named like the agent's own tools: " + ", ".join(clash)
             return _ended("harness_error", failure_code=CLIENT_TOOL_CONFLICT, message=message)
