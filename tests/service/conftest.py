@@ -14,11 +14,14 @@ server skips the PostgreSQL cases, unless `CANDOR_REQUIRE_POSTGRES=1` (CI), whic
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
+import sqlite3
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import asyncpg
@@ -133,16 +136,33 @@ async def empty_db(_postgres: _PostgresDatabase | None, tmp_path: Any) -> str:
     return _postgres.url
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head once per session; every SQLite `db` test starts from a copy of it."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "candor.db"
+    _run_in_thread(migrate(f"sqlite:///{path}", lock_timeout=30))
+    return path
+
+
+def copy_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy through SQLite's backup API (the template may be in WAL mode)."""
+    with contextlib.closing(sqlite3.connect(source)) as src, contextlib.closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
+
+
 @pytest.fixture
-async def db(db_kind: DbKind, _postgres: _PostgresDatabase | None, tmp_path: Any) -> AsyncIterator[TestDatabase]:
+async def db(db_kind: DbKind, _postgres: _PostgresDatabase | None, tmp_path: Any,
+             request: pytest.FixtureRequest) -> AsyncIterator[TestDatabase]:
     """A database migrated to head and holding no rows, with an engine that is disposed afterwards.
 
     Tests must not change the schema through `db` (use `empty_db` for that): on PostgreSQL, consecutive `db` tests
-    share the migrated schema and only its rows are deleted in between.
+    share the migrated schema and only its rows are deleted in between; on SQLite each test gets a copy of a file
+    migrated once per session (`sqlite_template`), not a migration of its own.
     """
     if _postgres is None:
-        url = f"sqlite:///{tmp_path / 'candor.db'}"
-        await migrate(url, lock_timeout=30)
+        path = tmp_path / "candor.db"
+        copy_sqlite(request.getfixturevalue("sqlite_template"), path)
+        url = f"sqlite:///{path}"
     else:
         url = _postgres.url
         if _postgres.migrated:

@@ -12,11 +12,14 @@ from sqlalchemy import delete, func, insert, select, update
 
 from candor.service.agents import AgentRegistry
 from candor.service.control.sweeps import trim_streams
+from candor.service.http import stream as http_stream
 from candor.service.http.stream import StreamTiming
 from candor.service.store.dialect import db_now
 from candor.service.store.streams import trim_streams as trim_stream_entries
 from candor.service.store.tables import principals, stream_entries
 from candor.service.worker import WorkerLoop
+
+from waiting import wait_until
 
 Event = dict[str, Any]
 
@@ -190,12 +193,26 @@ async def test_gap_comes_first_when_the_reconnect_point_was_trimmed(api: Any) ->
     assert [e["event"] for e in named(events)] == ["delta"]
 
 
-async def test_changed_when_the_thread_version_moves(api: Any) -> None:
+def count_stream_reads(monkeypatch: Any) -> list[int]:
+    """Counts the stream's reads of its entries: one per poll, the first after it took the thread's marker."""
+    reads = [0]
+    original = http_stream.read_stream_entries
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        reads[0] += 1
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(http_stream, "read_stream_entries", counted)
+    return reads
+
+
+async def test_changed_when_the_thread_version_moves(api: Any, monkeypatch: Any) -> None:
     """§8.7: `changed` with the new version when the thread changes while the stream is open."""
     key = await api.key()
     thread_id = await new_thread(api, key)
-    reading = asyncio.create_task(read_stream(api, key, thread_id, max_seconds=1.0))
-    await asyncio.sleep(0.2)
+    reads = count_stream_reads(monkeypatch)
+    reading = asyncio.create_task(read_stream(api, key, thread_id, max_seconds=5.0))
+    await wait_until(lambda: reads[0] >= 1, 5)  # the stream is open and has its starting marker
     posted = await api.client.post(f"/v1/threads/{thread_id}/inbox", json={"input": TEXT}, headers=key.headers("m"))
     assert posted.status_code == 201
     _, events = await reading
@@ -203,12 +220,13 @@ async def test_changed_when_the_thread_version_moves(api: Any) -> None:
     assert changed and changed[-1]["data"] == {"version": posted.json()["thread"]["version"]}
 
 
-async def test_stream_ends_when_access_ends(api: Any) -> None:
+async def test_stream_ends_when_access_ends(api: Any, monkeypatch: Any) -> None:
     """§8.7: the stream ends when the caller's access ends (here: the key is disabled)."""
     key = await api.key()
     thread_id = await new_thread(api, key)
+    reads = count_stream_reads(monkeypatch)
     reading = asyncio.create_task(read_stream(api, key, thread_id, max_seconds=None, access_seconds=0.05))
-    await asyncio.sleep(0.2)
+    await wait_until(lambda: reads[0] >= 5, 5)  # several polls, with access re-checked in between
     assert not reading.done()
     async with api.service.engine.begin() as conn:
         await conn.execute(update(principals).where(principals.c.id == key.id).values(disabled_at=db_now()))

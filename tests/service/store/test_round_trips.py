@@ -23,6 +23,8 @@ from candor.service.store.runs import claim_runs, lock_attempt, start_attempt
 from candor.service.store.seals import commit_checkpoint
 from candor.service.store.tables import checkpoint_messages, checkpoints, run_attempts, runs, usage_records
 
+from waiting import wait_until
+
 from .rows import add_run, add_thread, add_workspace
 from .test_checkpoints import prompt, step
 
@@ -122,7 +124,12 @@ async def test_the_fence_reads_the_clock_after_waiting_for_its_locks(db: Any) ->
                 db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=(), envelope=envelope,
             )
         )
-        await asyncio.sleep(0.6)
+        async def lease_expired() -> bool:  # read on another connection: the holder keeps the commit waiting
+            async with read_transaction(db.engine) as reader:
+                query = select(run_attempts.c.lease_expires_at < db_now()).where(run_attempts.c.id == lease.attempt_id)
+                return bool((await reader.execute(query)).scalar_one())
+
+        await wait_until(lease_expired, 10)
         assert not commit.done()
     with pytest.raises(LeaseLost):
         await commit

@@ -41,6 +41,7 @@ from candor.service.settings import ServiceSettings
 from candor.service.store.dialect import db_now
 from candor.service.store.tables import inbox_entries, principals, run_attempts, runs, threads, workspaces
 from candor.tools import recovery_retryable
+from waiting import wait_until
 
 FACTORY = f"{__name__}:factory"
 
@@ -357,9 +358,7 @@ async def make_due(engine: AsyncEngine, run_id: str) -> None:
 
 
 async def wait_for(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 15.0, interval: float = 0.05) -> None:
-    async with asyncio.timeout(timeout):
-        while not await predicate():
-            await asyncio.sleep(interval)
+    await wait_until(predicate, timeout, interval=interval)
 
 
 async def add_steer_entry(conn: AsyncConnection, ref: RunRef, *, text: str, position: int) -> str:

@@ -22,6 +22,8 @@ from candor.service.store.tables import checkpoints, run_attempts, runs
 from candor.service.worker import WorkerLoop
 from candor.service.worker import loop as loop_module
 
+from waiting import wait_until
+
 from . import support
 from .support import add_thread_run, attempt_rows, run_row
 
@@ -137,13 +139,28 @@ async def test_worker_never_exceeds_its_slots(db, service, tenant, control) -> N
         refs = [await add_thread_run(conn, tenant, script="step") for _ in range(5)]
     control.tool_gate = asyncio.Event()
     worker = WorkerLoop(service, worker_id="w1", slots=2)
+    passes = 0
+    original_wait = worker._wait
+
+    async def counted_wait(*args: Any, **kwargs: Any) -> None:
+        nonlocal passes
+        passes += 1
+        await original_wait(*args, **kwargs)
+
+    worker._wait = counted_wait  # type: ignore[method-assign]
     task = asyncio.create_task(worker.run_forever())
     try:
         async def two_live() -> bool:
             return len(control.ledger) >= 2
 
         await support.wait_for(two_live)
-        await asyncio.sleep(0.3)  # several scans while both slots are busy
+        full_since = passes
+
+        def three_more_passes() -> bool:
+            service.wake_workers()  # each wake-up is one more pass of the loop while both slots are busy
+            return passes >= full_since + 3
+
+        await wait_until(three_more_passes, 10)
         assert worker.busy == 2
         async with db.engine.connect() as conn:
             live = (await conn.execute(select(run_attempts.c.id).where(run_attempts.c.status.in_(["leased", "running"])))).all()

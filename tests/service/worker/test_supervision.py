@@ -19,6 +19,8 @@ from candor.service.worker.attempt import run_attempt
 from candor.service.worker.handle import AttemptHandle
 from candor.tools import UNKNOWN_OUTCOME_CONTENT
 
+from waiting import wait_until
+
 from . import support
 from .support import add_thread_run, attempt_rows, run_row
 
@@ -109,8 +111,7 @@ async def test_drain_hands_off_at_a_model_boundary(db, service, tenant, control)
     task = await _start(worker)
     await asyncio.wait_for(control.model_entered.wait(), 10)  # the first model request is in flight
     draining = asyncio.create_task(drain(worker, drain_seconds=10))
-    await asyncio.sleep(0.1)
-    assert not worker.claiming
+    await wait_until(lambda: not worker.claiming, 5)
     control.model_gate.set()  # → tool boundary (no yield there), the tool runs, → model boundary: yield
     assert await asyncio.wait_for(draining, 15) == 0
     await asyncio.wait_for(task, 10)
@@ -213,7 +214,7 @@ async def test_revoked_authority_fails_the_running_run(db, service, tenant, cont
 
         await support.wait_for(sealed, timeout=5)
         control.model_gate.set()  # the model's tool call, if it still arrived, must not start a tool
-        await asyncio.sleep(0.2)
+        await wait_until(lambda: worker.busy == 0, 10)  # the attempt has ended: nothing more can start
     finally:
         await _stop(worker, task)
     run = await run_row(db.engine, ref.run_id)
