@@ -305,7 +305,7 @@ async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> 
     """
     run_id = new_id("run", entropy)
     try:
-        await conn.execute(
+        inserted = await conn.execute(
             insert(runs).values(
                 id=run_id,
                 workspace_id=run.workspace_id,
@@ -331,8 +331,9 @@ async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> 
                 checkpoint_seq=0,
                 created_at=db_now(),
                 version=1,
-            )
+            ).returning(*runs.c)  # the new row as it is stored: nothing below changes it, so no read-back
         )
+        started = RunRow.from_mapping(inserted.mappings().one())
     except sa_exc.IntegrityError as exc:  # uq_runs_live_thread (S-1) or uq_runs_resume_request (S-83)
         raise _race(exc) from exc
     await conn.execute(
@@ -349,8 +350,6 @@ async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> 
     # S-106: `run.accepted` in the creating transaction.
     await stage_run_transition(conn, run_id=run_id, run_status="accepted", workspace_id=run.workspace_id)
     count_accepted(conn, trigger=run.trigger)
-    started = await load_run(conn, run_id=run_id)
-    assert started is not None
     return started
 
 
