@@ -19,7 +19,7 @@ from candor.service.outbox.webhooks import DRAIN_LIMIT_BYTES, drainable_body
 from candor.service.runtime import FakeClock
 from candor.service.settings import ServiceSettings
 from candor.service.store.dialect import db_now
-from candor.service.store.outbox import ClaimedRow, Settlement, claim_rows, group_settlements, settle_many
+from candor.service.store.outbox_claims import ClaimedRow, Settlement, claim_rows, group_settlements, settle_many
 from candor.service.store.tables import outbox
 
 from . import support

@@ -28,7 +28,7 @@ from ..protocol.children import CHILD_RESULT_DEFER_SECONDS
 from ..store.children import deliver_child_result
 from ..settings import ServiceSettings
 from ..store.cleanup import cleanup_checkpoint_page
-from ..store.outbox import ClaimedRow, Settlement, claim_rows, settle_many
+from ..store.outbox_claims import ClaimedRow, Settlement, claim_rows, settle_many
 from .webhooks import WebhookClient, post_webhook, target_allowed, webhook_client
 
 __all__ = (

@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from ..protocol.canonical import canonical_json
+
 __all__ = (
     "DELIVERY_ID_HEADER",
     "TIMESTAMP_HEADER",
@@ -80,7 +82,7 @@ def canonical_body(*, delivery_id: str, payload: Mapping[str, Any]) -> bytes:
         "created_at": payload["created_at"],
         "data": payload.get("data", {}),
     }
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return canonical_json(document).encode("utf-8")
 
 
 def sign(secret: str, *, timestamp: int, delivery_id: str, body: bytes) -> str:
