@@ -125,8 +125,8 @@ def verdicts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
              "value": f"{at['p99_ms']:.1f} ms", "met": at["p99_ms"] <= TARGET_P99_MS}]
 
 
-async def measure(levels: list[int], requests: int, warmup: int, postgres_url: str,
-                  console: Console) -> dict[str, Any]:
+async def measure(levels: list[int], requests: int, warmup: int, postgres_url: str, console: Console,
+                  database: dict[str, Any] | None = None) -> dict[str, Any]:
     summary: dict[str, Any] = {"bench": "resume_latency", "requests": requests, "warmup": warmup, "results": [],
                                "skipped": {}, "verdicts": []}
     reason = await _service.postgres_or_skip(postgres_url)
@@ -134,7 +134,8 @@ async def measure(levels: list[int], requests: int, warmup: int, postgres_url: s
         summary["skipped"]["resume_latency"] = reason
         return summary
     summary["postgres_version"] = await _store.postgres_version(postgres_url)
-    async with _service.service_database(postgres_url) as db:
+    summary["database_settings"] = database or {}
+    async with _service.service_database(postgres_url, **({"database": database} if database else {})) as db:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=console) as progress:
             waiting = await prepare_waiting(db, warmup + requests * len(levels), progress)
@@ -212,12 +213,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="concurrent client counts (default: 1,8,32)")
     parser.add_argument("--requests", type=int, default=160, help="timed resumes per client count (default: 160)")
     parser.add_argument("--warmup", type=int, default=16, help="untimed resumes first (default: 16)")
+    parser.add_argument("--pool-size", type=int, default=None,
+                        help="database.pool_size of the processes (default: the service default)")
+    parser.add_argument("--max-overflow", type=int, default=None,
+                        help="database.max_overflow of the processes (default: the service default)")
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.requests < 1 or args.warmup < 0:
         parser.error("--requests must be >= 1 and --warmup >= 0")
-    summary = asyncio.run(measure(args.clients, args.requests, args.warmup, args.postgres_url, Console(stderr=True)))
+    database = {name: value for name, value in (("pool_size", args.pool_size), ("max_overflow", args.max_overflow))
+                if value is not None}
+    problem = _service.settings_problem(database=database) if database else None
+    if problem is not None:
+        parser.error(problem)
+    summary = asyncio.run(measure(args.clients, args.requests, args.warmup, args.postgres_url, Console(stderr=True),
+                                  database))
     return _cli.emit(summary, report, args.json)
 
 
