@@ -192,12 +192,31 @@ def reading(summary: dict[str, Any]) -> list[str]:
         out.append(
             f"One client: {one['p50_ms']:.1f} ms per resume (p50), {one['requests_per_s']:.0f} requests/s. At "
             f"{top['clients']} clients the one API process answers {top['requests_per_s']:.0f} requests/s with p50 "
-            f"{top['p50_ms']:.1f} ms: past the point where one process is busy, extra clients only queue, so latency "
-            f"grows roughly with the number of clients ({top['clients']} x {1000 / top['requests_per_s']:.1f} ms per "
-            "request). Each resume is one statement outside any transaction to authenticate, then one write "
-            "transaction (read the replay and the run together, lock the thread, re-check authority, check the "
-            "pending calls, insert the successor run), plus JSON validation and the response; on a shared machine "
-            "every database round trip also waits for a CPU."
+            f"{top['p50_ms']:.1f} ms: the clients send closed loop (each waits for its answer before sending the "
+            f"next), so past the point where the process is busy extra clients only queue and latency is about "
+            f"clients / throughput ({top['clients']} x {1000 / top['requests_per_s']:.1f} ms). Each resume is one "
+            "statement outside any transaction to authenticate, then one write transaction (read the replay and the "
+            "run together, lock and read the thread, re-check authority, insert the successor returning its row, "
+            "point the thread at it, look for webhook subscriptions), plus JSON validation and the response; on a "
+            "shared machine every database round trip also waits for a CPU. The machine's CPUs were "
+            f"{top['machine_busy']:.0%} busy during the {top['clients']}-client level (other work included)."
+        )
+        cpu_ms = top["control_cpu_ms"]
+        out.append(
+            f"The floor: the control process spent {cpu_ms:.2f} ms of CPU per resume, and one process runs on one "
+            f"core, so it cannot answer more than {1000 / cpu_ms:,.0f} resumes/s even with nothing else running; "
+            f"{top['clients']} closed-loop clients then wait at least {top['clients'] * cpu_ms:.0f} ms per request "
+            f"(p50), and a p99 of {TARGET_P99_MS:.0f} ms would need {top['clients'] / (TARGET_P99_MS / 1000):,.0f} "
+            f"resumes/s, i.e. at most {TARGET_P99_MS / top['clients']:.2f} ms of control CPU per resume, with "
+            "PostgreSQL and the clients sharing the same 2 cores. Where the control process's time goes (py-spy, "
+            "2026-12-03, 32 clients): ~45% in the resume command (two thirds of it SQLAlchemy and asyncpg running "
+            "its statements), ~20% authenticating the key (its own statement and connection checkout), the rest "
+            "FastAPI/Starlette/uvicorn request handling, body validation, middlewares and the response. Already "
+            "done: uvloop and httptools (`server.event_loop`, `server.http_parser`), a connection pool sized by "
+            "`database.pool_size`/`max_overflow`, the successor's INSERT built once and returning its row (no "
+            "read-back). Further gains need more than one control process (they share nothing but the database) "
+            "or fewer statements per resume; key lookups are deliberately not cached (a disabled key answers 401 "
+            "from its next request, docs/operations.md)."
         )
     out.extend(_cli.missed_lines(summary))
     return out
