@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import time
 import urllib.request
 from collections.abc import Mapping
