@@ -73,14 +73,14 @@ def serve(
     config: ConfigOption = None,
 ) -> None:
     """Run a process: `control` (HTTP API, sweeps), `worker` (executes runs) or `all` (both)."""
-    from .service.process import serve as serve_process
+    from .service.process import run as run_process
 
     if role not in ("all", "control", "worker"):
         err.print("[red]candor[/red]: --role must be all, control or worker")
         raise typer.Exit(2)
     settings = load_settings(config)
     try:
-        asyncio.run(serve_process(settings, role))  # type: ignore[arg-type]
+        run_process(settings, role)  # type: ignore[arg-type]
     except ServiceError as exc:
         err.print(f"[red]candor: cannot start[/red]: {exc} (code {exc.code})")
         raise typer.Exit(1) from exc

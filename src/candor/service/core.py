@@ -58,7 +58,10 @@ class Service:
         clock: Clock | None = None,
         entropy: Entropy | None = None,
     ) -> Service:
-        engine = create_engine(settings.database.url, timeout=settings.database.timeout)
+        engine = create_engine(
+            settings.database.url, timeout=settings.database.timeout,
+            pool_size=settings.database.pool_size, max_overflow=settings.database.max_overflow,
+        )  # fmt: skip
         return cls(
             settings=settings,
             engine=engine,

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import uvicorn
@@ -30,7 +30,7 @@ from .worker.loop import WorkerLoop
 Role = Literal["all", "control", "worker"]
 log = logging.getLogger("candor.process")
 
-__all__ = ("Role", "serve", "prepare")
+__all__ = ("Role", "run", "serve", "prepare", "loop_factory")
 
 
 class _Server(uvicorn.Server):
@@ -39,6 +39,21 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+def run(settings: ServiceSettings, role: Role) -> None:
+    """`serve` on the event loop `server.event_loop` names (uvloop by default): the whole process, HTTP, database
+    driver, sweeps and worker, runs on it."""
+    with asyncio.Runner(loop_factory=loop_factory(settings.server.event_loop)) as runner:
+        runner.run(serve(settings, role))
+
+
+def loop_factory(name: Literal["uvloop", "asyncio"]) -> Callable[[], asyncio.AbstractEventLoop]:
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return asyncio.new_event_loop
 
 
 async def prepare(settings: ServiceSettings, role: Role) -> Service:
@@ -58,7 +73,8 @@ async def serve(settings: ServiceSettings, role: Role) -> None:
     service = await prepare(settings, role)
     readiness = Readiness()
     host, _, port = settings.server.listen.rpartition(":")
-    server = _Server(uvicorn.Config(create_app(service, role=role, readiness=readiness), host=host, port=int(port)))
+    app = create_app(service, role=role, readiness=readiness)
+    server = _Server(uvicorn.Config(app, host=host, port=int(port), http=settings.server.http_parser))
     worker = WorkerLoop(service) if role in ("worker", "all") else None
     background: list[asyncio.Task[None]] = []
     if worker is not None:

@@ -88,6 +88,11 @@ class ServerSettings(_Section):
     """Time allowed for a graceful stop."""
     max_request_bytes: int = Field(8 * MiB, ge=1)
     """Larger request bodies answer 413."""
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    """The event loop `candor serve` runs on: uvloop (libuv; less CPU per request and per database round trip) or
+    the standard library's asyncio loop."""
+    http_parser: Literal["httptools", "h11"] = "httptools"
+    """uvicorn's HTTP/1.1 implementation: httptools (C parser) or h11 (pure Python)."""
 
     @field_validator("listen")
     @classmethod
@@ -109,6 +114,11 @@ class DatabaseSettings(_Section):
     """Longest wait for the migration lock."""
     timeout: float = Field(5.0, gt=0)
     """Statement timeout; also the safety margin before a lease deadline (S-25)."""
+    pool_size: int = Field(10, ge=1, le=1000)
+    """PostgreSQL connections each process keeps open in its pool (SQLite ignores it)."""
+    max_overflow: int = Field(10, ge=0, le=1000)
+    """PostgreSQL connections a process may open beyond `pool_size` under load; each is closed again when it is
+    returned while the pool is full, so a busy process that keeps needing them pays a new connection every time."""
 
 
 class WorkerSettings(_Section):

@@ -15,11 +15,11 @@ from sqlalchemy import update
 
 from candor.service.control.sweeps import Sweep, run_sweep
 from candor.service.outbox.delivery import DeliveryLoop, HandlerResult, settlement_for, wants_another_pass
-from candor.service.outbox.webhooks import DRAIN_LIMIT_BYTES, drainable_body
+from candor.service.outbox.webhooks import DRAIN_LIMIT_BYTES, drainable_body, webhook_client
 from candor.service.runtime import FakeClock
 from candor.service.settings import ServiceSettings
 from candor.service.store.dialect import db_now
-from candor.service.store.outbox import ClaimedRow, Settlement, claim_rows, group_settlements, settle_many
+from candor.service.store.outbox_claims import ClaimedRow, Settlement, claim_rows, group_settlements, settle_many
 from candor.service.store.tables import outbox
 
 from . import support
@@ -179,3 +179,20 @@ async def test_sweep_runs_again_at_once_while_its_pass_asks_for_more() -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert closed.is_set()
+
+
+def test_webhook_proxies_come_from_the_environment_once(monkeypatch) -> None:
+    """§9.4 delivery keeps honouring `HTTP(S)_PROXY` and `NO_PROXY` (as the httpx client did), read once when the
+    client is made and remembered per origin."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "hooks.local")
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    monkeypatch.delenv("ALL_PROXY", raising=False)
+    client = webhook_client(connections=1)
+    monkeypatch.setenv("HTTPS_PROXY", "http://changed.internal:1")  # read at creation only
+    assert client.proxy_for("https://example.com/hook") == "http://proxy.internal:3128"
+    assert client.proxy_for("https://hooks.local/hook") is None
+    assert client.proxy_for("http://example.com/hook") is None
+    for name in ("HTTPS_PROXY", "NO_PROXY", "https_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert webhook_client(connections=1).proxy_for("https://example.com/hook") is None

@@ -17,7 +17,9 @@ from candor.service.metrics import OUTBOX_BACKLOG_ALERT, OUTBOX_DEAD
 from candor.service.outbox.delivery import deliver_outbox
 from candor.service.outbox.webhooks import canonical_body, sign, verify_signature
 from candor.service.store.dialect import db_now
-from candor.service.store.outbox import claim_rows, enqueue_once, redeliver, settle, stage_run_event
+from candor.service.store.outbox import enqueue_once, stage_run_event
+from candor.service.store.outbox_backlog import redeliver
+from candor.service.store.outbox_claims import claim_rows, settle
 from candor.service.store.tables import checkpoints, outbox, subscriptions
 from candor.service.worker import WorkerLoop
 

@@ -3,7 +3,7 @@
 * The list shows each row's id, event type, status, attempts and timestamps, newest first; never the payload's
   data, the URL copy or the signing secret.
 * Redeliver (S-114) resets a `dead` row to `pending` with `attempts = 0`, `available_at = now` and
-  `settled_at = NULL`, keeping its id, URL, payload and secret (`store.outbox.redeliver`); any other status →
+  `settled_at = NULL`, keeping its id, URL, payload and secret (`store.outbox_backlog.redeliver`); any other status →
   409 `conflict` reason `not_dead`, a secret the key ring cannot decrypt → reason `signing_secret_unavailable`.
   Each redelivery is audited: the log line "Outbox redelivered" names the delivery, its subscription and the
   principal who asked. A delivery of a deleted subscription cannot be reached here any more (404).
@@ -17,7 +17,7 @@ from ..core import Service
 from ..errors import NotFound
 from ..protocol.authority import Principal
 from ..protocol.requests import require
-from ..store import outbox
+from ..store import outbox_backlog
 from ..store import subscriptions as store
 from ..store.engine import read_transaction, write_transaction
 from ..store.subscriptions import DeliveryRow
@@ -62,7 +62,7 @@ async def redeliver(service: Service, principal: Principal, subscription_id: str
         await _require_subscription(conn, principal, subscription_id)
         if await store.get_delivery(conn, **scope) is None:
             raise NotFound("delivery", delivery_id)
-        await outbox.redeliver(conn, delivery_id, workspace_id=principal.workspace_id)
+        await outbox_backlog.redeliver(conn, delivery_id, workspace_id=principal.workspace_id)
         row = await store.get_delivery(conn, **scope)
     assert row is not None
     audit("Outbox redelivered", principal, delivery_id=delivery_id, subscription_id=subscription_id)

@@ -16,10 +16,8 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
-
-import httpx
 
 from .. import failpoints
 from ..core import Service
@@ -29,8 +27,8 @@ from ..protocol.children import CHILD_RESULT_DEFER_SECONDS
 from ..settings import ServiceSettings
 from ..store.children import deliver_child_result
 from ..store.cleanup import cleanup_checkpoint_page
-from ..store.outbox import ClaimedRow, Settlement, claim_rows, settle_many
-from .webhooks import post_webhook, target_allowed, webhook_client
+from ..store.outbox_claims import ClaimedRow, Settlement, claim_rows, settle_many
+from .webhooks import WebhookClient, post_webhook, target_allowed, webhook_client
 
 __all__ = (
     "HandlerResult", "Handler", "HANDLERS", "DeliveryLoop", "deliver_outbox", "deliver_kind", "settlement_for",
@@ -53,7 +51,18 @@ class HandlerResult:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DeliveryContext:
     service: Service
-    client: httpx.AsyncClient
+    client: WebhookClient
+    secrets: dict[str, str | None] = field(default_factory=dict)
+    """Signing secrets decrypted during this pass, by encrypted value: the rows of one subscription carry the same
+    copy, and a Fernet decryption costs more than the rest of a delivery's signing. Kept for one pass only, so a key
+    removed from the ring stops decrypting at the next pass (§9.4)."""
+
+    def signing_secret(self, encrypted: str | None) -> str | None:
+        if encrypted is None:
+            return None
+        if encrypted not in self.secrets:
+            self.secrets[encrypted] = self.service.key_ring.decrypt_secret(encrypted)
+        return self.secrets[encrypted]
 
 
 Handler = Callable[[ClaimedRow, DeliveryContext], Awaitable[HandlerResult]]
@@ -64,7 +73,7 @@ async def handle_webhook(row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult
     control = ctx.service.settings.control
     if not target_allowed(row.target, allow_insecure=control.webhook_allow_insecure):
         return HandlerResult(outcome="dead", error="target_refused")
-    secret = ctx.service.key_ring.decrypt_secret(row.signing_secret)
+    secret = ctx.signing_secret(row.signing_secret)
     if secret is None:
         return HandlerResult(outcome="dead", error="signing_secret_unavailable")
     assert row.target is not None
@@ -138,7 +147,7 @@ def _webhook_connections(settings: ServiceSettings) -> int:
 async def deliver_outbox(
     service: Service,
     *,
-    client: httpx.AsyncClient | None = None,
+    client: WebhookClient | None = None,
     handlers: Mapping[str, Handler] | None = None,
     owner: str | None = None,
 ) -> dict[str, int]:
@@ -196,38 +205,54 @@ async def deliver_kind(
     rng: random.Random,
     owner: str | None = None,
 ) -> int:
-    """§9.2 for one kind: sub-batches of `parallel` up to `batch`, none begun after one lease period."""
+    """§9.2 for one kind: sub-batches of `parallel` up to `batch`, none begun after one lease period.
+
+    A sub-batch's settle transaction runs while the next sub-batch is claimed and its handlers run, so the
+    database round trips of one overlap the HTTP waits of the other instead of adding to them. At most `parallel`
+    handlers run at a time and a row is claimed only when its handler is about to start; a row settled `deferred`
+    with no delay is picked up by the next pass (its claim is still live while the next sub-batch is claimed)."""
     policy = service.settings.outbox.policy(kind)  # type: ignore[arg-type]
     clock = service.clock
     started = clock.monotonic()
     remaining = policy.batch
     settled = 0
-    while remaining > 0 and clock.monotonic() - started < policy.lease_seconds:
-        rows = await claim_rows(
-            service.engine,
-            kind=kind,
-            limit=min(policy.parallel, remaining),
-            lease_seconds=policy.lease_seconds,
-            max_attempts=policy.max_attempts,
-            owner=owner,
-            randbytes=service.entropy.token_bytes,
-        )
-        if not rows:
-            break
-        remaining -= len(rows)
-        results = await asyncio.gather(
-            *(_run_handler(row, handler, ctx=ctx, time_limit=policy.lease_seconds / 2) for row in rows)
-        )
-        settlements = []
-        for row, result in zip(rows, results, strict=True):
-            failpoints.hit(failpoints.OUTBOX_BEFORE_SETTLE)
-            settlements.append(settlement_for(row, result, max_attempts=policy.max_attempts, rng=rng))
-        changed = await settle_many(service.engine, settlements)
-        for row, settlement in zip(rows, settlements, strict=True):
-            if settlement.row_id in changed:  # S-111: otherwise our claim lapsed and someone else owns the row
-                _record(row, settlement)
-        settled += len(changed)
+    settling: asyncio.Task[int] | None = None
+    try:
+        while remaining > 0 and clock.monotonic() - started < policy.lease_seconds:
+            rows = await claim_rows(
+                service.engine,
+                kind=kind,
+                limit=min(policy.parallel, remaining),
+                lease_seconds=policy.lease_seconds,
+                max_attempts=policy.max_attempts,
+                owner=owner,
+                randbytes=service.entropy.token_bytes,
+            )
+            if not rows:
+                break
+            remaining -= len(rows)
+            results = await asyncio.gather(
+                *(_run_handler(row, handler, ctx=ctx, time_limit=policy.lease_seconds / 2) for row in rows)
+            )
+            settlements = []
+            for row, result in zip(rows, results, strict=True):
+                failpoints.hit(failpoints.OUTBOX_BEFORE_SETTLE)
+                settlements.append(settlement_for(row, result, max_attempts=policy.max_attempts, rng=rng))
+            if settling is not None:
+                settled += await settling
+            settling = asyncio.create_task(_settle_and_record(service, rows, settlements))
+    finally:
+        if settling is not None:
+            settled += await settling  # never left running: a pass ends with every sub-batch settled
     return settled
+
+
+async def _settle_and_record(service: Service, rows: list[ClaimedRow], settlements: list[Settlement]) -> int:
+    changed = await settle_many(service.engine, settlements)
+    for row, settlement in zip(rows, settlements, strict=True):
+        if settlement.row_id in changed:  # S-111: otherwise our claim lapsed and someone else owns the row
+            _record(row, settlement)
+    return len(changed)
 
 
 async def _run_handler(row: ClaimedRow, handler: Handler, *, ctx: DeliveryContext, time_limit: float) -> HandlerResult:

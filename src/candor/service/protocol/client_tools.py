@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .canonical import canonical_json
+
 __all__ = (
     "CLIENT_TOOLS_FIELD",
     "MAX_CLIENT_TOOLS",
@@ -50,10 +52,6 @@ class ClientToolsProblem:
 
     field: str
     reason: str
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _schema_problem(schema: Mapping[str, Any]) -> str | None:
@@ -113,14 +111,14 @@ def _tool(index: int, item: Any) -> ClientTool | ClientToolsProblem:
     if not isinstance(parameters, Mapping):
         return ClientToolsProblem(f"{at}.parameters", "dict_type")
     try:
-        size = len(_canonical(parameters).encode("utf-8"))
+        size = len(canonical_json(parameters).encode("utf-8"))
     except (TypeError, ValueError):
         return ClientToolsProblem(f"{at}.parameters", "not_json")
     if size > MAX_PARAMETERS_BYTES:
         return ClientToolsProblem(f"{at}.parameters", "too_large")
     if (reason := _schema_problem(parameters)) is not None:
         return ClientToolsProblem(f"{at}.parameters", reason)
-    return ClientTool(name=name, description=description, parameters=json.loads(_canonical(parameters)))
+    return ClientTool(name=name, description=description, parameters=json.loads(canonical_json(parameters)))
 
 
 def validate_client_tools(value: Any) -> list[ClientTool] | ClientToolsProblem:

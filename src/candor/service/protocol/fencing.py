@@ -7,13 +7,13 @@ seconds), because it must hold even when the database cannot be reached.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final, Literal
 
+from .canonical import sha256_hex
 from .transitions import AttemptStatus, RunStatus, is_attempt_live
 
 __all__ = (
@@ -62,7 +62,7 @@ def new_lease_token(randbytes: Callable[[int], bytes]) -> bytes:
 
 def hash_lease_token(token: bytes) -> str:
     """S-21: the SHA-256 hex digest stored in ``lease_token_hash``."""
-    return hashlib.sha256(token).hexdigest()
+    return sha256_hex(token)
 
 
 def lease_expiry(now: datetime, lease_seconds: float) -> datetime:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from .canonical import canonical_json, sha256_hex
 
 __all__ = (
     "canonical_json",
@@ -20,19 +20,6 @@ __all__ = (
     "validate_idempotency_key",
     "replay_or_conflict",
 )
-
-
-def canonical_json(value: Any) -> str:
-    """The canonical JSON form: sorted keys, no insignificant whitespace, UTF-8 text kept as is.
-
-    NaN and infinities are refused with ``ValueError``; values that are not JSON raise ``TypeError``.
-    """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def sha256_hex(text: str) -> str:
-    """SHA-256 hex digest of a text's UTF-8 bytes (used for canonical JSON digests, e.g. ``options_digest``)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 RequestKind = Literal["thread", "message", "fork"]

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..admin.rules import checked_name
 from ..errors import AlreadyBootstrapped, AlreadyExists, InvalidArgument, NotFound
 from ..protocol.authority import PERMISSIONS, AuthorityVerdict, Principal, decide_authority
+from ..protocol.canonical import sha256_hex
 from ..runtime import Entropy
 from .dialect import db_now
 from .engine import is_unavailable
@@ -160,7 +160,7 @@ def new_secret(entropy: Entropy) -> str:
 
 def hash_secret(secret: str) -> str:
     """SHA-256 hex of the secret's UTF-8 bytes: the only form stored (S-130)."""
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+    return sha256_hex(secret)
 
 
 def checked_permissions(permissions: Collection[str]) -> list[str]:

@@ -20,7 +20,6 @@ chain) and decodes all bodies in one pass.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 from collections.abc import Callable, Sequence
@@ -37,6 +36,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from candor.harness.state import CapabilityState, HarnessState
 
 from ..errors import CheckpointCorrupt
+from ..protocol.canonical import canonical_json as shared_canonical_json
+from ..protocol.canonical import sha256_hex
 from .dialect import db_now
 from .tables import CHECKPOINT_FORMAT, checkpoint_messages, checkpoints, threads
 
@@ -138,16 +139,13 @@ class LoadedCheckpoint:
 
 
 def canonical_json(value: Any) -> str:
-    """Sorted keys, compact separators, ASCII, finite numbers only (§5.1)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    """Sorted keys, compact separators, ASCII, finite numbers only (§5.1): the service's one canonical JSON in the
+    ASCII form stored envelope digests depend on."""
+    return shared_canonical_json(value, ascii_only=True)
 
 
 def _compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
-def sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def encode_message(message: ModelMessage) -> EncodedMessage:

@@ -82,14 +82,26 @@ Engine = AsyncEngine
 """The engine type other packages name without importing sqlalchemy (layering, STYLE habit 9)."""
 
 
-def create_engine(url: str | URL, *, timeout: float = DEFAULT_TIMEOUT, **options: object) -> AsyncEngine:
+def create_engine(
+    url: str | URL,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    pool_size: int | None = None,
+    max_overflow: int | None = None,
+    **options: object,
+) -> AsyncEngine:
     """An async engine for an operator URL (`sqlite:///…` → aiosqlite, `postgresql://…` → asyncpg).
 
     `timeout` (seconds) bounds statements and lock waits: PostgreSQL `statement_timeout`/`lock_timeout`, SQLite's
-    busy timeout. Extra `options` go to `create_async_engine` (for example `pool_size`).
+    busy timeout. `pool_size`/`max_overflow` size a PostgreSQL engine's connection pool (`database.pool_size`,
+    `database.max_overflow`; SQLAlchemy's 5 and 10 when not given); SQLite ignores them. Extra `options` go to
+    `create_async_engine`.
     """
     resolved = async_url(url)
     kwargs = engine_options(resolved, timeout=timeout)
+    if resolved.get_backend_name() != "sqlite":
+        kwargs.update({name: value for name, value in (("pool_size", pool_size), ("max_overflow", max_overflow))
+                       if value is not None})  # fmt: skip
     kwargs.update(options)
     engine = create_async_engine(resolved, **kwargs)
     install_connection_hooks(engine, timeout=timeout)

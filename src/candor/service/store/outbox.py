@@ -1,63 +1,39 @@
-"""The outbox (§9): staging rows in the caller's transaction, claiming them under a lease, settling, purging.
+"""Outbox staging (§9.1): the rows a state change stages in its own transaction.
 
-* `enqueue_once(conn, …)` inserts one row unless `(kind, dedupe_key)` exists (S-107); `stage_run_event` stages the
-  webhook rows of one run or attempt transition for every matching enabled subscription (S-106), and
-  `stage_seal_rows` the `checkpoint_cleanup` (and, on a child thread, `child_result`) row of a seal. Both run
-  inside the transaction that makes the change. (The cleanup itself is in `store/cleanup.py`.)
-* `claim_rows` leases due rows per kind (§9.2), `FOR UPDATE SKIP LOCKED` on PostgreSQL and `BEGIN IMMEDIATE` on
-  SQLite; a row already at `max_attempts` becomes `dead`/`unsettled` instead (S-110).
-* `settle_many` settles a batch in one transaction, each row fenced by its own claim token (S-111); `settle` is
-  the one-row form; `deferred` gives the attempt back (S-112).
-* `purge` removes settled rows past their retention (S-115); `redeliver` resets a `dead` row (S-114).
+* `enqueue_once(conn, …)` inserts one row unless `(kind, dedupe_key)` exists (S-107);
+* `stage_run_event` stages the webhook rows of one run or attempt transition for every matching enabled
+  subscription (S-106), `stage_run_transition` the run and attempt events of one transition;
+* `stage_seal_rows` the webhooks, the `checkpoint_cleanup` row and, on a child thread, the `child_result` row of a
+  seal. All run inside the transaction that makes the change.
+
+Claiming and settling rows is `store/outbox_claims.py`; purge, redelivery and the backlog gauges are
+`store/outbox_backlog.py`; the cleanup itself is `store/cleanup.py`.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from sqlalchemy import and_, bindparam, delete, func, or_, select, tuple_, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..errors import Conflict, NotFound
 from ..metrics import RUNS_ACCEPTED, RUNS_SEALED
-from ..protocol.backoff import is_unsettled_at_claim
 from ..protocol.children import stages_child_result
-from ..protocol.fencing import hash_lease_token, new_lease_token
 from ..protocol.webhook_filter import subscription_wants
 from .dialect import db_now, dialect_name, insert_ignoring_conflicts
-from .engine import after_commit, key_ring_of, read_transaction, write_transaction
+from .engine import after_commit, key_ring_of
 from .tables import outbox, run_attempts, runs, subscriptions, threads
 
 __all__ = (
-    "BACKLOG_COUNT_CAP",
-    "ClaimedRow",
-    "Backlog",
     "new_outbox_id",
     "enqueue_once",
     "stage_run_event",
     "stage_run_transition",
     "stage_seal_rows",
     "count_accepted",
-    "claim_rows",
-    "Settlement",
-    "settlement_values",
-    "group_settlements",
-    "settle_many",
-    "settle",
-    "purge",
-    "redeliver",
-    "read_backlog",
-    "read_runs_backlog",
-    "has_dead",
 )
-
-BACKLOG_COUNT_CAP = 10000
-"""`candor_backlog_size` counts at most this many rows (§10.4)."""
-
-Outcome = Literal["delivered", "dead", "retry", "deferred"]
 
 _RUN_VIEW_FIELDS = (
     "id", "thread_id", "agent", "status", "trigger", "lineage", "parent_run_id", "wait_reason", "attempts",
@@ -71,32 +47,6 @@ _ATTEMPT_VIEW_FIELDS = (
 
 def new_outbox_id(token_hex: Callable[[int], str] = secrets.token_hex) -> str:
     return "obx_" + token_hex(16)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ClaimedRow:
-    """One leased outbox row; `token` fences its settle (S-111)."""
-
-    id: str
-    kind: str
-    dedupe_key: str
-    target: str | None
-    payload: dict[str, Any]
-    signing_secret: str | None
-    subscription_id: str | None
-    attempts: int
-    created_at: float
-    token: bytes
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Backlog:
-    size: int
-    """Due or leased pending rows, capped at `BACKLOG_COUNT_CAP`."""
-    oldest_age_seconds: float
-
-
-# --- staging (inside the caller's transaction) -------------------------------------------------------------------
 
 
 async def enqueue_once(
@@ -258,256 +208,3 @@ async def stage_seal_rows(conn: AsyncConnection, *, run_id: str, attempt_id: str
             conn, kind="child_result", dedupe_key=run_id, target=origin.origin_thread_id,
             payload={"child_run_id": run_id}, workspace_id=run.workspace_id,
         )
-
-
-# --- claim and settle (own transactions) -------------------------------------------------------------------------
-
-
-async def claim_rows(
-    engine: AsyncEngine,
-    *,
-    kind: str,
-    limit: int,
-    lease_seconds: float,
-    max_attempts: int,
-    owner: str | None = None,
-    randbytes: Callable[[int], bytes] = secrets.token_bytes,
-) -> list[ClaimedRow]:
-    """§9.2 in one transaction: lease up to `limit` due rows of `kind`, oldest `available_at` first.
-
-    Each claim increments `attempts` and stores the hashed token with `lease_expires_at = now + lease_seconds`. A
-    row already at `max_attempts` (its last claim lapsed without a settle) is settled `dead`/`unsettled` (S-110)
-    and not returned.
-    """
-    if limit < 1:
-        return []
-    o = outbox.c
-    claimed: list[ClaimedRow] = []
-    async with write_transaction(engine) as conn:
-        now = float((await conn.execute(select(db_now()))).scalar_one())
-        rows = (
-            await conn.execute(
-                select(outbox)
-                .where(
-                    o.kind == kind,
-                    o.status == "pending",
-                    o.available_at <= now,
-                    or_(o.lease_expires_at.is_(None), o.lease_expires_at <= now),
-                )
-                .order_by(o.available_at, o.id)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-            )
-        ).mappings().all()
-        lapsed = {
-            row["id"] for row in rows if is_unsettled_at_claim(attempts=row["attempts"], max_attempts=max_attempts)
-        }
-        if lapsed:
-            await conn.execute(
-                update(outbox)
-                .where(o.id.in_(sorted(lapsed)))
-                .values(status="dead", last_error="unsettled", settled_at=now, lease_token_hash=None,
-                        lease_expires_at=None, lease_owner=None)
-            )
-        leases: list[dict[str, Any]] = []
-        for row in rows:
-            if row["id"] in lapsed:
-                continue
-            token = new_lease_token(randbytes)
-            leases.append({"claimed_id": row["id"], "claimed_hash": hash_lease_token(token)})
-            claimed.append(
-                ClaimedRow(
-                    id=row["id"], kind=row["kind"], dedupe_key=row["dedupe_key"], target=row["target"],
-                    payload=dict(row["payload"] or {}), signing_secret=row["signing_secret"],
-                    subscription_id=row["subscription_id"], attempts=row["attempts"] + 1,
-                    created_at=row["created_at"], token=token,
-                )
-            )
-        if leases:  # one executemany (a single pipelined round trip on asyncpg), not one UPDATE per row
-            await conn.execute(
-                update(outbox)
-                .where(o.id == bindparam("claimed_id"))
-                .values(attempts=o.attempts + 1, lease_owner=owner, lease_token_hash=bindparam("claimed_hash"),
-                        lease_expires_at=now + lease_seconds),
-                leases,
-            )
-    return claimed
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Settlement:
-    """How one claimed row is to be settled; `token` is the claim's token, which fences the settle (S-111)."""
-
-    row_id: str
-    token: bytes
-    outcome: Outcome
-    error: str | None = None
-    delay_seconds: float = 0.0
-    payload: Mapping[str, Any] | None = None
-
-
-def settlement_values(settlement: Settlement, *, now: Any) -> dict[str, Any]:
-    """The column values a settle writes (§9.2): the lease is cleared; `retry`/`deferred` make the row due after
-    `delay_seconds` and `deferred` gives the attempt back (S-112); `error` is kept, `payload` replaces the stored
-    one (a handler's cursor)."""
-    values: dict[str, Any] = {"lease_token_hash": None, "lease_expires_at": None, "lease_owner": None}
-    if settlement.error is not None:
-        values["last_error"] = settlement.error[:1024]
-    if settlement.payload is not None:
-        values["payload"] = dict(settlement.payload)
-    match settlement.outcome:
-        case "delivered":
-            values.update(status="delivered", delivered_at=now, settled_at=now)
-        case "dead":
-            values.update(status="dead", settled_at=now)
-        case "retry":
-            values.update(available_at=now + settlement.delay_seconds)
-        case "deferred":
-            values.update(available_at=now + settlement.delay_seconds, attempts=outbox.c.attempts - 1)
-        case _:
-            raise ValueError(f"unknown outcome {settlement.outcome!r}")
-    return values
-
-
-def group_settlements(settlements: Sequence[Settlement]) -> list[list[Settlement]]:
-    """Settlements that write the same values, in first-seen order, so each group is one UPDATE.
-
-    The common case, a batch of `delivered` rows, is one group. A settlement with a `payload` is its own group
-    (payloads differ per row); retries usually differ in their random backoff. Within a group every row is still
-    matched on its own `(id, token hash)` pair, so each settle stays fenced by its own token (S-111).
-    """
-    groups: dict[tuple[Any, ...], list[Settlement]] = {}
-    for index, settlement in enumerate(settlements):
-        key: tuple[Any, ...] = (settlement.outcome, settlement.error, settlement.delay_seconds)
-        if settlement.payload is not None:
-            key = ("payload", index)
-        groups.setdefault(key, []).append(settlement)
-    return list(groups.values())
-
-
-async def settle_many(engine: AsyncEngine, settlements: Sequence[Settlement]) -> set[str]:
-    """§9.2 for a batch in one transaction: settle each row only while it is `pending` and its own token is its
-    current claim (S-111); a stale settlement changes nothing and the others still apply. Returns the ids of
-    the rows that changed."""
-    if not settlements:
-        return set()
-    o = outbox.c
-    now = db_now()
-    changed: set[str] = set()
-    async with write_transaction(engine) as conn:
-        for group in group_settlements(settlements):
-            fences = [(item.row_id, hash_lease_token(item.token)) for item in group]
-            result = await conn.execute(
-                update(outbox)
-                .where(o.status == "pending", tuple_(o.id, o.lease_token_hash).in_(fences))
-                .values(**settlement_values(group[0], now=now))
-                .returning(o.id)
-            )
-            changed.update(result.scalars().all())
-    return changed
-
-
-async def settle(
-    engine: AsyncEngine,
-    *,
-    row_id: str,
-    token: bytes,
-    outcome: Outcome,
-    error: str | None = None,
-    delay_seconds: float = 0.0,
-    payload: Mapping[str, Any] | None = None,
-) -> bool:
-    """§9.2: settle one claimed row; only while it is `pending` and `token` is its current claim (S-111).
-
-    `retry` and `deferred` make it due again after `delay_seconds`; `deferred` also gives the attempt back (S-112).
-    `payload`, when given, replaces the stored payload (a handler's cursor). Returns whether the row changed.
-    """
-    settlement = Settlement(
-        row_id=row_id, token=token, outcome=outcome, error=error, delay_seconds=delay_seconds, payload=payload
-    )
-    return row_id in await settle_many(engine, [settlement])
-
-
-async def purge(
-    engine: AsyncEngine,
-    *,
-    kind: str,
-    delivered_retention_seconds: float,
-    dead_retention_seconds: float,
-    batch: int,
-) -> int:
-    """S-115: delete at most `batch` settled rows of `kind` whose `settled_at` is older than their retention."""
-    o = outbox.c
-    async with write_transaction(engine) as conn:
-        now = float((await conn.execute(select(db_now()))).scalar_one())
-        expired = or_(
-            and_(o.status == "delivered", o.settled_at < now - delivered_retention_seconds),
-            and_(o.status == "dead", o.settled_at < now - dead_retention_seconds),
-        )
-        ids = (
-            await conn.execute(
-                select(o.id).where(o.kind == kind, o.status != "pending", expired).order_by(o.settled_at).limit(batch)
-            )
-        ).scalars().all()
-        if not ids:
-            return 0
-        result = await conn.execute(delete(outbox).where(o.id.in_(ids), o.status != "pending"))
-    return int(result.rowcount or 0)
-
-
-async def redeliver(conn: AsyncConnection, row_id: str, *, workspace_id: str | None = None) -> None:
-    """S-114 (§9.7): a `dead` webhook row back to `pending` with `attempts = 0`, same id, URL, payload and secret.
-
-    Raises `NotFound`, `Conflict("not_dead")`, or `Conflict("signing_secret_unavailable")`.
-    """
-    o = outbox.c
-    query = select(o.id, o.kind, o.status, o.signing_secret, o.workspace_id).where(o.id == row_id)
-    row = (await conn.execute(query.with_for_update())).mappings().one_or_none()
-    if row is None or (workspace_id is not None and row["workspace_id"] != workspace_id):
-        raise NotFound("delivery", row_id)
-    if row["status"] != "dead":
-        raise Conflict("not_dead", kind="delivery", id=row_id)
-    if row["kind"] == "webhook" and key_ring_of(conn).decrypt_secret(row["signing_secret"]) is None:
-        raise Conflict("signing_secret_unavailable", kind="delivery", id=row_id)
-    await conn.execute(
-        update(outbox)
-        .where(o.id == row_id, o.status == "dead")
-        .values(status="pending", attempts=0, available_at=db_now(), settled_at=None, delivered_at=None,
-                lease_token_hash=None, lease_expires_at=None, lease_owner=None)
-    )
-
-
-# --- backlog (report_backlog) ------------------------------------------------------------------------------------
-
-
-async def read_backlog(engine: AsyncEngine, *, kind: str) -> Backlog:
-    """Pending rows of `kind` that are due (count capped) and the age of the oldest one (§10.4)."""
-    o = outbox.c
-    async with read_transaction(engine) as conn:
-        now = float((await conn.execute(select(db_now()))).scalar_one())
-        due = select(o.available_at).where(o.kind == kind, o.status == "pending", o.available_at <= now)
-        size = (await conn.execute(select(func.count()).select_from(due.limit(BACKLOG_COUNT_CAP).subquery()))).scalar()
-        oldest = (await conn.execute(select(func.min(o.available_at)).where(
-            o.kind == kind, o.status == "pending", o.available_at <= now))).scalar()
-    return Backlog(size=int(size or 0), oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest))
-
-
-async def read_runs_backlog(engine: AsyncEngine) -> Backlog:
-    """Accepted runs that are due (count capped) and the age of the oldest one (`queue="runs"`)."""
-    r = runs.c
-    async with read_transaction(engine) as conn:
-        now = float((await conn.execute(select(db_now()))).scalar_one())
-        due = select(r.id).where(r.status == "accepted", r.available_at <= now)
-        size = (await conn.execute(select(func.count()).select_from(due.limit(BACKLOG_COUNT_CAP).subquery()))).scalar()
-        oldest = (await conn.execute(select(func.min(r.available_at)).where(
-            r.status == "accepted", r.available_at <= now))).scalar()
-    return Backlog(size=int(size or 0), oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest))
-
-
-async def has_dead(engine: AsyncEngine, *, kind: str) -> bool:
-    """S-116: whether any `dead` row of `kind` is retained."""
-    async with read_transaction(engine) as conn:
-        found = (
-            await conn.execute(select(outbox.c.id).where(outbox.c.kind == kind, outbox.c.status == "dead").limit(1))
-        ).first()
-    return found is not None

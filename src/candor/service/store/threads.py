@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import RaceLost
@@ -275,48 +275,50 @@ async def start_point(conn: AsyncConnection, thread: ThreadRow) -> StartPoint:
     )
 
 
+_RUN_VALUE_COLUMNS = (
+    "id", "workspace_id", "thread_id", "agent", "principal_id", "authority", "options", "options_digest",
+    "source_entry_id", "resume", "resumed_by_id", "request_key", "request_digest", "trigger", "lineage",
+    "parent_run_id", "max_attempts", "start_checkpoint_id",
+)
+_INSERT_RUN = (
+    insert(runs)
+    .values(
+        {name: bindparam(f"new_{name}", type_=runs.c[name].type) for name in _RUN_VALUE_COLUMNS}
+        | {"status": "accepted", "available_at": db_now(), "attempts": 0, "checkpoint_seq": 0,
+           "created_at": db_now(), "version": 1}
+    )
+    .returning(*runs.c)
+)
+"""Built once: every accepted run (a resume, a message, a child result) is inserted by it. It returns the new row
+as stored, and nothing later in `start_run` changes the row, so there is no read-back."""
+_START_ON_THREAD = (
+    update(threads)
+    .where(threads.c.id == bindparam("start_thread_id"))
+    .values(current_run_id=bindparam("start_run_id"), agent=bindparam("start_agent"), updated_at=db_now())
+)
+
+
 async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> RunRow:
     """Insert an `accepted` run due now, make it the thread's current run and assign its source entry to it.
 
     The thread is locked by the caller; the live-run index still decides if two starts race (S-1).
     """
     run_id = new_id("run", entropy)
+    values = {
+        "id": run_id, "workspace_id": run.workspace_id, "thread_id": run.thread_id, "agent": run.agent,
+        "principal_id": run.principal_id, "authority": run.authority, "options": run.options,
+        "options_digest": options_digest(run.options), "source_entry_id": run.source_entry_id, "resume": run.resume,
+        "resumed_by_id": run.resumed_by_id, "request_key": run.request_key, "request_digest": run.request_digest,
+        "trigger": run.trigger, "lineage": run.lineage, "parent_run_id": run.parent_run_id,
+        "max_attempts": run.max_attempts, "start_checkpoint_id": run.start_checkpoint_id,
+    }  # fmt: skip
     try:
-        await conn.execute(
-            insert(runs).values(
-                id=run_id,
-                workspace_id=run.workspace_id,
-                thread_id=run.thread_id,
-                agent=run.agent,
-                principal_id=run.principal_id,
-                authority=run.authority,
-                options=run.options,
-                options_digest=options_digest(run.options),
-                source_entry_id=run.source_entry_id,
-                resume=run.resume,
-                resumed_by_id=run.resumed_by_id,
-                request_key=run.request_key,
-                request_digest=run.request_digest,
-                trigger=run.trigger,
-                lineage=run.lineage,
-                parent_run_id=run.parent_run_id,
-                status="accepted",
-                available_at=db_now(),
-                attempts=0,
-                max_attempts=run.max_attempts,
-                start_checkpoint_id=run.start_checkpoint_id,
-                checkpoint_seq=0,
-                created_at=db_now(),
-                version=1,
-            )
-        )
+        inserted = await conn.execute(_INSERT_RUN, {f"new_{name}": value for name, value in values.items()})
+        started = RunRow.from_mapping(inserted.mappings().one())
     except sa_exc.IntegrityError as exc:  # uq_runs_live_thread (S-1) or uq_runs_resume_request (S-83)
         raise _race(exc) from exc
-    await conn.execute(
-        update(threads)
-        .where(threads.c.id == run.thread_id)
-        .values(current_run_id=run_id, agent=run.agent, updated_at=db_now())
-    )
+    await conn.execute(_START_ON_THREAD, {"start_thread_id": run.thread_id, "start_run_id": run_id,
+                                          "start_agent": run.agent})  # fmt: skip
     if run.source_entry_id is not None:
         await conn.execute(
             update(inbox_entries)
@@ -326,8 +328,6 @@ async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> 
     # S-106: `run.accepted` in the creating transaction.
     await stage_run_transition(conn, run_id=run_id, run_status="accepted", workspace_id=run.workspace_id)
     count_accepted(conn, trigger=run.trigger)
-    started = await load_run(conn, run_id=run_id)
-    assert started is not None
     return started
 
 
