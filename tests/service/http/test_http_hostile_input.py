@@ -128,6 +128,7 @@ async def world(db: Any) -> AsyncIterator[World]:
             headers=admin.headers(),
         )  # fmt: skip
         assert subscription.status_code == 201, subscription.text
+        assert subscription.headers["cache-control"] == "no-store"  # it carries the signing secret
         yield World(service, client, admin, created["thread"]["id"], queued.json()["entry"]["id"], run_id,
                     subscription.json()["id"])  # fmt: skip
 
