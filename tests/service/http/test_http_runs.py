@@ -125,7 +125,8 @@ async def test_resume_of_a_run_that_is_not_the_last_waiting_one(api: Any) -> Non
 
 
 async def test_resume_coverage_mismatch(api: Any) -> None:
-    """S-78, S-85: missing or unexpected ids → 400 `pending_coverage_mismatch` with the lists; nothing changes."""
+    """S-78, S-85: missing or unexpected ids → 400 `pending_coverage_mismatch` listing every differing id across
+    approvals and calls in one error; nothing changes."""
     key = await api.key()
     waiting = await _waiting(api, key)
     cases = [
@@ -133,16 +134,19 @@ async def test_resume_coverage_mismatch(api: Any) -> None:
         (ANSWERS | {"calls": {"c1": ANSWERS["calls"]["c1"], "zz": {"status": "failed", "message": "no"}}},
          {"field": "calls", "missing": [], "unexpected": ["zz"]}),
         ({"approvals": {"a2": {"action": "deny"}}, "calls": {}},
-         {"field": "approvals", "missing": ["a1"], "unexpected": ["a2"]}),
+         {"field": "body", "missing": ["a1", "c1"], "unexpected": ["a2"], "misplaced": []}),
         ({"approvals": {"c1": {"action": "approve"}}, "calls": {"a1": {"status": "returned", "value": 1}}},
-         {"field": "approvals", "missing": ["a1"], "unexpected": ["c1"]}),
+         {"field": "body", "missing": ["a1", "c1"], "unexpected": ["a1", "c1"], "misplaced": ["a1", "c1"],
+          "by_field": {"approvals": {"missing": ["a1"], "unexpected": ["c1"]},
+                       "calls": {"missing": ["c1"], "unexpected": ["a1"]}}}),
     ]  # fmt: skip
     for number, (body, expected) in enumerate(cases):
         response = await _resume(api, key, waiting.id, body, f"r{number}")
         assert response.status_code == 400
         error = error_of(response)
         assert error["code"] == "invalid_argument"
-        assert error["details"] == expected | {"reason": "pending_coverage_mismatch"}
+        details = error["details"]
+        assert {name: details[name] for name in expected} == expected and details["reason"] == "pending_coverage_mismatch"
     assert await count(api.service, runs) == 1
     assert (await run_row(api.service, waiting.id)) == waiting
     thread = (await api.client.get(f"/v1/threads/{waiting.thread_id}", headers=key.headers())).json()
