@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import asyncio
 from typing import Any
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from http_support import TEXT, create_thread, error_of, text
