@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Literal
 
 import uvicorn
@@ -53,9 +53,14 @@ async def prepare(settings: ServiceSettings, role: Role) -> Service:
     return service
 
 
-async def serve(settings: ServiceSettings, role: Role) -> None:
-    """Run until SIGTERM/SIGINT; then drain and stop."""
+async def serve(
+    settings: ServiceSettings, role: Role, *, on_prepared: Callable[[Service], Awaitable[None]] | None = None
+) -> None:
+    """Run until SIGTERM/SIGINT; then drain and stop. `on_prepared` runs once the startup checks passed (the CLI
+    prints its startup summary there)."""
     service = await prepare(settings, role)
+    if on_prepared is not None:
+        await on_prepared(service)
     readiness = Readiness()
     host, _, port = settings.server.listen.rpartition(":")
     server = _Server(uvicorn.Config(create_app(service, role=role, readiness=readiness), host=host, port=int(port)))

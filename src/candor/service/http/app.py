@@ -9,7 +9,8 @@ Two pure ASGI middlewares wrap every request, outermost first:
 * `RequestIdMiddleware` gives every response `X-Request-Id: req_<32 hex>`, generated here (a caller's value is
   ignored, S-95), stores it in the scope for error bodies, and turns an unexpected exception into 500 `internal`;
 * `RequestMetricsMiddleware` observes `candor_http_request_duration_seconds{method, route, status}`, labelled
-  with the route's template (`/v1/runs/{run_id}`), never the raw path, so ids do not explode the label set;
+  with the route's template (`/v1/runs/{run_id}`), never the raw path, so ids do not explode the label set, and
+  logs one `HTTP request` line (request id, method, route template, status, duration) on `candor.http`;
 * `BodyLimitMiddleware` reads the body up front and answers 413 `payload_too_large` beyond
   `server.max_request_bytes`, before anything parses it;
 * `EdgeCheckMiddleware` (edge.py) refuses, for every `/v1` route, what no route could store: a non-JSON
@@ -168,9 +169,12 @@ class RequestMetricsMiddleware:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            HTTP_REQUEST_DURATION.labels(scope["method"], template, str(status)).observe(
-                time.perf_counter() - started
-            )
+            duration = time.perf_counter() - started
+            HTTP_REQUEST_DURATION.labels(scope["method"], template, str(status)).observe(duration)
+            if log.isEnabledFor(logging.INFO):
+                request_id = (scope.get("state") or {}).get("request_id")
+                log.info("HTTP request", extra={"request_id": request_id, "method": scope["method"], "route": template,
+                                                "status": status, "duration_ms": round(duration * 1000, 1)})  # fmt: skip
 
 
 class BodyLimitMiddleware:

@@ -64,6 +64,8 @@ def create_engine(url: str | URL, *, timeout: float = DEFAULT_TIMEOUT, **options
     """
     resolved = async_url(url)
     kwargs = engine_options(resolved, timeout=timeout)
+    # Statement parameters hold message text and secret hashes: driver errors and logs show the SQL only.
+    kwargs["hide_parameters"] = True
     kwargs.update(options)
     engine = create_async_engine(resolved, **kwargs)
     install_connection_hooks(engine, timeout=timeout)
