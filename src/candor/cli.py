@@ -157,7 +157,7 @@ def serve(
 
     async def announce(service: Any) -> None:
         exists = await has_workspace(service.engine)
-        for line in startup_lines(settings, role, workspace_exists=exists):
+        for line in startup_lines(settings, role, agents=service.agents.names(), workspace_exists=exists):
             typer.echo(line, err=True)
 
     run_database(serve_process(settings, role, on_prepared=announce))  # type: ignore[arg-type]

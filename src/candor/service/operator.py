@@ -43,7 +43,9 @@ def rfc3339(timestamp: float | None) -> str | None:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def startup_lines(settings: ServiceSettings, role: str, *, workspace_exists: bool) -> list[str]:
+def startup_lines(
+    settings: ServiceSettings, role: str, *, agents: Sequence[str], workspace_exists: bool
+) -> list[str]:
     """What `candor serve` prints when it is ready: role, address, database (no password), hosted agents, and how
     to create the first workspace when there is none."""
     database = make_url(settings.database.url).render_as_string(hide_password=True)
@@ -53,7 +55,7 @@ def startup_lines(settings: ServiceSettings, role: str, *, workspace_exists: boo
     else:
         lines.append(f"listening on http://{settings.server.listen} (health and metrics only)")
     if role in ("all", "worker"):
-        lines.append("agents: " + (", ".join(sorted(settings.agents)) or "none configured"))
+        lines.append("agents: " + (", ".join(sorted(agents)) or "none configured"))
     if not workspace_exists:
         lines.append("no workspace yet: run `candor bootstrap` to create one and print its admin key")
     return lines
