@@ -90,9 +90,9 @@ def load_settings(config: Path | None) -> ServiceSettings:
 
 def is_unreachable(error: BaseException) -> bool:
     """A failure to reach the database at all (refused, unknown host, timeout), as opposed to a refusal."""
-    from sqlalchemy.exc import InterfaceError, OperationalError
+    from .service.store.engine import is_unavailable
 
-    if isinstance(error, StoreUnavailable | OSError | TimeoutError | OperationalError | InterfaceError):
+    if isinstance(error, StoreUnavailable) or is_unavailable(error):
         return True
     cause = error.__cause__ or error.__context__
     return cause is not None and cause is not error and is_unreachable(cause)

@@ -10,12 +10,12 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy.engine import make_url
 
 from .runtime import Entropy, SystemEntropy
 from .settings import ServiceSettings
 from .errors import NotFound
 from .store import auth
+from .store.dialect import display_url
 from .store.engine import create_engine, read_transaction, write_transaction
 from .store.migrate import require_current_schema
 
@@ -48,7 +48,7 @@ def startup_lines(
 ) -> list[str]:
     """What `candor serve` prints when it is ready: role, address, database (no password), hosted agents, and how
     to create the first workspace when there is none."""
-    database = make_url(settings.database.url).render_as_string(hide_password=True)
+    database = display_url(settings.database.url)
     lines = [f"candor serve: role {role}, database {database}"]
     if role in ("all", "control"):
         lines.append(f"listening on http://{settings.server.listen} (API docs at /v1/docs)")
