@@ -41,7 +41,9 @@ app = typer.Typer(
 
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", metavar="FILE", help="TOML settings file (CANDOR_<SECTION>__<FIELD> variables override it)."),
+    typer.Option(
+        "--config", metavar="FILE", help="TOML settings file (CANDOR_<SECTION>__<FIELD> variables override it)."
+    ),
 ]
 
 
@@ -179,7 +181,9 @@ app.add_typer(key_app, name="key")
 
 
 @workspace_app.command("create")
-def workspace_create(name: Annotated[str, typer.Argument(help="A label for the workspace.")], config: ConfigOption = None) -> None:
+def workspace_create(
+    name: Annotated[str, typer.Argument(help="A label for the workspace.")], config: ConfigOption = None
+) -> None:
     """Create a workspace."""
     from .service import operator
 

@@ -11,8 +11,8 @@ from candor.service.settings import (
     NON_SETTING_VARIABLES,
     OUTBOX_KINDS,
     ServiceSettings,
-    is_client_variable,
     SettingsError,
+    is_client_variable,
 )
 
 KEY = "A" * 43 + "="  # url-safe base64 of 32 bytes

@@ -63,7 +63,8 @@ async def test_a_run_without_a_start_checkpoint_added_its_whole_history(db: Any)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
     await claim_run(service, accepted.run.id)
     await commit_history(service, accepted.run, _turn(1), base=None, seq=1)
-    assert await commands.list_run_messages_page(service, key, accepted.run.id) == (_json(_turn(1), accepted.run.id), False)
+    expected = _json(_turn(1), accepted.run.id)
+    assert await commands.list_run_messages_page(service, key, accepted.run.id) == (expected, False)
 
 
 async def test_a_tampered_message_row_is_corrupt(db: Any) -> None:
@@ -82,7 +83,8 @@ async def test_a_tampered_message_row_is_corrupt(db: Any) -> None:
             checkpoint_id=checkpoint_id, index=1, body=row.body.replace("answer", "ANSWER"), digest=row.digest))
     with pytest.raises(CheckpointCorrupt):
         await commands.list_run_messages_page(service, key, accepted.run.id)
-    assert await commands.list_run_messages_page(service, key, accepted.run.id, limit=1) == (_json(_turn(1), accepted.run.id)[:1], True)
+    expected = _json(_turn(1), accepted.run.id)[:1]
+    assert await commands.list_run_messages_page(service, key, accepted.run.id, limit=1) == (expected, True)
     async with write_transaction(service.engine) as conn:
         await conn.execute(delete(checkpoint_messages).where(second))
     with pytest.raises(CheckpointCorrupt):  # a missing row

@@ -77,7 +77,8 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], int]]:
     """`candor serve` with defaults in `tmp_path` (only the port is chosen); the env a pasted session runs in."""
     port = free_port()
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "CANDOR_SERVER__LISTEN": f"127.0.0.1:{port}"}
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+           "CANDOR_SERVER__LISTEN": f"127.0.0.1:{port}"}  # fmt: skip
     env = {name: value for name, value in env.items() if name != "CANDOR_DATABASE__URL"}
     log = (tmp_path / "serve.log").open("w")
     process = subprocess.Popen([sys.executable, "-m", "candor.cli", "serve"], env=env, cwd=tmp_path, stdout=log,

@@ -25,8 +25,8 @@ from sqlalchemy import func, select
 from candor.service import signing_keys
 from candor.service.core import Service
 from candor.service.http import create_app
-from candor.service.http.errors import bounded
 from candor.service.http.edge import MAX_JSON_DEPTH, body_problems, header_problems, media_type_ok
+from candor.service.http.errors import bounded
 from candor.service.store.engine import read_transaction
 from candor.service.store.tables import metadata
 
@@ -98,7 +98,8 @@ class World:
                "sub": self.sub_id, "delivery": "dlv_" + "0" * 32}  # fmt: skip
         if hostile_id is not None:
             ids = dict.fromkeys(ids, hostile_id)
-        return template.format(**{name: quote(value.encode("utf-8", "surrogatepass"), safe="") for name, value in ids.items()})
+        encoded = {name: quote(value.encode("utf-8", "surrogatepass"), safe="") for name, value in ids.items()}
+        return template.format(**encoded)
 
     def etag_of(self, path: str) -> str:
         parts = path.split("/")
@@ -178,7 +179,8 @@ ROUTES: list[tuple[str, str]] = [
     ("POST", "/v1/threads"), ("POST", "/v1/threads/{thread}/inbox"), ("PATCH", "/v1/threads/{thread}/inbox/{entry}"),
     ("PUT", "/v1/threads/{thread}/inbox/order"), ("POST", "/v1/runs/{run}/resume"), ("POST", "/v1/runs/{run}/fork"),
     ("POST", "/v1/keys"), ("PATCH", "/v1/keys/{key}"), ("POST", "/v1/subscriptions"),
-    ("PATCH", "/v1/subscriptions/{sub}"), ("POST", "/v1/threads/{thread}/archive"), ("POST", "/v1/runs/{run}/interrupt"),
+    ("PATCH", "/v1/subscriptions/{sub}"), ("POST", "/v1/threads/{thread}/archive"),
+    ("POST", "/v1/runs/{run}/interrupt"),
     ("DELETE", "/v1/threads/{thread}/inbox/{entry}"), ("DELETE", "/v1/subscriptions/{sub}"),
     ("POST", "/v1/subscriptions/{sub}/deliveries/{delivery}/redeliver"),
 ]  # fmt: skip
@@ -285,7 +287,8 @@ async def test_errors_never_echo_unbounded_ids(world: World) -> None:
     assert len(echoed) == 128 and echoed.endswith("…")
     assert len(response.content) < 1000
     order = {"entry_ids": ["y" * 100_000] + [f"ent_{i}" for i in range(1000)]}
-    headers = world.admin.headers(If_Match=f'"{world.thread_id}:{(await world.client.get(f"/v1/threads/{world.thread_id}", headers=world.admin.headers())).json()["version"]}"')
+    thread = (await world.client.get(f"/v1/threads/{world.thread_id}", headers=world.admin.headers())).json()
+    headers = world.admin.headers(If_Match=f'"{world.thread_id}:{thread["version"]}"')
     response = await world.client.put(f"/v1/threads/{world.thread_id}/inbox/order", json=order, headers=headers)
     assert response.status_code == 400, response.text
     assert len(response.content) < 64 * 1024

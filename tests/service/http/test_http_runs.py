@@ -147,7 +147,8 @@ async def test_resume_coverage_mismatch(api: Any) -> None:
         error = error_of(response)
         assert error["code"] == "invalid_argument"
         details = error["details"]
-        assert {name: details[name] for name in expected} == expected and details["reason"] == "pending_coverage_mismatch"
+        assert {name: details[name] for name in expected} == expected
+        assert details["reason"] == "pending_coverage_mismatch"
     assert await count(api.service, runs) == 1
     assert (await run_row(api.service, waiting.id)) == waiting
     thread = (await api.client.get(f"/v1/threads/{waiting.thread_id}", headers=key.headers())).json()

@@ -173,8 +173,9 @@ class RequestMetricsMiddleware:
             HTTP_REQUEST_DURATION.labels(scope["method"], template, str(status)).observe(duration)
             if log.isEnabledFor(logging.INFO):
                 request_id = (scope.get("state") or {}).get("request_id")
-                log.info("HTTP request", extra={"request_id": request_id, "method": scope["method"], "route": template,
-                                                "status": status, "duration_ms": round(duration * 1000, 1)})  # fmt: skip
+                fields = {"request_id": request_id, "method": scope["method"], "route": template, "status": status,
+                          "duration_ms": round(duration * 1000, 1)}  # fmt: skip
+                log.info("HTTP request", extra=fields)
 
 
 class BodyLimitMiddleware:

@@ -173,5 +173,6 @@ class EdgeCheckMiddleware:
     @staticmethod
     async def _invalid(problems: list[Problem], scope: Scope, receive: Receive, send: Send) -> None:
         fields = [{"field": problem.field, "reason": problem.reason} for problem in problems]
-        response = error_response(request_id_of(scope), "invalid_argument", "the request is invalid", {"fields": fields})
+        details = {"fields": fields}
+        response = error_response(request_id_of(scope), "invalid_argument", "the request is invalid", details)
         await response(scope, receive, send)
