@@ -9,7 +9,9 @@ The code → status table lives here and nowhere else (STYLE habit 10). Sources 
   "<METHOD> <path>"}` (S-99);
 * `StoreUnavailable` → 503 `unavailable`, `details.dependency = "database"`; any other error → 500 `internal`.
 
-Details never echo submitted values or secrets: validation problems name the field and a reason code only.
+Details never echo submitted values or secrets: validation problems name the field and a reason code only; the ids
+and paths details do repeat are cut to 128 characters and their lists to 128 items (`bounded_details`). Requests
+no route could take (non-JSON bodies → 415, NUL, lone surrogates, deep nesting, …) are refused in edge.py.
 """
 
 from __future__ import annotations
