@@ -1,40 +1,118 @@
-"""The `candor` command: parse arguments, call candor.service, print. No logic of its own."""
+"""The `candor` command: parse arguments, call candor.service, print. No logic of its own.
+
+Every failure is one line on stderr (`candor: …`) and a distinct exit code:
+
+    0  done                         2  invalid settings or arguments (also a bad database URL)
+    1  refused (a pending migration  3  the database is unreachable
+       for `migrate --check`, an
+       operator action refused)
+
+Results are JSON on stdout; timestamps are RFC 3339 UTC strings, as in the HTTP API.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable, Coroutine
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
 
-from .service.errors import ServiceError
+from .service.errors import ServiceError, SettingsError, StoreUnavailable
 from .service.settings import ServiceSettings
 
-app = typer.Typer(help="candor: a durable runtime for LLM agents.", no_args_is_help=True, add_completion=False)
-err = Console(stderr=True)
+T = TypeVar("T")
+
+EXIT_REFUSED = 1
+EXIT_INVALID_SETTINGS = 2
+EXIT_DATABASE_UNREACHABLE = 3
+PERMISSIONS = ("read", "run", "admin")
+
+app = typer.Typer(
+    help="candor: a durable runtime for LLM agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
 
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", help="TOML settings file (env CANDOR_<SECTION>__<FIELD> overrides it).")
+    Path | None,
+    typer.Option(
+        "--config", metavar="FILE", help="TOML settings file (CANDOR_<SECTION>__<FIELD> variables override it)."
+    ),
 ]
 
 
+def _version() -> str:
+    try:
+        return version("candor")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without metadata
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"candor {_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    show_version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
     """candor: a durable runtime for LLM agents (`candor COMMAND --help` for each command)."""
 
 
+def fail(message: str, code: int) -> NoReturn:
+    """One clean line on stderr and the exit code."""
+    typer.echo(f"candor: {message}", err=True)
+    raise typer.Exit(code)
+
+
 def load_settings(config: Path | None) -> ServiceSettings:
-    """Settings or a clear message and exit code 2 (S-124): unknown keys and unsafe combinations refuse."""
+    """Settings or one line and exit code 2 (S-124): unknown keys, unsafe combinations and bad database URLs."""
+    from .service.store.dialect import async_url
+
     try:
         settings = ServiceSettings.load(config)
         settings.check_startup()
-    except ServiceError as exc:
-        err.print(f"[red]candor: invalid settings[/red]: {exc}")
-        raise typer.Exit(2) from exc
+        async_url(settings.database.url)
+    except SettingsError as exc:
+        fail(f"invalid settings: {exc.message}", EXIT_INVALID_SETTINGS)
+    except ValueError as exc:  # the database URL: a scheme candor has no driver for, or an in-memory SQLite
+        fail(f"invalid settings: database.url: {exc}", EXIT_INVALID_SETTINGS)
     return settings
+
+
+def is_unreachable(error: BaseException) -> bool:
+    """A failure to reach the database at all (refused, unknown host, timeout), as opposed to a refusal."""
+    from .service.store.engine import is_unavailable
+
+    if isinstance(error, StoreUnavailable) or is_unavailable(error):
+        return True
+    cause = error.__cause__ or error.__context__
+    return cause is not None and cause is not error and is_unreachable(cause)
+
+
+def run_database(action: Coroutine[Any, Any, T] | Callable[[], T]) -> T:
+    """Run one database action (a coroutine, or a callable that runs its own event loop); a service refusal → exit 1,
+    an unreachable database → exit 3 (one line each)."""
+    try:
+        return action() if callable(action) else asyncio.run(action)
+    except SettingsError as exc:
+        fail(f"invalid settings: {exc.message}", EXIT_INVALID_SETTINGS)
+    except Exception as exc:
+        if is_unreachable(exc):
+            fail(f"database unreachable ({type(exc).__name__})", EXIT_DATABASE_UNREACHABLE)
+        if isinstance(exc, ServiceError):
+            fail(f"{exc.message} (code {exc.code})", EXIT_REFUSED)
+        raise
 
 
 def print_json(value: Any) -> None:
@@ -45,54 +123,48 @@ def print_json(value: Any) -> None:
 def migrate(
     config: ConfigOption = None,
     check: Annotated[
-        bool, typer.Option("--check", help="Change nothing; exit 1 unless the schema is current.")
+        bool, typer.Option("--check", help="Change nothing; exit 1 while migrations are pending, 0 when current.")
     ] = False,
 ) -> None:
-    """Apply pending schema migrations under the migration lock (§10.3)."""
+    """Apply pending schema migrations under the migration lock."""
     from .service.store.migrate import check_schema
     from .service.store.migrate import migrate as apply_migrations
 
     settings = load_settings(config)
     url = settings.database.url
     if check:
-        status = asyncio.run(check_schema(url, timeout=settings.database.timeout))
+        status = run_database(check_schema(url, timeout=settings.database.timeout))
         if status.is_current:
-            err.print(f"schema is current ({status.head})")
+            typer.echo(f"schema is current ({status.head})", err=True)
             return
-        err.print(f"[yellow]schema is not current[/yellow]: database {list(status.current)}, build {status.head}")
-        for difference in status.differences:
-            err.print(f"  - {difference}")
-        raise typer.Exit(1)
-    applied = asyncio.run(apply_migrations(url, lock_timeout=settings.database.migration_lock_timeout))
-    err.print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
+        current = ", ".join(status.current) or "no schema"
+        fail(f"schema is not current: database at {current}, build at {status.head} ({len(status.differences)} "
+             "difference(s)); run `candor migrate`", EXIT_REFUSED)  # fmt: skip
+    applied = run_database(apply_migrations(url, lock_timeout=settings.database.migration_lock_timeout))
+    typer.echo(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}", err=True)
 
 
 @app.command()
 def serve(
-    role: Annotated[str, typer.Option("--role", help="all | control | worker")] = "all",
+    role: Annotated[str, typer.Option("--role", metavar="ROLE", help="all | control | worker")] = "all",
     config: ConfigOption = None,
 ) -> None:
-    """Run a process: `control` (HTTP API, sweeps), `worker` (executes runs) or `all` (both)."""
+    """Run a process: control (HTTP API, sweeps), worker (executes runs) or all (both)."""
+    from .service.logs import configure_logging
+    from .service.operator import has_workspace, startup_lines
     from .service.process import run as run_process
 
     if role not in ("all", "control", "worker"):
-        err.print("[red]candor[/red]: --role must be all, control or worker")
-        raise typer.Exit(2)
+        fail("--role must be all, control or worker", EXIT_INVALID_SETTINGS)
     settings = load_settings(config)
-    try:
-        run_process(settings, role)  # type: ignore[arg-type]
-    except ServiceError as exc:
-        err.print(f"[red]candor: cannot start[/red]: {exc} (code {exc.code})")
-        raise typer.Exit(1) from exc
+    configure_logging(settings.log)
 
+    async def announce(service: Any) -> None:
+        exists = await has_workspace(service.engine)
+        for line in startup_lines(settings, role, agents=service.agents.names(), workspace_exists=exists):
+            typer.echo(line, err=True)
 
-def run_operator(action: Any) -> Any:
-    """Run one operator action; service errors become a message on stderr and exit code 1."""
-    try:
-        return asyncio.run(action)
-    except ServiceError as exc:
-        err.print(f"[red]candor[/red]: {exc} (code {exc.code})")
-        raise typer.Exit(1) from exc
+    run_database(lambda: run_process(settings, role, on_prepared=announce))  # type: ignore[arg-type]
 
 
 @app.command()
@@ -100,29 +172,34 @@ def bootstrap(config: ConfigOption = None) -> None:
     """Create the first workspace and its admin key; print the secret once (refuses if any workspace exists)."""
     from .service import operator
 
-    print_json(run_operator(operator.bootstrap(load_settings(config))))
+    print_json(run_database(operator.bootstrap(load_settings(config))))
 
 
-workspace_app = typer.Typer(help="Manage workspaces (the tenant boundary).", no_args_is_help=True)
-key_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
+workspace_app = typer.Typer(help="Manage workspaces (the tenant boundary).", no_args_is_help=True,
+                            rich_markup_mode=None)  # fmt: skip
+key_app = typer.Typer(help="Manage API keys.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(workspace_app, name="workspace")
 app.add_typer(key_app, name="key")
 
 
 @workspace_app.command("create")
-def workspace_create(name: str, config: ConfigOption = None) -> None:
+def workspace_create(
+    name: Annotated[str, typer.Argument(help="A label for the workspace.")], config: ConfigOption = None
+) -> None:
     """Create a workspace."""
     from .service import operator
 
-    print_json(run_operator(operator.create_workspace(load_settings(config), name)))
+    print_json(run_database(operator.create_workspace(load_settings(config), name)))
 
 
 @workspace_app.command("archive")
-def workspace_archive(workspace_id: str, config: ConfigOption = None) -> None:
+def workspace_archive(
+    workspace_id: Annotated[str, typer.Argument(help="Workspace id (wsp_…).")], config: ConfigOption = None
+) -> None:
     """Archive a workspace: immediate and irreversible; its running runs lose their authority."""
     from .service import operator
 
-    print_json(run_operator(operator.archive_workspace(load_settings(config), workspace_id)))
+    print_json(run_database(operator.archive_workspace(load_settings(config), workspace_id)))
 
 
 @workspace_app.command("list")
@@ -130,29 +207,61 @@ def workspace_list(config: ConfigOption = None) -> None:
     """List workspaces."""
     from .service import operator
 
-    print_json(run_operator(operator.list_workspaces(load_settings(config))))
+    print_json(run_database(operator.list_workspaces(load_settings(config))))
+
+
+def checked_permissions(text: str) -> list[str]:
+    """`read,run` → `["read", "run"]`; at least one, each one of read, run, admin (exit 2 naming the unknown)."""
+    wanted = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [part for part in wanted if part not in PERMISSIONS]
+    if unknown:
+        fail(f"unknown permission {', '.join(map(repr, unknown))}: use read, run or admin", EXIT_INVALID_SETTINGS)
+    if not wanted:
+        fail("--permissions needs at least one of read, run, admin", EXIT_INVALID_SETTINGS)
+    return wanted
 
 
 @key_app.command("create")
 def key_create(
-    workspace: Annotated[str, typer.Option("--workspace", help="Workspace id (wsp_…).")],
-    permissions: Annotated[str, typer.Option("--permissions", help="Comma-separated: read,run,admin.")] = "read,run",
-    name: Annotated[str, typer.Option("--name", help="A label for the key.")] = "key",
+    workspace: Annotated[str, typer.Option("--workspace", metavar="WORKSPACE_ID", help="Workspace id (wsp_…).")],
+    permissions: Annotated[
+        str, typer.Option("--permissions", metavar="LIST", help="Comma-separated: read, run, admin.")
+    ] = "read,run",
+    name: Annotated[str, typer.Option("--name", metavar="NAME", help="A label for the key.")] = "key",
     config: ConfigOption = None,
 ) -> None:
     """Create an API key; the secret is printed once and stored only as a hash."""
     from .service import operator
 
-    wanted = [p.strip() for p in permissions.split(",") if p.strip()]
-    print_json(run_operator(operator.create_key(load_settings(config), workspace, wanted, name=name)))
+    wanted = checked_permissions(permissions)
+    print_json(run_database(operator.create_key(load_settings(config), workspace, wanted, name=name)))
+
+
+@key_app.command("list")
+def key_list(
+    workspace: Annotated[str, typer.Option("--workspace", metavar="WORKSPACE_ID", help="Workspace id (wsp_…).")],
+    config: ConfigOption = None,
+) -> None:
+    """List a workspace's keys, oldest first (never a secret)."""
+    from .service import operator
+
+    print_json(run_database(operator.list_keys(load_settings(config), workspace)))
 
 
 @key_app.command("disable")
-def key_disable(key_id: str, config: ConfigOption = None) -> None:
-    """Disable an API key: its running runs fail `authority_revoked` at their next heartbeat."""
+def key_disable(key_id: Annotated[str, typer.Argument(help="Key id (key_…).")], config: ConfigOption = None) -> None:
+    """Disable an API key: its running runs fail authority_revoked at their next heartbeat."""
     from .service import operator
 
-    print_json(run_operator(operator.disable_key(load_settings(config), key_id)))
+    print_json(run_database(operator.disable_key(load_settings(config), key_id)))
+
+
+@key_app.command("enable")
+def key_enable(key_id: Annotated[str, typer.Argument(help="Key id (key_…).")], config: ConfigOption = None) -> None:
+    """Enable a disabled API key again."""
+    from .service import operator
+
+    print_json(run_database(operator.enable_key(load_settings(config), key_id)))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -12,6 +12,7 @@ from candor.service.settings import (
     OUTBOX_KINDS,
     ServiceSettings,
     SettingsError,
+    is_client_variable,
 )
 
 KEY = "A" * 43 + "="  # url-safe base64 of 32 bytes
@@ -121,8 +122,9 @@ def test_unknown_keys_in_the_file_are_refused(tmp_path: Path, toml: str) -> None
 @pytest.mark.parametrize(
     "name",
     [
-        "CANDOR_BOGUS",
         "CANDOR_WORKER",
+        "CANDOR_WORKER_SLOTS",
+        "CANDOR_DATABASE_URL",
         "CANDOR_WORKER__SLOTZ",
         "CANDOR_NOPE__SLOTS",
         "CANDOR__WORKER__SLOTS",
@@ -133,9 +135,18 @@ def test_unknown_keys_in_the_file_are_refused(tmp_path: Path, toml: str) -> None
     ],
 )
 def test_unknown_environment_variables_are_refused(tmp_path: Path, name: str) -> None:
-    """S-124: an unknown `CANDOR_` variable (or unknown outbox kind in one) makes startup fail."""
+    """S-124: an unknown `CANDOR_` variable naming a section (or unknown outbox kind in one) makes startup fail;
+    so does a section name with one underscore (`CANDOR_DATABASE_URL`, a typo of `CANDOR_DATABASE__URL`)."""
     error = refused(tmp_path, **{name: "3"})
     assert "=3" not in str(error)
+
+
+@pytest.mark.parametrize("name", ["CANDOR_KEY", "CANDOR_URL", "CANDOR_BOGUS"])
+def test_client_variables_are_not_settings(name: str) -> None:
+    """S-124 refined by issue 14: `CANDOR_<WORD>` without `__` whose word is no section belongs to clients and
+    scripts (the docs' `CANDOR_KEY`): every command accepts it next to the settings."""
+    settings = ServiceSettings.load(environ={name: "cnd_secret", "CANDOR_LOG__FORMAT": "json"})
+    assert settings.log.format == "json" and is_client_variable(name)
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@
     ├── PreconditionFailed       412 `precondition_failed`: stale `If-Match` (`details.current_etag`)
     ├── Disabled                 422 `disabled`: the workspace is archived (S-128)
     ├── RateLimited              429 `rate_limited`: the thread's inbox is full (S-73)
+    ├── EntryTooLarge            413 `payload_too_large`: one message larger than the whole inbox may hold
     ├── AlreadyBootstrapped      `candor bootstrap` on a database that already has a workspace (S-130)
     └── RaceLost                 internal: a unique index rejected a racing write; the command answers again
 
@@ -44,6 +45,7 @@ __all__ = (
     "PreconditionFailed",
     "Disabled",
     "RateLimited",
+    "EntryTooLarge",
     "AlreadyBootstrapped",
     "RaceLost",
 )
@@ -219,6 +221,17 @@ class RateLimited(ServiceError):
             "bytes_limit": bytes_limit,
             "retry_after_seconds": self.retry_after_seconds,
         }
+
+
+class EntryTooLarge(ServiceError):
+    """413 `payload_too_large`: one message is larger than `control.inbox_bytes`, so it could never fit the inbox
+    (a 429 would invite retries that can never succeed)."""
+
+    code: ClassVar[str] = "payload_too_large"
+
+    def __init__(self, *, bytes: int, bytes_limit: int) -> None:  # noqa: A002
+        super().__init__("the message is larger than a thread's inbox may hold")
+        self.details: dict[str, Any] = {"field": "input", "bytes": bytes, "bytes_limit": bytes_limit}
 
 
 class AlreadyBootstrapped(ServiceError):

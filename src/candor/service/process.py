@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Literal
 
 import uvicorn
@@ -41,11 +41,13 @@ class _Server(uvicorn.Server):
         yield
 
 
-def run(settings: ServiceSettings, role: Role) -> None:
+def run(
+    settings: ServiceSettings, role: Role, *, on_prepared: Callable[[Service], Awaitable[None]] | None = None
+) -> None:
     """`serve` on the event loop `server.event_loop` names (uvloop by default): the whole process, HTTP, database
     driver, sweeps and worker, runs on it."""
     with asyncio.Runner(loop_factory=loop_factory(settings.server.event_loop)) as runner:
-        runner.run(serve(settings, role))
+        runner.run(serve(settings, role, on_prepared=on_prepared))
 
 
 def loop_factory(name: Literal["uvloop", "asyncio"]) -> Callable[[], asyncio.AbstractEventLoop]:
@@ -68,9 +70,14 @@ async def prepare(settings: ServiceSettings, role: Role) -> Service:
     return service
 
 
-async def serve(settings: ServiceSettings, role: Role) -> None:
-    """Run until SIGTERM/SIGINT; then drain and stop."""
+async def serve(
+    settings: ServiceSettings, role: Role, *, on_prepared: Callable[[Service], Awaitable[None]] | None = None
+) -> None:
+    """Run until SIGTERM/SIGINT; then drain and stop. `on_prepared` runs once the startup checks passed (the CLI
+    prints its startup summary there)."""
     service = await prepare(settings, role)
+    if on_prepared is not None:
+        await on_prepared(service)
     readiness = Readiness()
     host, _, port = settings.server.listen.rpartition(":")
     app = create_app(service, role=role, readiness=readiness)

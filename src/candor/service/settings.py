@@ -45,6 +45,8 @@ __all__ = (
     "OUTBOX_KINDS",
     "SHIPPED_OUTBOX_OVERRIDES",
     "SecuritySettings",
+    "LogSettings",
+    "is_client_variable",
     "AgentSettings",
     "SettingsError",
     "ENV_PREFIX",
@@ -218,6 +220,14 @@ class OutboxSettings(_Section):
         return OutboxKindPolicy.model_validate(values)
 
 
+class LogSettings(_Section):
+    """`[log]`: what `candor serve` writes to stderr: one line per HTTP request, admin write and attempt event."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"
+    """`text`: `time level logger message key=value …`; `json`: one JSON object per line."""
+
+
 class SecuritySettings(_Section):
     """`[security]`: the key ring for webhook signing secrets (Fernet keys; first encrypts, all decrypt)."""
 
@@ -304,6 +314,7 @@ class ServiceSettings(BaseSettings):
     control: ControlSettings = Field(default_factory=ControlSettings)
     outbox: OutboxSettings = Field(default_factory=OutboxSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
+    log: LogSettings = Field(default_factory=LogSettings)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
 
     @classmethod
@@ -390,17 +401,28 @@ def _section_fields() -> dict[str, type[BaseModel] | None]:
         "control": ControlSettings,
         "outbox": OutboxSettings,
         "security": SecuritySettings,
+        "log": LogSettings,
         "agents": None,
     }
 
 
+def is_client_variable(name: str) -> bool:
+    """Whether a `CANDOR_` variable is left to clients and scripts (`CANDOR_KEY`, `CANDOR_URL`): no `__` and no
+    setting section as its first word. `CANDOR_DATABASE_URL` (a settings typo) is not one: it is refused."""
+    rest = name.upper()[len(ENV_PREFIX) :]
+    return ENV_DELIMITER not in rest and not any(
+        rest == section.upper() or rest.startswith(section.upper() + "_") for section in _section_fields()
+    )
+
+
 def _refuse_unknown_variables(environ: Mapping[str, str]) -> None:
-    """S-124: every `CANDOR_` variable must be `CANDOR_<SECTION>__<FIELD>…` naming a known section and field."""
+    """S-124: every `CANDOR_` variable that names a setting section must be `CANDOR_<SECTION>__<FIELD>…` naming a
+    known field. Variables without `__` whose first word is no section are the clients' (`is_client_variable`)."""
     sections = _section_fields()
     unknown: list[str] = []
     for name in environ:
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper in NON_SETTING_VARIABLES:
+        if not upper.startswith(ENV_PREFIX) or upper in NON_SETTING_VARIABLES or is_client_variable(upper):
             continue
         parts = upper[len(ENV_PREFIX) :].lower().split(ENV_DELIMITER)
         if len(parts) < 2 or parts[0] not in sections or not all(parts):
@@ -421,4 +443,4 @@ def _describe(exc: ValidationError) -> str:
         path = ".".join(str(part) for part in error["loc"]) or "settings"
         reason = "unknown setting" if error["type"] == "extra_forbidden" else error["msg"]
         problems.append(f"{path}: {reason}")
-    return "invalid settings: " + "; ".join(problems)
+    return "; ".join(problems)

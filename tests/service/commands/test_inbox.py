@@ -12,6 +12,7 @@ from candor.service import commands
 from candor.service.errors import (
     Conflict,
     Disabled,
+    EntryTooLarge,
     Forbidden,
     InvalidArgument,
     NotFound,
@@ -176,11 +177,15 @@ async def test_withdraw_keeps_the_key_and_frees_the_inbox(db: Any) -> None:
 
 
 async def test_edit_must_fit_the_inbox(db: Any) -> None:
-    """S-73: an edit that would take the inbox over `inbox_bytes` → 429; one that shrinks the entry is allowed."""
+    """S-73: an edit that would take the inbox over `inbox_bytes` → 429; one whose entry alone is larger → 413
+    `EntryTooLarge` (issue 14); one that shrinks the entry is allowed."""
     service = make_service(db, control={"inbox_bytes": 300})
     key = await new_key(service)
     thread_id, (entry_id,) = await _waiting_thread(service, key)
+    await commands.post_input(service, key, thread_id, input=TEXT, key="another")
     with pytest.raises(RateLimited):
+        await commands.edit_entry(service, key, thread_id, entry_id, {"input": text("x" * 250)})
+    with pytest.raises(EntryTooLarge):
         await commands.edit_entry(service, key, thread_id, entry_id, {"input": text("x" * 300)})
     strict = make_service(db, control={"inbox_bytes": 100})  # the limit was lowered below the current usage
     shrunk = await commands.edit_entry(strict, key, thread_id, entry_id, {"input": text("")})

@@ -29,8 +29,9 @@ def _turn(n: int) -> list[ModelMessage]:
     ]
 
 
-def _json(messages: list[ModelMessage]) -> list[Any]:
-    return ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+def _json(messages: list[ModelMessage], run_id: str) -> list[Any]:
+    """The messages as the read answers them: each `run_id` is candor's run id (issue 14)."""
+    return [message | {"run_id": run_id} for message in ModelMessagesTypeAdapter.dump_python(messages, mode="json")]
 
 
 async def test_messages_the_run_added_from_its_latest_checkpoint(db: Any) -> None:
@@ -47,7 +48,7 @@ async def test_messages_the_run_added_from_its_latest_checkpoint(db: Any) -> Non
     first_id = await commit_history(service, run, first, base=(run.start_checkpoint_id, imported), seq=1)
     latest = [*first, *_turn(2), *_turn(3)]
     await commit_history(service, run, latest, base=(first_id, first), seq=2)
-    added = _json(latest[2:])
+    added = _json(latest[2:], run.id)
     assert await commands.list_run_messages_page(service, key, run.id, limit=100) == (added, False)
     page, more = await commands.list_run_messages_page(service, key, run.id, limit=4)
     rest, last = await commands.list_run_messages_page(service, key, run.id, limit=4, offset=4)
@@ -62,7 +63,8 @@ async def test_a_run_without_a_start_checkpoint_added_its_whole_history(db: Any)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
     await claim_run(service, accepted.run.id)
     await commit_history(service, accepted.run, _turn(1), base=None, seq=1)
-    assert await commands.list_run_messages_page(service, key, accepted.run.id) == (_json(_turn(1)), False)
+    expected = _json(_turn(1), accepted.run.id)
+    assert await commands.list_run_messages_page(service, key, accepted.run.id) == (expected, False)
 
 
 async def test_a_tampered_message_row_is_corrupt(db: Any) -> None:
@@ -81,7 +83,8 @@ async def test_a_tampered_message_row_is_corrupt(db: Any) -> None:
             checkpoint_id=checkpoint_id, index=1, body=row.body.replace("answer", "ANSWER"), digest=row.digest))
     with pytest.raises(CheckpointCorrupt):
         await commands.list_run_messages_page(service, key, accepted.run.id)
-    assert await commands.list_run_messages_page(service, key, accepted.run.id, limit=1) == (_json(_turn(1))[:1], True)
+    expected = _json(_turn(1), accepted.run.id)[:1]
+    assert await commands.list_run_messages_page(service, key, accepted.run.id, limit=1) == (expected, True)
     async with write_transaction(service.engine) as conn:
         await conn.execute(delete(checkpoint_messages).where(second))
     with pytest.raises(CheckpointCorrupt):  # a missing row

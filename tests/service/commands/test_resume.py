@@ -161,23 +161,26 @@ async def test_resume_needs_the_last_idle_waiting_run(db: Any) -> None:
     [
         ({"approvals": {}, "calls": ANSWERS["calls"]}, "approvals", ["a1"], []),
         (ANSWERS | {"calls": ANSWERS["calls"] | {"zz": {"status": "failed", "message": "m"}}}, "calls", [], ["zz"]),
-        ({"approvals": {"a1": {"action": "approve"}, "c1": {"action": "approve"}}, "calls": {}}, "approvals", [],
+        ({"approvals": {"a1": {"action": "approve"}, "c1": {"action": "approve"}}, "calls": {}}, "body", ["c1"],
          ["c1"]),
     ],
 )  # fmt: skip
 async def test_resume_coverage_mismatch(
     db: Any, body: Any, field: str, missing: list[str], unexpected: list[str]
 ) -> None:
-    """S-78, S-85: missing, extra or wrong-category ids → 400 `pending_coverage_mismatch`; nothing changes."""
+    """S-78, S-85: missing, extra or wrong-category ids → 400 `pending_coverage_mismatch` naming every differing id
+    of both maps in one error (`field` is `body` when both differ); nothing changes."""
     service = make_service(db)
     key = await new_key(service)
     waiting = await _waiting(service, key)
     before = await _snapshot(service, waiting)
     with pytest.raises(InvalidArgument) as caught:
         await commands.resume_run(service, key, waiting.id, body, key="r")
-    assert caught.value.details == {
+    details = caught.value.details
+    assert {name: details[name] for name in ("field", "reason", "missing", "unexpected")} == {
         "field": field, "reason": "pending_coverage_mismatch", "missing": missing, "unexpected": unexpected,
     }  # fmt: skip
+    assert details["misplaced"] == sorted(set(missing) & set(unexpected))
     assert await _snapshot(service, waiting) == before
 
 

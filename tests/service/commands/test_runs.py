@@ -110,13 +110,32 @@ async def test_fork_of_unsealed_run_conflicts(db: Any, claimed: bool) -> None:
     assert caught.value.reason == ("run_running" if claimed else "run_accepted")
 
 
+async def test_a_waiting_run_is_not_forked(db: Any) -> None:
+    """§8.3, issue 14 (overrides §6's "forking a waiting run passes no batch"): 409 `run_waiting`, since the fork
+    could only close the never-approved calls as "may have partly taken effect"; the origin stays waiting and can
+    be resumed, and its successor, once sealed, forks."""
+    service = make_service(db)
+    key = await new_key(service)
+    accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    origin = await seal_run(service, accepted.run.id, "waiting")
+    with pytest.raises(Conflict) as caught:
+        await commands.fork_run(service, key, origin.id, input=text("fork"), key="f")
+    assert caught.value.reason == "run_waiting"
+    assert (await commands.get_thread(service, key, origin.thread_id)).state == "waiting"
+    successor, created = await commands.resume_run(service, key, origin.id, ANSWERS, key="r")
+    assert created
+    await seal_run(service, successor.id, "completed")
+    fork = await commands.fork_run(service, key, successor.id, input=text("fork"), key="f")
+    assert fork.created and fork.run is not None and fork.run.parent_run_id == successor.id
+
+
 async def test_fork_starts_a_new_thread_from_the_origin_checkpoint(db: Any) -> None:
     """§6, §8.3: a fork is a new thread (origin `fork`) whose run (lineage `fork`) starts from the origin's
-    checkpoint; a replay returns it; a waiting origin can be forked and stays waiting."""
+    checkpoint; a replay returns it; the origin thread is unchanged."""
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, options={"o": 1}, key="k")
-    origin = await seal_run(service, accepted.run.id, "waiting")
+    origin = await seal_run(service, accepted.run.id, "completed")
     fork = await commands.fork_run(service, key, origin.id, input=text("fork"), key="f")
     assert fork.created and fork.run is not None
     assert (fork.thread.origin, fork.thread.origin_thread_id, fork.thread.origin_run_id) == (
@@ -126,17 +145,13 @@ async def test_fork_starts_a_new_thread_from_the_origin_checkpoint(db: Any) -> N
     assert (fork.run.lineage, fork.run.trigger, fork.run.parent_run_id) == ("fork", "input", origin.id)
     assert fork.run.start_checkpoint_id == origin.checkpoint_id and fork.run.options == {"o": 1}
     assert fork.entry.request_kind == "fork" and fork.entry.status == "assigned"
-    assert (await run_row(service, origin.id)).status == "waiting"
-    # The origin thread is still waiting: the fork is not a resume successor.
-    assert (await commands.get_thread(service, key, origin.thread_id)).state == "waiting"
+    assert (await run_row(service, origin.id)).status == "completed"
+    assert (await commands.get_thread(service, key, origin.thread_id)).state == "idle"
     replay = await commands.fork_run(service, key, origin.id, input=text("fork"), key="f")
     assert not replay.created and replay.run.id == fork.run.id
     with pytest.raises(Conflict) as caught:
         await commands.fork_run(service, key, origin.id, input=text("other"), key="f")
     assert caught.value.reason == "idempotency_key_reused"
-    # The origin can still be resumed.
-    successor, created = await commands.resume_run(service, key, origin.id, ANSWERS, key="r")
-    assert created and successor.thread_id == origin.thread_id
 
 
 async def test_fork_in_archived_workspace_is_disabled(db: Any) -> None:

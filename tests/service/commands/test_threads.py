@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserProm
 from sqlalchemy import select
 
 from candor.service import commands
-from candor.service.errors import Conflict, Disabled, Forbidden, InvalidArgument, RateLimited
+from candor.service.errors import Conflict, Disabled, EntryTooLarge, Forbidden, InvalidArgument, RateLimited
 from candor.service.store import auth
 from candor.service.store.checkpoints import load_state
 from candor.service.store.engine import read_transaction, write_transaction
@@ -297,7 +297,9 @@ async def test_inbox_limits(db: Any) -> None:
     }  # fmt: skip
     roomy = make_service(db, control={"inbox_bytes": 400})
     with pytest.raises(RateLimited):
-        await commands.post_input(roomy, key, accepted.thread.id, input=text("x" * 400), key="p3")
+        await commands.post_input(roomy, key, accepted.thread.id, input=text("x" * 300), key="p3")
+    with pytest.raises(EntryTooLarge):  # alone larger than the inbox: it could never fit (issue 14)
+        await commands.post_input(roomy, key, accepted.thread.id, input=text("x" * 400), key="p4")
     assert await count(service, inbox_entries) == 2
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
@@ -60,13 +62,18 @@ async def test_validation_errors_are_400_with_fields_never_422(api: Any) -> None
 
 
 async def test_unparsable_body(api: Any) -> None:
-    """S-96, §8.1: a body that is not JSON → 400 with field `body`, reason `unparsable`."""
+    """S-96, §8.1: a JSON body that does not parse → 400 with field `body`, reason `unparsable`; a body of
+    another media type → 415 `unsupported_media_type` (issue 14 refines S-96 here)."""
     key = await api.key()
-    for content, content_type in ((b'{"agent": ', "application/json"), (b"agent=demo", "application/x-www-form-urlencoded")):
+    headers = key.headers("k") | {"Content-Type": "application/json"}
+    response = await api.client.post("/v1/threads", content=b'{"agent": ', headers=headers)
+    assert response.status_code == 400
+    assert error_of(response)["details"] == {"fields": [{"field": "body", "reason": "unparsable"}]}
+    for content_type in ("application/x-www-form-urlencoded", "text/plain"):
         headers = key.headers("k") | {"Content-Type": content_type}
-        response = await api.client.post("/v1/threads", content=content, headers=headers)
-        assert response.status_code == 400
-        assert error_of(response)["details"] == {"fields": [{"field": "body", "reason": "unparsable"}]}
+        response = await api.client.post("/v1/threads", content=b"agent=demo", headers=headers)
+        assert response.status_code == 415
+        assert error_of(response)["code"] == "unsupported_media_type"
 
 
 async def test_validation_lists_at_most_20_fields(api: Any) -> None:
@@ -166,3 +173,30 @@ async def test_openapi_and_docs(api: Any) -> None:
     docs = await api.client.get("/v1/docs")
     assert docs.status_code == 200 and "/v1/openapi.json" in docs.text
 
+
+
+async def test_openapi_names_operations_and_every_error(api: Any) -> None:
+    """§8.1, S-96: clean, stable operation ids (generated clients name methods after them); 413/415 on every
+    operation with a body and 500 on every `/v1` operation; no internal spec references in the text."""
+    schema = (await api.client.get("/v1/openapi.json")).json()
+    ids = {op["operationId"] for item in schema["paths"].values() for op in item.values()}
+    assert {"createThread", "postInput", "resumeRun", "forkRun", "createKey", "updateKey", "readyz"} <= ids
+    assert all(re.fullmatch(r"[a-z][A-Za-z]*", operation_id) for operation_id in ids), ids
+    for path, item in schema["paths"].items():
+        for operation in item.values():
+            if path.startswith("/v1/"):
+                assert "500" in operation["responses"], path
+            if "requestBody" in operation:
+                assert {"413", "415"} <= set(operation["responses"]), path
+    text = json.dumps(schema)
+    assert "§" not in text and not re.search(r"\bS-\d+\b", text)
+
+
+async def test_docs_page_works_offline(api: Any) -> None:
+    """The Swagger UI page loads its script and stylesheet from this service, never from a CDN."""
+    page = (await api.client.get("/v1/docs")).text
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert assets and all(url.startswith("/v1/docs/assets/") for url in assets), assets
+    for url in assets:
+        response = await api.client.get(url)
+        assert response.status_code == 200 and len(response.content) > 100, url

@@ -146,13 +146,17 @@ async def test_reorder(api: Any) -> None:
 
 
 async def test_edit_beyond_the_inbox_bytes_is_429(db: Any) -> None:
-    """S-73: an edit that would take the inbox over `control.inbox_bytes` → 429 with `Retry-After: 1`."""
-    app = app_for(db, control={"inbox_bytes": 200})
+    """S-73: an edit that would take the inbox over `control.inbox_bytes` → 429 with `Retry-After: 1`; an edit
+    whose entry alone exceeds it → 413 `payload_too_large` (it could never fit, issue 14)."""
+    app = app_for(db, control={"inbox_bytes": 300})
     async with client_for(app) as client:
         key = await new_key(app.state.service)
-        thread_id, ids = await _waiting_thread(client, app.state.service, key, posts=1)
+        thread_id, ids = await _waiting_thread(client, app.state.service, key, posts=2)
         etag = await _etag(client, key, thread_id)
-        response = await client.patch(f"/v1/threads/{thread_id}/inbox/{ids[0]}", json={"input": text("x" * 200)},
+        response = await client.patch(f"/v1/threads/{thread_id}/inbox/{ids[0]}", json={"input": text("x" * 250)},
                                       headers=key.headers(If_Match=etag))  # fmt: skip
-    assert response.status_code == 429 and response.headers["retry-after"] == "1"
+        too_large = await client.patch(f"/v1/threads/{thread_id}/inbox/{ids[0]}", json={"input": text("x" * 400)},
+                                       headers=key.headers(If_Match=etag))  # fmt: skip
+    assert response.status_code == 429 and response.headers["retry-after"] == "1", response.text
     assert error_of(response)["code"] == "rate_limited"
+    assert too_large.status_code == 413 and error_of(too_large)["code"] == "payload_too_large"

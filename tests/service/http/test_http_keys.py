@@ -185,3 +185,25 @@ async def test_archived_workspace_refuses_new_keys_but_can_disable_them(api: Any
     assert (response.status_code, error_of(response)["code"]) == (422, "disabled")
     assert (await _patch(api, admin, created["id"], 1, disabled=True)).json()["disabled"] is True
     assert len((await api.client.get("/v1/keys", headers=admin.headers())).json()["items"]) == 2
+
+
+async def test_create_with_an_idempotency_key_makes_one_key(api: Any) -> None:
+    """§8.2, S-90, S-130 (issue 14): a retried create with the same `Idempotency-Key` and body answers 200 with the
+    key the first request made and `secret: null` (only its hash exists); another body → 409
+    `idempotency_key_reused`; another caller's same key makes its own key. Secret-bearing answers are `no-store`."""
+    admin, other = await api.key(), await api.key()
+    body = {"name": "deploy", "permissions": ["read"]}
+    first = await api.client.post("/v1/keys", json=body, headers=admin.headers("retry-1"))
+    again = await api.client.post("/v1/keys", json=body, headers=admin.headers("retry-1"))
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.headers["cache-control"] == "no-store" and again.headers["cache-control"] == "no-store"
+    assert first.json()["secret"].startswith("cnd_") and again.json()["secret"] is None
+    assert again.json()["id"] == first.json()["id"]
+    listed = (await api.client.get("/v1/keys", headers=admin.headers())).json()["items"]
+    assert [item["name"] for item in listed].count("deploy") == 1
+    changed = await api.client.post("/v1/keys", json=body | {"name": "other"}, headers=admin.headers("retry-1"))
+    assert changed.status_code == 409 and error_of(changed)["details"]["reason"] == "idempotency_key_reused"
+    theirs = await api.client.post("/v1/keys", json=body, headers=other.headers("retry-1"))
+    assert theirs.status_code == 201 and theirs.json()["id"] != first.json()["id"]
+    without = await api.client.post("/v1/keys", json=body, headers=admin.headers())
+    assert without.status_code == 201 and without.json()["id"] != first.json()["id"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from http_support import TEXT, create_thread, error_of, text
@@ -125,7 +126,8 @@ async def test_resume_of_a_run_that_is_not_the_last_waiting_one(api: Any) -> Non
 
 
 async def test_resume_coverage_mismatch(api: Any) -> None:
-    """S-78, S-85: missing or unexpected ids → 400 `pending_coverage_mismatch` with the lists; nothing changes."""
+    """S-78, S-85: missing or unexpected ids → 400 `pending_coverage_mismatch` listing every differing id across
+    approvals and calls in one error; nothing changes."""
     key = await api.key()
     waiting = await _waiting(api, key)
     cases = [
@@ -133,16 +135,20 @@ async def test_resume_coverage_mismatch(api: Any) -> None:
         (ANSWERS | {"calls": {"c1": ANSWERS["calls"]["c1"], "zz": {"status": "failed", "message": "no"}}},
          {"field": "calls", "missing": [], "unexpected": ["zz"]}),
         ({"approvals": {"a2": {"action": "deny"}}, "calls": {}},
-         {"field": "approvals", "missing": ["a1"], "unexpected": ["a2"]}),
+         {"field": "body", "missing": ["a1", "c1"], "unexpected": ["a2"], "misplaced": []}),
         ({"approvals": {"c1": {"action": "approve"}}, "calls": {"a1": {"status": "returned", "value": 1}}},
-         {"field": "approvals", "missing": ["a1"], "unexpected": ["c1"]}),
+         {"field": "body", "missing": ["a1", "c1"], "unexpected": ["a1", "c1"], "misplaced": ["a1", "c1"],
+          "by_field": {"approvals": {"missing": ["a1"], "unexpected": ["c1"]},
+                       "calls": {"missing": ["c1"], "unexpected": ["a1"]}}}),
     ]  # fmt: skip
     for number, (body, expected) in enumerate(cases):
         response = await _resume(api, key, waiting.id, body, f"r{number}")
         assert response.status_code == 400
         error = error_of(response)
         assert error["code"] == "invalid_argument"
-        assert error["details"] == expected | {"reason": "pending_coverage_mismatch"}
+        details = error["details"]
+        assert {name: details[name] for name in expected} == expected
+        assert details["reason"] == "pending_coverage_mismatch"
     assert await count(api.service, runs) == 1
     assert (await run_row(api.service, waiting.id)) == waiting
     thread = (await api.client.get(f"/v1/threads/{waiting.thread_id}", headers=key.headers())).json()
@@ -236,7 +242,8 @@ async def test_waiting_run_view_shows_pending(api: Any) -> None:
 
 async def test_run_messages_are_paged_by_index(api: Any) -> None:
     """§8.3, S-98: `GET /v1/runs/{id}/messages` answers the messages the run added (pydantic-ai JSON), rebuilt from
-    its latest checkpoint, in pages whose cursor is bound to the run; the last page has no cursor."""
+    its latest checkpoint, in pages whose cursor is bound to the run; the last page has no cursor. Each message's
+    `run_id` is candor's run id, not pydantic-ai's internal one (issue 14)."""
     key = await api.key()
     imported = [ModelRequest(parts=[UserPromptPart(content="imported", timestamp=_T)])]
     created = (await create_thread(api.client, key, message_history=_as_json(imported))).json()
@@ -245,13 +252,16 @@ async def test_run_messages_are_paged_by_index(api: Any) -> None:
     empty = await api.client.get(path, headers=key.headers())
     assert empty.status_code == 200 and empty.json() == {"items": [], "next_cursor": None}
     await claim_run(api.service, run_id)
-    added = [ModelResponse(parts=[TextPart(content=f"answer {n}")], timestamp=_T) for n in range(3)]
+    added = [ModelResponse(parts=[TextPart(content=f"answer {n}")], timestamp=_T, run_id="pydantic-ai-internal")
+             for n in range(3)]  # fmt: skip
     run = await run_row(api.service, run_id)
     await commit_history(api.service, run, [*imported, *added], base=(run.start_checkpoint_id, imported), seq=1)
     first = (await api.client.get(f"{path}?limit=2", headers=key.headers())).json()
-    assert ModelMessagesTypeAdapter.validate_python(first["items"]) == added[:2] and first["next_cursor"]
     rest = (await api.client.get(f"{path}?limit=2&cursor={first['next_cursor']}", headers=key.headers())).json()
-    assert ModelMessagesTypeAdapter.validate_python(rest["items"]) == added[2:] and rest["next_cursor"] is None
+    assert {item["run_id"] for item in first["items"] + rest["items"]} == {run_id}
+    ours = [replace(message, run_id=run_id) for message in added]
+    assert ModelMessagesTypeAdapter.validate_python(first["items"]) == ours[:2] and first["next_cursor"]
+    assert ModelMessagesTypeAdapter.validate_python(rest["items"]) == ours[2:] and rest["next_cursor"] is None
     other = (await create_thread(api.client, key, idempotency_key="other")).json()["run"]["id"]
     misused = await api.client.get(f"/v1/runs/{other}/messages?cursor={first['next_cursor']}", headers=key.headers())
     assert misused.status_code == 400 and error_of(misused)["code"] == "invalid_cursor"

@@ -11,6 +11,7 @@ from pydantic_ai.messages import ToolCallPart
 
 from candor.service.protocol.pending import (
     CoverageMismatch,
+    GroupMismatch,
     Pending,
     PendingCall,
     PendingInvalid,
@@ -125,21 +126,26 @@ def test_stored_pending_is_validated(value):
 PENDING = Pending(approvals=(item("a1", "approval"), item("a2", "approval")), calls=(item("c1", "external"),))
 
 
+def differing(**groups: tuple[tuple[str, ...], tuple[str, ...]]) -> CoverageMismatch:
+    return CoverageMismatch(groups={name: GroupMismatch(missing=m, unexpected=u) for name, (m, u) in groups.items()})
+
+
 @pytest.mark.parametrize(
     ("approval_ids", "call_ids", "mismatch"),
     [
         ({"a1", "a2"}, {"c1"}, None),
-        ({"a1"}, {"c1"}, CoverageMismatch(field="approvals", missing=("a2",), unexpected=())),
-        ({"a1", "a2", "zz"}, {"c1"}, CoverageMismatch(field="approvals", missing=(), unexpected=("zz",))),
-        ({"a1", "a2"}, set(), CoverageMismatch(field="calls", missing=("c1",), unexpected=())),
-        ({"a1", "a2"}, {"c1", "c9"}, CoverageMismatch(field="calls", missing=(), unexpected=("c9",))),
-        # wrong category: an approval answered in calls
-        ({"a1"}, {"c1", "a2"}, CoverageMismatch(field="approvals", missing=("a2",), unexpected=())),
-        (set(), set(), CoverageMismatch(field="approvals", missing=("a1", "a2"), unexpected=())),
+        ({"a1"}, {"c1"}, differing(approvals=(("a2",), ()))),
+        ({"a1", "a2", "zz"}, {"c1"}, differing(approvals=((), ("zz",)))),
+        ({"a1", "a2"}, set(), differing(calls=(("c1",), ()))),
+        ({"a1", "a2"}, {"c1", "c9"}, differing(calls=((), ("c9",)))),
+        # wrong category: an approval answered in calls; both maps are reported
+        ({"a1"}, {"c1", "a2"}, differing(approvals=(("a2",), ()), calls=((), ("a2",)))),
+        (set(), set(), differing(approvals=(("a1", "a2"), ()), calls=(("c1",), ()))),
     ],
 )
 def test_coverage_mismatch(approval_ids, call_ids, mismatch):
-    """S-78: a missing, extra or wrong-category id → 400 pending_coverage_mismatch with missing/unexpected."""
+    """S-78: a missing, extra or wrong-category id → 400 pending_coverage_mismatch with missing/unexpected of
+    every differing map."""
     assert coverage_mismatch(PENDING, approval_ids, call_ids) == mismatch
 
 
@@ -152,7 +158,11 @@ def test_coverage_mismatch_details():
         "reason": "pending_coverage_mismatch",
         "missing": ["a2"],
         "unexpected": ["x"],
+        "misplaced": [],
+        "by_field": {"approvals": {"missing": ["a2"], "unexpected": ["x"]}},
     }
+    both = coverage_mismatch(PENDING, {"a1", "c1"}, {"a2"})
+    assert both is not None and both.details()["field"] == "body" and both.details()["misplaced"] == ["a2", "c1"]
 
 
 _ids = st.sets(st.sampled_from(["a1", "a2", "a3", "c1", "c2", "zz"]))
@@ -172,15 +182,13 @@ def test_coverage_mismatch_property(pending_approvals, pending_calls, answered_a
     exact = answered_approvals == pending_approvals and answered_calls == pending_calls
     assert (mismatch is None) is exact
     if mismatch is not None:
-        expected, given_ids = (
-            (pending_approvals, answered_approvals)
-            if mismatch.field == "approvals"
-            else (pending_calls, answered_calls)
-        )
-        assert mismatch.field == "calls" or answered_approvals != pending_approvals
-        assert set(mismatch.missing) == expected - given_ids
-        assert set(mismatch.unexpected) == given_ids - expected
-        assert mismatch.missing or mismatch.unexpected
+        for name, expected, given_ids in (("approvals", pending_approvals, answered_approvals),
+                                          ("calls", pending_calls, answered_calls)):  # fmt: skip
+            group = mismatch.groups.get(name)  # type: ignore[call-overload]
+            assert (group is None) is (expected == given_ids)
+            if group is not None:
+                assert set(group.missing) == expected - given_ids
+                assert set(group.unexpected) == given_ids - expected
 
 
 @pytest.mark.parametrize(

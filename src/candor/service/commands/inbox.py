@@ -24,7 +24,7 @@ from ..store.engine import write_transaction
 from ..store.inbox import EntryEdit
 from ..store.views import EntryRow, ThreadRow
 from .acceptance import check_steer, checked_agent, checked_client_tool_names, may_write
-from .threads import check_inbox_room, thread_etag
+from .threads import check_entry_fits, check_inbox_room, thread_etag
 
 __all__ = ("EntryChanged", "InboxReordered", "edit_entry", "withdraw_entry", "reorder_inbox")
 
@@ -109,6 +109,8 @@ async def edit_entry(
     checked = checked_entry_edit(changes)
     if checked.get("agent") is not None:
         checked_agent(service, checked["agent"])
+    if "input" in checked:
+        check_entry_fits(service, threads.payload_size(checked["input"]))
     async with write_transaction(service.engine) as conn:
         thread = await _writable_thread(conn, principal, thread_id, expected_version)
         entry = await _changeable_entry(conn, principal, thread, entry_id)

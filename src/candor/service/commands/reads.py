@@ -133,7 +133,10 @@ async def list_run_messages_page(
     service: Service, principal: Principal, run_id: str, *, limit: int = 50, offset: int = 0
 ) -> tuple[list[Any], bool]:
     """`GET /v1/runs/{id}/messages`: the messages the run added (pydantic-ai message JSON), rebuilt from its latest
-    checkpoint, from the `offset`-th added message on, plus whether more follow. Empty until the run commits."""
+    checkpoint, from the `offset`-th added message on, plus whether more follow. Empty until the run commits.
+
+    Each message's `run_id` is candor's run id: pydantic-ai's own id is per process-local agent run (a new one
+    per attempt), which no API of candor's knows."""
     require(principal, "read")
     limit = checked_limit(limit)
     if offset < 0:
@@ -146,4 +149,11 @@ async def list_run_messages_page(
             conn, checkpoint_id=run.checkpoint_id, start_checkpoint_id=run.start_checkpoint_id, offset=offset,
             limit=limit,
         )  # fmt: skip
-    return list(page.messages), page.more
+    return [with_run_id(message, run_id) for message in page.messages], page.more
+
+
+def with_run_id(message: Any, run_id: str) -> Any:
+    """`message` (pydantic-ai message JSON) with its `run_id` replaced by candor's, where it has one."""
+    if isinstance(message, dict) and "run_id" in message:
+        return message | {"run_id": run_id}
+    return message

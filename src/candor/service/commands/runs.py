@@ -41,7 +41,12 @@ async def fork_run(
     key: str,
 ) -> Accepted:
     """`POST /v1/runs/{id}/fork`: a new thread (origin `fork`) whose first run (lineage `fork`) starts from the
-    sealed origin run's checkpoint (§6); an unsealed origin → 409 `run_accepted`/`run_running`."""
+    sealed origin run's checkpoint (§6); an unsealed origin → 409 `run_accepted`/`run_running`.
+
+    A `waiting` origin → 409 `run_waiting` (issue 14 overrides §6 here): its checkpoint ends with calls that were
+    never approved or answered, and the fork's first run could only close them by tool recovery, which tells the
+    model they "may have partly taken effect" (false: they never ran) or, for retry-safe tools, runs them without
+    the approval. Resume the waiting run (deny what should not run), then fork its successor."""
     require(principal, "run")
     key = checked_key(key)
     payload, checked = checked_input(input), checked_options(options)
@@ -61,7 +66,7 @@ async def fork_run(
             assert origin_thread is not None and origin is not None
             if origin_thread.state == "archived":
                 raise Conflict("archived", kind="thread", id=origin_thread.id)
-            if origin.status in ("accepted", "running"):
+            if origin.status in ("accepted", "running", "waiting"):
                 raise Conflict(f"run_{origin.status}", kind="run", id=run_id)
             if origin.agent not in service.agents.names():
                 raise InvalidArgument(fields=[("agent", "not_configured")])

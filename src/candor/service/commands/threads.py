@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import Service
-from ..errors import Conflict, NotFound, PreconditionFailed, RateLimited
+from ..errors import Conflict, EntryTooLarge, NotFound, PreconditionFailed, RateLimited
 from ..protocol.authority import Principal
 from ..protocol.idempotency import request_digest
 from ..protocol.inbox import inbox_would_overflow
@@ -38,7 +38,7 @@ from .acceptance import (
     woken,
 )
 
-__all__ = ("create_thread", "post_input", "archive_thread", "thread_etag")
+__all__ = ("create_thread", "post_input", "archive_thread", "thread_etag", "check_entry_fits")
 
 
 def thread_etag(thread: ThreadRow) -> str:
@@ -60,6 +60,7 @@ async def create_thread(
     require(principal, "run")
     key = checked_key(key)
     payload, agent, checked = checked_input(input), checked_agent(service, agent), checked_options(options)
+    check_entry_fits(service, threads.payload_size(payload))
     checked_client_tool_names(service, agent, checked)
     history = checked_history(message_history)
     body = with_optional({"agent": agent, "input": payload}, options=checked,
@@ -106,6 +107,7 @@ async def post_input(
     require(principal, "run")
     key = checked_key(key)
     payload, checked = checked_input(input), checked_options(options)
+    check_entry_fits(service, threads.payload_size(payload))
     delivery = checked_delivery(delivery)
     if agent is not None:
         checked_agent(service, agent)
@@ -145,6 +147,13 @@ async def post_input(
             return await accepted(conn, principal, entry, created=True)
 
     return woken(service, await answer(attempt))
+
+
+def check_entry_fits(service: Service, size: int) -> None:
+    """413 when one message alone is larger than `control.inbox_bytes`: it could never fit, so no retry helps."""
+    limit = service.settings.control.inbox_bytes
+    if size > limit:
+        raise EntryTooLarge(bytes=size, bytes_limit=limit)
 
 
 async def check_inbox_room(service: Service, conn: Any, thread_id: str, *, added_count: int, added_bytes: int) -> None:

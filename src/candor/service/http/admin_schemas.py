@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from ..admin.keys import KeyCreated
 from ..admin.rows import CreatedKey, DeliveryRow, PrincipalRow, SubscriptionRow
 from ..admin.rules import NAME_LIMIT, URL_LIMIT, EventType
 
@@ -90,10 +91,12 @@ class KeyView(BaseModel):
 class CreatedKeyView(KeyView):
     """The creation answer: the only place the secret is ever shown."""
 
-    secret: str
+    secret: str | None
+    """The bearer secret, shown this once; `null` when the answer replays an earlier create (same
+    `Idempotency-Key`): only a hash of it is stored."""
 
     @classmethod
-    def created(cls, key: CreatedKey) -> CreatedKeyView:
+    def created(cls, key: CreatedKey | KeyCreated) -> CreatedKeyView:
         return cls(**KeyView.of(key.principal).model_dump(), secret=key.secret)
 
 

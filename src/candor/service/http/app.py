@@ -9,9 +9,12 @@ Two pure ASGI middlewares wrap every request, outermost first:
 * `RequestIdMiddleware` gives every response `X-Request-Id: req_<32 hex>`, generated here (a caller's value is
   ignored, S-95), stores it in the scope for error bodies, and turns an unexpected exception into 500 `internal`;
 * `RequestMetricsMiddleware` observes `candor_http_request_duration_seconds{method, route, status}`, labelled
-  with the route's template (`/v1/runs/{run_id}`), never the raw path, so ids do not explode the label set;
+  with the route's template (`/v1/runs/{run_id}`), never the raw path, so ids do not explode the label set, and
+  logs one `HTTP request` line (request id, method, route template, status, duration) on `candor.http`;
 * `BodyLimitMiddleware` reads the body up front and answers 413 `payload_too_large` beyond
-  `server.max_request_bytes`, before anything parses it.
+  `server.max_request_bytes`, before anything parses it;
+* `EdgeCheckMiddleware` (edge.py) refuses, for every `/v1` route, what no route could store: a non-JSON
+  `Content-Type` (415), NUL or lone surrogates, nesting beyond 64, non-finite numbers, duplicated headers (400).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -39,6 +41,8 @@ from .errors import (
     handle_validation_error,
     internal_error_response,
 )
+from .edge import EdgeCheckMiddleware
+from .openapi import OPENAPI_URL, mount_docs, operation_id, shape_openapi
 from .readiness import Readiness, Role
 from .routes import inbox, keys, ops, runs, subscriptions, threads
 
@@ -76,12 +80,13 @@ def create_app(service: Service, *, role: Role, readiness: Readiness | None = No
         title="candor",
         summary="A durable runtime for LLM agents.",
         version="1",
-        openapi_url="/v1/openapi.json" if serves_api else None,
-        docs_url="/v1/docs" if serves_api else None,
+        openapi_url=OPENAPI_URL if serves_api else None,
+        docs_url=None,
         redoc_url=None,
         redirect_slashes=False,
         strict_content_type=False,
         lifespan=lifespan,
+        generate_unique_id_function=operation_id,
     )
     app.state.service = service
     app.state.role = role
@@ -93,11 +98,14 @@ def create_app(service: Service, *, role: Role, readiness: Readiness | None = No
         app.include_router(runs.router)
         app.include_router(keys.router)
         app.include_router(subscriptions.router)
-        _document_400_not_422(app)
+        shape_openapi(app)
+        mount_docs(app)
     app.add_exception_handler(ServiceError, handle_service_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(HTTPException, handle_http_exception)
-    # add_middleware puts the last one outermost: the request id wraps everything, the body limit included.
+    # add_middleware puts the last one outermost: the request id wraps everything, the body limit included; the
+    # edge checks read the body the limit buffered.
+    app.add_middleware(EdgeCheckMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.server.max_request_bytes)
     app.add_middleware(RequestMetricsMiddleware)
     app.add_middleware(RequestIdMiddleware, entropy=service.entropy)
@@ -161,9 +169,13 @@ class RequestMetricsMiddleware:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            HTTP_REQUEST_DURATION.labels(scope["method"], template, str(status)).observe(
-                time.perf_counter() - started
-            )
+            duration = time.perf_counter() - started
+            HTTP_REQUEST_DURATION.labels(scope["method"], template, str(status)).observe(duration)
+            if log.isEnabledFor(logging.INFO):
+                request_id = (scope.get("state") or {}).get("request_id")
+                fields = {"request_id": request_id, "method": scope["method"], "route": template, "status": status,
+                          "duration_ms": round(duration * 1000, 1)}  # fmt: skip
+                log.info("HTTP request", extra=fields)
 
 
 class BodyLimitMiddleware:
@@ -218,22 +230,3 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
-
-
-def _document_400_not_422(app: FastAPI) -> None:
-    """The generated schema names FastAPI's 422 validation answer; this API answers 400 instead (S-96)."""
-    generate = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        schema = generate()
-        for path in schema.get("paths", {}).values():
-            for operation in path.values():
-                responses = operation.get("responses", {})
-                if responses.get("422", {}).get("description") == "Validation Error":
-                    del responses["422"]
-        components = schema.get("components", {}).get("schemas", {})
-        for name in ("HTTPValidationError", "ValidationError"):
-            components.pop(name, None)
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]

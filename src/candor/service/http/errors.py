@@ -9,12 +9,15 @@ The code → status table lives here and nowhere else (STYLE habit 10). Sources 
   "<METHOD> <path>"}` (S-99);
 * `StoreUnavailable` → 503 `unavailable`, `details.dependency = "database"`; any other error → 500 `internal`.
 
-Details never echo submitted values or secrets: validation problems name the field and a reason code only.
+Details never echo submitted values or secrets: validation problems name the field and a reason code only; the ids
+and paths details do repeat are cut to 128 characters and their lists to 128 items (`bounded_details`). Requests
+no route could take (non-JSON bodies → 415, NUL, lone surrogates, deep nesting, …) are refused in edge.py.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -31,6 +34,10 @@ __all__ = (
     "PreconditionRequired",
     "PayloadTooLarge",
     "InvalidCursor",
+    "MAX_ECHO",
+    "BAD_CHARACTER",
+    "bounded",
+    "bounded_details",
     "request_id_of",
     "error_response",
     "service_error_response",
@@ -54,6 +61,7 @@ STATUS: Mapping[str, int] = {
     "conflict": 409,
     "precondition_failed": 412,
     "payload_too_large": 413,
+    "unsupported_media_type": 415,
     "disabled": 422,
     "precondition_required": 428,
     "rate_limited": 429,
@@ -63,6 +71,31 @@ STATUS: Mapping[str, int] = {
 """§12.1: `error.code` → HTTP status. Codes not listed here (internal service codes) answer 500 `internal`."""
 
 _MAX_FIELDS = 20
+MAX_ECHO = 128
+"""Longest text an error's `details` repeats; longer text is cut and ends with `…` (ids, field paths, values)."""
+_MAX_ECHO_ITEMS = 128
+"""Most items of a list in `details` (a resume's missing ids are at most 128 anyway)."""
+BAD_CHARACTER = re.compile("[\x00\ud800-\udfff]")
+"""Characters no stored string may hold: NUL (PostgreSQL refuses it) and lone surrogates (not encodable)."""
+
+
+def bounded(text: str, limit: int = MAX_ECHO) -> str:
+    """`text` safe to repeat in an error: NULs and lone surrogates replaced, at most `limit` characters (`…` ends
+    a cut one)."""
+    clean = BAD_CHARACTER.sub("\ufffd", text)
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
+
+
+def bounded_details(value: Any) -> Any:
+    """`details` with every string `bounded` and every list cut to 128 items: errors never repeat unbounded
+    client values (a 100 KB id, a 10 000-id order)."""
+    if isinstance(value, str):
+        return bounded(value)
+    if isinstance(value, Mapping):
+        return {bounded(str(key)): bounded_details(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [bounded_details(item) for item in value[:_MAX_ECHO_ITEMS]]
+    return value
 
 
 class Unauthenticated(ServiceError):
@@ -123,7 +156,8 @@ def error_response(
     """The §8.1 envelope with the status of `code` (unknown codes: 500 `internal`)."""
     if code not in STATUS:
         code, message, details = "internal", "internal error", {}
-    body = {"error": {"code": code, "message": message, "details": dict(details or {}), "request_id": request_id}}
+    body = {"error": {"code": code, "message": message, "details": bounded_details(dict(details or {})),
+                      "request_id": request_id}}  # fmt: skip
     return JSONResponse(body, status_code=STATUS[code], headers=dict(headers or {}))
 
 

@@ -26,6 +26,7 @@ __all__ = (
     "WaitReason",
     "wait_reason",
     "CoverageMismatch",
+    "GroupMismatch",
     "coverage_mismatch",
     "resume_shape_problem",
 )
@@ -128,41 +129,66 @@ def wait_reason(pending: Pending) -> WaitReason:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class CoverageMismatch:
-    """S-78: a resume map whose key set differs from its pending group (→ 400 ``invalid_argument``)."""
+class GroupMismatch:
+    """How one resume map differs from its pending group."""
 
-    field: Literal["approvals", "calls"]
     missing: tuple[str, ...]
     """Pending ids of the group that the map does not answer, sorted."""
     unexpected: tuple[str, ...]
     """Ids in the map that are not pending in the group, sorted."""
 
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CoverageMismatch:
+    """S-78: resume maps whose key sets differ from their pending groups (→ 400 ``invalid_argument``); every
+    differing group is reported at once, so one corrected request can succeed."""
+
+    groups: Mapping[Literal["approvals", "calls"], GroupMismatch]
+    """Only the groups that differ, approvals first."""
+
+    @property
+    def field(self) -> str:
+        """`approvals` or `calls` when one map differs, `body` when both do."""
+        return next(iter(self.groups)) if len(self.groups) == 1 else "body"
+
+    @property
+    def misplaced(self) -> tuple[str, ...]:
+        """Ids answered in the other map than the one their pending group belongs to, sorted."""
+        missing = {id_ for group in self.groups.values() for id_ in group.missing}
+        unexpected = {id_ for group in self.groups.values() for id_ in group.unexpected}
+        return tuple(sorted(missing & unexpected))
+
     def details(self) -> dict[str, Any]:
-        """The error ``details`` of §8.6 step 5."""
+        """The error ``details`` of §8.6 step 5: `missing` and `unexpected` over both maps, `misplaced`, and the
+        same per map in `by_field`."""
         return {
             "field": self.field,
             "reason": "pending_coverage_mismatch",
-            "missing": list(self.missing),
-            "unexpected": list(self.unexpected),
-        }
+            "missing": sorted(id_ for group in self.groups.values() for id_ in group.missing),
+            "unexpected": sorted(id_ for group in self.groups.values() for id_ in group.unexpected),
+            "misplaced": list(self.misplaced),
+            "by_field": {name: {"missing": list(group.missing), "unexpected": list(group.unexpected)}
+                         for name, group in self.groups.items()},
+        }  # fmt: skip
 
 
 def coverage_mismatch(
     pending: Pending, body_approval_ids: Collection[str], body_call_ids: Collection[str]
 ) -> CoverageMismatch | None:
-    """S-78, §8.6 step 5: each map must answer exactly its pending group; approvals are checked first."""
+    """S-78, §8.6 step 5: each map must answer exactly its pending group; every differing map is reported."""
     groups: tuple[tuple[Literal["approvals", "calls"], Sequence[PendingCall], Collection[str]], ...] = (
         ("approvals", pending.approvals, body_approval_ids),
         ("calls", pending.calls, body_call_ids),
     )
+    differing: dict[Literal["approvals", "calls"], GroupMismatch] = {}
     for name, items, answered in groups:
         expected = {item.tool_call_id for item in items}
         given = set(answered)
         if expected != given:
-            return CoverageMismatch(
-                field=name, missing=tuple(sorted(expected - given)), unexpected=tuple(sorted(given - expected))
+            differing[name] = GroupMismatch(
+                missing=tuple(sorted(expected - given)), unexpected=tuple(sorted(given - expected))
             )
-    return None
+    return CoverageMismatch(groups=differing) if differing else None
 
 
 def resume_shape_problem(

@@ -295,13 +295,17 @@ async def create_principal(
     permissions: Collection[str],
     entropy: Entropy,
     name: str = "key",
+    principal_id: str | None = None,
 ) -> CreatedKey:
-    """A new API key of `workspace_id`; the secret is returned once and only its hash is stored (S-130)."""
+    """A new API key of `workspace_id`; the secret is returned once and only its hash is stored (S-130).
+
+    `principal_id` is given for an idempotent create (`idempotent_key_id`); a concurrent create with the same id
+    loses on the primary key (`RaceLost`)."""
     allowed = checked_permissions(permissions)
     name = checked_name(name)
     if await get_workspace(conn, workspace_id) is None:
         raise NotFound("workspace", workspace_id)
-    principal_id = new_id("key", entropy)
+    principal_id = principal_id or new_id("key", entropy)
     secret = new_secret(entropy)
     await conn.execute(
         insert(principals).values(

@@ -35,6 +35,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 __all__ = (
     "DialectName",
+    "display_url",
     "JSON_TYPE",
     "ID_INTEGER",
     "TIMESTAMP",
@@ -278,6 +279,11 @@ _ASYNC_DRIVERS: Mapping[str, str] = {
     "postgres": "postgresql+asyncpg",
     "postgresql+asyncpg": "postgresql+asyncpg",
 }
+
+
+def display_url(url: str) -> str:
+    """The database URL as an operator may see it in output: the password hidden (`***`)."""
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def async_url(url: str | URL) -> URL:

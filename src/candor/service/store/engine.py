@@ -102,6 +102,8 @@ def create_engine(
     if resolved.get_backend_name() != "sqlite":
         kwargs.update({name: value for name, value in (("pool_size", pool_size), ("max_overflow", max_overflow))
                        if value is not None})  # fmt: skip
+    # Statement parameters hold message text and secret hashes: driver errors and logs show the SQL only.
+    kwargs["hide_parameters"] = True
     kwargs.update(options)
     engine = create_async_engine(resolved, **kwargs)
     install_connection_hooks(engine, timeout=timeout)

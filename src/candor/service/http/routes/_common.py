@@ -10,7 +10,7 @@ from fastapi import Depends, Response
 from ..dependencies import Caller, authorized
 from ..schemas import ErrorBody, etag
 
-__all__ = ("Reader", "Runner", "Admin", "ERRORS", "created_or_replayed", "with_etag")
+__all__ = ("Reader", "Runner", "Admin", "ERRORS", "created_or_replayed", "with_etag", "no_store")
 
 Reader = Annotated[Caller, Depends(authorized("read"))]
 """A caller holding `read` (every GET, §4.2)."""
@@ -39,3 +39,8 @@ def created_or_replayed(response: Response, created: bool) -> None:
 
 def with_etag(response: Response, id: str, version: int) -> None:  # noqa: A002 - the spec's word
     response.headers["ETag"] = etag(id, version)
+
+
+def no_store(response: Response) -> None:
+    """A response that carries a secret must not be kept by any cache (RFC 9111 `no-store`)."""
+    response.headers["Cache-Control"] = "no-store"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Response
 
 from ...admin import keys
 from ..admin_schemas import CreatedKeyView, CreateKeyBody, KeyPage, KeyView, UpdateKeyBody
 from ..cursors import issue_cursor, keyset, read_cursor
 from ..dependencies import IfMatch, expected_version
 from ..schemas import ErrorBody
-from ._common import ERRORS, Admin, with_etag
+from ._common import ERRORS, Admin, created_or_replayed, no_store, with_etag
 
 __all__ = ("router",)
 
@@ -39,11 +39,28 @@ async def list_keys(
     "",
     status_code=201,
     summary="Create a key",
-    responses={422: {"model": ErrorBody, "description": "disabled: the workspace is archived"}},
+    responses={
+        200: {"model": CreatedKeyView, "description": "A replay: the key the first request made, `secret: null`."},
+        409: {"model": ErrorBody, "description": "conflict `idempotency_key_reused`: other name or permissions"},
+        422: {"model": ErrorBody, "description": "disabled: the workspace is archived"},
+    },
 )
-async def create_key(body: CreateKeyBody, caller: Admin, response: Response) -> CreatedKeyView:
+async def create_key(
+    body: CreateKeyBody,
+    caller: Admin,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", description="Optional: a retry with the same key and body answers the "
+               "key the first request made (200), without its secret, which is stored only as a hash."),
+    ] = None,
+) -> CreatedKeyView:
     """A new key of the caller's workspace. The answer holds its `secret`: the only time it is shown."""
-    created = await keys.create_key(caller.service, caller.principal, name=body.name, permissions=body.permissions)
+    created = await keys.create_key(
+        caller.service, caller.principal, name=body.name, permissions=body.permissions, idempotency_key=idempotency_key
+    )
+    created_or_replayed(response, created.created)
+    no_store(response)
     with_etag(response, created.principal.id, created.principal.version)
     return CreatedKeyView.created(created)
 

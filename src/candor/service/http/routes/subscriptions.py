@@ -19,7 +19,7 @@ from ..admin_schemas import (
 from ..cursors import issue_cursor, keyset, read_cursor
 from ..dependencies import IfMatch, expected_version
 from ..schemas import ErrorBody
-from ._common import ERRORS, Admin, with_etag
+from ._common import ERRORS, Admin, no_store, with_etag
 
 __all__ = ("router",)
 
@@ -66,6 +66,7 @@ async def create_subscription(
     """The answer holds the `signing_secret` that signs every delivery: the only time it is shown (§9.3)."""
     created = await subscriptions.create_subscription(caller.service, caller.principal, **body.arguments())
     row = created.subscription
+    no_store(response)
     with_etag(response, row.id, row.version)
     return CreatedSubscriptionView(**SubscriptionView.of(row).model_dump(), signing_secret=created.signing_secret)
 
