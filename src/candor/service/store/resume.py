@@ -91,6 +91,7 @@ def successor_of(
         parent_run_id=waiting.id,
         start_checkpoint_id=waiting.checkpoint_id,
         max_attempts=max_attempts,
+        tool_recovery=waiting.tool_recovery,  # the same logical run continues: its recovery mode stays
         resume=body,
         resumed_by_id=resumed_by_id,
         request_key=key,

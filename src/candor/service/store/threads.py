@@ -88,6 +88,8 @@ class NewRun:
     lineage: Literal["root", "continue", "fork"]
     max_attempts: int
     """S-10: `worker.max_attempts` at acceptance."""
+    tool_recovery: str
+    """`ServiceSettings.tool_recovery_for(agent, options)` at acceptance (a resume successor keeps its run's)."""
     start_checkpoint_id: str | None
     parent_run_id: str | None = None
     source_entry_id: str | None = None
@@ -327,6 +329,7 @@ async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> 
                 available_at=db_now(),
                 attempts=0,
                 max_attempts=run.max_attempts,
+                tool_recovery=run.tool_recovery,
                 start_checkpoint_id=run.start_checkpoint_id,
                 checkpoint_seq=0,
                 created_at=db_now(),
@@ -413,6 +416,7 @@ async def advance_thread(
             await fail_entry(conn, entry_id=entry.id, code=problem[0], message=problem[1])
             continue
         assert principal_id is not None
+        options = entry.options if entry.options is not None else point.options
         started = await start_run(
             conn,
             NewRun(
@@ -421,12 +425,13 @@ async def advance_thread(
                 agent=agent,
                 principal_id=principal_id,
                 authority=frozen_authority(principal_id, permissions),
-                options=entry.options if entry.options is not None else point.options,
+                options=options,
                 trigger="child_result" if entry.kind == "child_result" else "queued",
                 lineage=point.lineage,
                 parent_run_id=point.parent_run_id,
                 start_checkpoint_id=point.start_checkpoint_id,
                 max_attempts=settings.worker.max_attempts,
+                tool_recovery=settings.tool_recovery_for(agent, options),
                 source_entry_id=entry.id,
             ),
             entropy=entropy,
