@@ -103,6 +103,7 @@ _CLAIM_RUN_COLUMNS = (
     *_FENCE_RUN_COLUMNS,
     runs.c.principal_id,
     runs.c.options,
+    runs.c.tool_recovery,
     runs.c.resume,
     runs.c.trigger,
     runs.c.lineage,
