@@ -16,7 +16,7 @@ Reported per phase: lost runs (submitted but not sealed when the phase ends, or 
 sealed `failed` with their failure code (`max_attempts` reached after repeated kills shows as `lease_expired`),
 lease-expired attempts and failover times (from the last SIGKILL before an attempt's recovery to the first
 checkpoint of the run's next attempt: p50/p99), and the workers' RSS sampled every `--rss-every` seconds. Time is
-bounded by `--max-seconds` per phase: submission stops there and the runs already submitted are waited for.
+bounded by `--max-seconds` per phase: submission stops there and the runs already submitted are waited for (at most `--settle-seconds`).
 
     python -m bench.soak [--runs 1000] [--restart-runs 200] [--workers 3] [--kill-every 4] [--max-seconds 150]
 """
@@ -52,9 +52,12 @@ from . import _cli, _service, _store
 
 FACTORY = "bench.soak:factory"  # not `__name__`: run as `-m bench.soak` this module is `__main__`
 QUICK_ARGS = ["--runs", "30", "--restart-runs", "10", "--kill-every", "3", "--max-seconds", "60"]
-SETTINGS = {"worker": {"lease_seconds": 4.0, "authority_seconds": 0.5, "scan_seconds": 0.2, "slots": 8,
+SETTINGS = {"worker": {"lease_seconds": 8.0, "authority_seconds": 1.0, "scan_seconds": 0.2, "slots": 8,
                        "drain_seconds": 5.0},
-            "database": {"timeout": 1.2}, "server": {"shutdown_timeout": 10.0}}  # fmt: skip
+            "database": {"timeout": 2.5}, "server": {"shutdown_timeout": 10.0}}  # fmt: skip
+"""Roomier than failover_latency's 3 s lease: the soak runs three workers with eight slots each on two cores, and a
+heartbeat that misses its `authority_seconds` bound there lets healthy leases expire (charged attempts that are
+not the kills under test)."""
 RSS_LIMIT_MB = 250.0
 
 
@@ -191,11 +194,12 @@ async def phase(name: str, postgres_url: str, *, runs: int, workers: int, in_fli
             while True:
                 await asyncio.sleep(0.2)
                 elapsed = time.monotonic() - start
-                if not restarted and len(submitted) >= runs // 2:
+                halfway = len(submitted) >= runs // 2 or elapsed >= max_seconds / 2
+                if not restarted and halfway:
                     restarted = True
                     took = await restart()
                     events.append(f"PostgreSQL restarted at +{elapsed:.1f} s (took {took:.1f} s)")
-                if not drained and len(submitted) >= runs // 2:
+                if not drained and halfway:
                     drained = True
                     victim = rng.randrange(len(pool))
                     pool[victim].signal(signal.SIGTERM)
@@ -399,10 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=24, help="unsealed runs at a time (default: 24)")
     parser.add_argument("--steps", type=int, default=3, help="retry-safe steps per run after the charge (default: 3)")
     parser.add_argument("--kill-every", type=float, default=4.0, help="seconds between SIGKILLs (default: 4)")
-    parser.add_argument("--max-seconds", type=float, default=100.0, help="submission time bound per phase "
-                        "(default: 100)")
-    parser.add_argument("--settle-seconds", type=float, default=60.0, help="longest wait for the submitted runs to "
-                        "seal after submission ends (default: 60)")
+    parser.add_argument("--max-seconds", type=float, default=70.0, help="submission time bound per phase "
+                        "(default: 70)")
+    parser.add_argument("--settle-seconds", type=float, default=40.0, help="longest wait for the submitted runs to "
+                        "seal after submission ends (default: 40)")
     parser.add_argument("--rss-every", type=float, default=2.0, help="RSS sampling period (default: 2)")
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
