@@ -18,7 +18,7 @@ lease-expired attempts and failover times (from the last SIGKILL before an attem
 checkpoint of the run's next attempt: p50/p99), and the workers' RSS sampled every `--rss-every` seconds. Time is
 bounded by `--max-seconds` per phase: submission stops there and the runs already submitted are waited for (at most `--settle-seconds`).
 
-    python -m bench.soak [--runs 1000] [--restart-runs 200] [--workers 3] [--kill-every 4] [--max-seconds 150]
+    python -m bench.soak [--runs 1000] [--restart-runs 200] [--workers 3] [--kill-every 4] [--max-seconds 35]
 """
 
 from __future__ import annotations
@@ -403,10 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=24, help="unsealed runs at a time (default: 24)")
     parser.add_argument("--steps", type=int, default=3, help="retry-safe steps per run after the charge (default: 3)")
     parser.add_argument("--kill-every", type=float, default=4.0, help="seconds between SIGKILLs (default: 4)")
-    parser.add_argument("--max-seconds", type=float, default=70.0, help="submission time bound per phase "
-                        "(default: 70)")
-    parser.add_argument("--settle-seconds", type=float, default=40.0, help="longest wait for the submitted runs to "
-                        "seal after submission ends (default: 40)")
+    parser.add_argument("--max-seconds", type=float, default=35.0, help="submission time bound per phase "
+                        "(default: 35; with the settle bound and start-ups the whole soak fits about 2.5 minutes, "
+                        "which `make bench`'s 15-minute budget leaves it)")
+    parser.add_argument("--settle-seconds", type=float, default=20.0, help="longest wait for the submitted runs to "
+                        "seal after submission ends (default: 20)")
     parser.add_argument("--rss-every", type=float, default=2.0, help="RSS sampling period (default: 2)")
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
