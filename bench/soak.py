@@ -16,7 +16,8 @@ Reported per phase: lost runs (submitted but not sealed when the phase ends, or 
 sealed `failed` with their failure code (`max_attempts` reached after repeated kills shows as `lease_expired`),
 lease-expired attempts and failover times (from the last SIGKILL before an attempt's recovery to the first
 checkpoint of the run's next attempt: p50/p99), and the workers' RSS sampled every `--rss-every` seconds. Time is
-bounded by `--max-seconds` per phase: submission stops there and the runs already submitted are waited for (at most `--settle-seconds`).
+bounded by `--max-seconds` per phase: submission stops there and the runs already submitted are waited for (at
+most `--settle-seconds`).
 
     python -m bench.soak [--runs 1000] [--restart-runs 200] [--workers 3] [--kill-every 4] [--max-seconds 35]
 """
@@ -284,7 +285,8 @@ async def _unsealed(db: _service.ServiceDatabase, run_ids: list[str]) -> int:
     return len(set(run_ids) - {r.id for r in rows})
 
 
-async def _figures(db: _service.ServiceDatabase, run_ids: list[str], kills: list[float], wall0: float) -> dict[str, Any]:
+async def _figures(db: _service.ServiceDatabase, run_ids: list[str], kills: list[float],
+                   wall0: float) -> dict[str, Any]:  # fmt: skip
     from candor.service.store.tables import checkpoints, run_attempts, runs
 
     async with db.service.engine.connect() as conn:
@@ -334,15 +336,18 @@ def verdicts(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({"target": f"{p['phase']}: lost runs = 0", "value": f"{p['lost']} of {p['submitted']}",
                     "met": p["lost"] == 0})  # fmt: skip
         out.append({"target": f"{p['phase']}: duplicate effects of the non-retry-safe tool = 0",
-                    "value": f"{p['duplicate_effects']} ({p['charges']} executions)", "met": p["duplicate_effects"] == 0})
+                    "value": f"{p['duplicate_effects']} ({p['charges']} executions)",
+                    "met": p["duplicate_effects"] == 0})  # fmt: skip
         if p["rss_mb"]:
-            out.append({"target": f"{p['phase']}: worker RSS <= {RSS_LIMIT_MB:.0f} MB", "value": f"{p['rss_mb']['max']} MB",
+            out.append({"target": f"{p['phase']}: worker RSS <= {RSS_LIMIT_MB:.0f} MB",
+                        "value": f"{p['rss_mb']['max']} MB",
                         "met": p["rss_mb"]["max"] <= RSS_LIMIT_MB})  # fmt: skip
     return out
 
 
 def table(summary: dict[str, Any]) -> list[str]:
-    lines = ["| Phase | Runs | Seconds | Statuses | Failed (reason) | Kills | Lease-expired attempts | Failover p50 s | "
+    lines = ["| Phase | Runs | Seconds | Statuses | Failed (reason) | Kills | Lease-expired attempts | "
+             "Failover p50 s | "
              "p99 s | Worker RSS MB by tenth (max) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in summary["phases"]:
         rss = p["rss_mb"]

@@ -101,12 +101,12 @@ async def test_steer_with_another_mode_is_409(api: Any) -> None:
     created = await create_thread(api.client, key, options={"tool_recovery": "never"})
     thread_id = created.json()["thread"]["id"]
     steer = {"input": TEXT, "delivery": "steer"}
-    other = await api.client.post(f"/v1/threads/{thread_id}/inbox",
-                                  json=steer | {"options": {"tool_recovery": "always"}}, headers=key.headers("a"))  # fmt: skip
+    other = await api.client.post(f"/v1/threads/{thread_id}/inbox", headers=key.headers("a"),
+                                  json=steer | {"options": {"tool_recovery": "always"}})  # fmt: skip
     assert other.status_code == 409
     assert error_of(other)["details"]["reason"] == "run_configuration_immutable"
-    same = await api.client.post(f"/v1/threads/{thread_id}/inbox",
-                                 json=steer | {"options": {"tool_recovery": "never"}}, headers=key.headers("b"))  # fmt: skip
+    same = await api.client.post(f"/v1/threads/{thread_id}/inbox", headers=key.headers("b"),
+                                 json=steer | {"options": {"tool_recovery": "never"}})  # fmt: skip
     assert same.status_code == 201, same.text
 
 

@@ -219,7 +219,8 @@ async def _cell(db: Any, engine: Any, tenant: Any, spawner: Zygote, crash: Crash
         ref = await add_thread_run(conn, tenant, script="tools", agent=agent, tool_recovery=mode,
                                    options={"workdir": str(workdir), "tool_recovery": mode})  # fmt: skip
     log = workdir / "dying.log"
-    pid = await spawner.spawn(url=db.url, worker_id=f"dying-{agent}", agent=agent, log=str(log), lease_seconds=DYING_LEASE,
+    pid = await spawner.spawn(url=db.url, worker_id=f"dying-{agent}", agent=agent, log=str(log),
+                              lease_seconds=DYING_LEASE,
                               failpoints=f"{crash.point}:sigkill@{crash.hit}")  # fmt: skip
     ended = await spawner.wait_end(pid, CELL_TIMEOUT / 2)
     context = f"{crash.point}@{crash.hit} ({crash.boundary}), tool_recovery={mode}: "
