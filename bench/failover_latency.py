@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
 
-from candor.service.protocol.backoff import run_retry_delay
+from candor.service.protocol.outcomes import recovery_decision
 from candor.service.store.tables import checkpoints, run_attempts, runs
 
 from . import _cli, _service, _store
@@ -222,7 +222,9 @@ def sections(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 async def measure(trials: int, drain_trials: int, settings: dict[str, Any], options: dict[str, Any], kill_at: int,
                   postgres_url: str, console: Console) -> dict[str, Any]:
-    settings = {**settings, "retry_delay_seconds": run_retry_delay(1)}
+    first_expiry = recovery_decision("failed", cancel_requested=False, attempts=1, max_attempts=3,
+                                     failure_code="lease_expired")
+    settings = {**settings, "retry_delay_seconds": getattr(first_expiry, "delay_seconds", None)}
     summary: dict[str, Any] = {"bench": "failover_latency", "settings": settings, "options": options,
                                "kill_at": kill_at, "skipped": {}}
     reason = await _service.postgres_or_skip(postgres_url)
@@ -324,10 +326,10 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"{c.get('lease_expiry', float('nan')):.2f} s is the rest of the lease (lease {s['lease_seconds']} s, "
             f"renewed every {s['authority_seconds']} s), the `expire_leases` pass recovers the attempt at "
             f"{c.get('first_attempt_ended', float('nan')):.2f} s, the run is due again "
-            f"{s['retry_delay_seconds']} s later (the retry delay after a first failed attempt, S-31), the standby "
-            f"claims it at {c.get('claimed', float('nan')):.2f} s and the rest is attempt start, one model turn and "
-            "the commit. The lease dominates by design (a shorter lease fails over faster but renews more often); "
-            f"the {s['retry_delay_seconds']} s retry delay uses up the 1 s margin of the target on its own."
+            f"{s['retry_delay_seconds']} s later (an expired lease is not the run's fault, so the S-31 retry delay "
+            f"does not apply: issue 15 item 3), the standby claims it at {c.get('claimed', float('nan')):.2f} s and "
+            "the rest is attempt start, one model turn and the commit. The lease dominates by design (a shorter "
+            "lease fails over faster but renews more often)."
         )
     if drain:
         c = drain["components_median"]

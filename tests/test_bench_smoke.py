@@ -243,3 +243,31 @@ def test_run_all_quick_writes_a_report(tmp_path: Path) -> None:
         assert needle in text
     assert "Not benchmarked yet" not in text
     assert RATIO.search(text) is not None
+
+
+def test_soak_figures_count_duplicates_and_failover_from_the_last_kill() -> None:
+    """Issue 15 item 2: a run tag with two `charge` lines is a duplicate effect; a failover sample runs from the
+    last SIGKILL before the recovery to the next attempt's first checkpoint (S-28)."""
+    from bench.soak import duplicate_effects, failover_seconds
+
+    assert duplicate_effects(["a 1", "b 1", "a 2", "", "c 3"]) == {"a": 2}
+    assert failover_seconds([10.0, 20.0], [(12.0, 15.0), (25.0, 26.5), (5.0, 6.0), (21.0, None)]) == [5.0, 6.5]
+
+
+@pytest.mark.postgres
+@pytest.mark.crash
+def test_soak_tiny_run_loses_nothing(tmp_path: Path, postgres_server: str) -> None:
+    """Issue 15 item 2 (tiny): workers SIGKILLed and restarted, one drained, then a private PostgreSQL server
+    restarted mid-phase: no run lost, no non-retry-safe effect duplicated (S-28, S-29)."""
+    stdout, data = run_service_bench("soak", tmp_path, "--runs", "12", "--restart-runs", "6", "--kill-every", "2",
+                                     "--max-seconds", "40", "--settle-seconds", "60", "--in-flight", "6")
+    phases = {p["phase"]: p for p in data["phases"]}
+    assert set(phases) == {"kills", "pg restart"}
+    for phase in phases.values():
+        assert phase["submitted"] == phase["runs_asked"] and phase["lost"] == 0, phase
+        assert phase["duplicate_effects"] == 0 and phase["rss_mb"]["max"] > 0, phase
+    assert phases["kills"]["kills"] >= 1
+    assert any("SIGTERM" in event for event in phases["kills"]["events"])
+    assert any("PostgreSQL restarted" in event for event in phases["pg restart"]["events"])
+    assert phases["pg restart"]["statuses"] == {"completed": 6}
+    assert "lost runs = 0" in stdout

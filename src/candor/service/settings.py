@@ -31,6 +31,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from .errors import SettingsError
 from .protocol.children import unknown_child_agents
+from .protocol.tool_recovery import DEFAULT_TOOL_RECOVERY, effective_tool_recovery
 
 __all__ = (
     "ServiceSettings",
@@ -258,6 +259,10 @@ class AgentSettings(_Section):
     children: tuple[str, ...] = ()
     """§7.13: the agents this agent may start as child runs (`start_child_run`); none by default. Every name must
     be a configured agent (checked at startup)."""
+    tool_recovery: Literal["declared", "never", "always"] = "declared"
+    """What a recovering attempt does with this agent's unanswered tool calls (S-29, H-45…H-47): `declared` re-runs
+    retry-safe tools only, `never` answers all unknown-outcome, `always` re-runs all. A run's own
+    `options.tool_recovery` wins (protocol/tool_recovery.py)."""
 
     @field_validator("children")
     @classmethod
@@ -353,6 +358,12 @@ class ServiceSettings(BaseSettings):
             raise SettingsError(f"settings could not be read: {type(exc).__name__}") from None
         finally:
             _LOAD_REQUEST.reset(token)
+
+    def tool_recovery_for(self, agent: str, options: Mapping[str, Any] | None) -> str:
+        """The `tool_recovery` a run of `agent` with `options` is accepted with: its option, else the agent's."""
+        section = self.agents.get(agent)
+        agent_default = section.tool_recovery if section is not None else DEFAULT_TOOL_RECOVERY
+        return effective_tool_recovery(options, agent_default)
 
     def check_startup(self) -> None:
         """The cross-setting checks of §3.3 (S-56); raises one `SettingsError` naming every violated pair."""

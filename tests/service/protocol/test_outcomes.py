@@ -187,7 +187,10 @@ def requeued(code, delay, attempt=FAILED):
         ("failed", False, 4, 3, "attempt_failed", sealed("failed", "attempt_failed")),
         # S-31: charged attempts left → accepted, due after min(60, 2^(attempts−1)).
         ("failed", False, 1, 3, "attempt_failed", requeued("attempt_failed", 1)),
-        ("failed", False, 2, 3, "lease_expired", requeued("lease_expired", 2)),
+        ("failed", False, 2, 3, "model_unavailable", requeued("model_unavailable", 2)),
+        # Issue 15 item 3 (over S-31): an expired lease is not the run's fault → due now, still charged.
+        ("failed", False, 1, 3, "lease_expired", requeued("lease_expired", 0)),
+        ("failed", False, 2, 3, "lease_expired", requeued("lease_expired", 0)),
         ("failed", False, 7, 20, "attempt_failed", requeued("attempt_failed", 60)),
         # S-32: a handoff is due now and never runs out of attempts.
         ("yielded", False, 3, 3, None, requeued(None, 0, YIELDED)),
@@ -210,6 +213,24 @@ def test_requeue_wakes_workers_only_when_due_now():
     ).wake_workers
 
 
+@pytest.mark.parametrize("attempts", [1, 2, 5, 19])
+def test_expired_lease_is_due_at_once_but_still_charged(attempts):
+    """S-28, S-30 and issue 15 item 3 (which overrides S-31 for this code): a lease-expired attempt is not the
+    run's fault, so its run is due again at once and workers are woken; it still counts toward max_attempts."""
+    decision = recovery_decision(
+        "failed", cancel_requested=False, attempts=attempts, max_attempts=20, failure_code="lease_expired"
+    )
+    assert decision == requeued("lease_expired", 0) and decision.wake_workers
+    other = recovery_decision(
+        "failed", cancel_requested=False, attempts=attempts, max_attempts=20, failure_code="attempt_failed"
+    )
+    assert isinstance(other, Requeue) and other.delay_seconds == retry_delay_seconds(attempts) >= 1
+    last = recovery_decision(
+        "failed", cancel_requested=False, attempts=20, max_attempts=20, failure_code="lease_expired"
+    )
+    assert last == sealed("failed", "lease_expired")
+
+
 def test_failed_recovery_needs_a_code():
     """S-30: the run is sealed with the failure code of the last attempt, so it must be known."""
     with pytest.raises(ValueError):
@@ -224,7 +245,7 @@ def test_failed_recovery_needs_a_code():
 )
 def test_recovery_invariants(outcome, cancel, attempts, max_attempts):
     """S-30, S-31, S-32, S-33, S-22: a cancel always seals cancelled; a requeue never exceeds the charge limit;
-    only failures back off; the run failure code is never lease_lost."""
+    an expired lease is due again at once; the run failure code is never lease_lost."""
     code = None if outcome == "yielded" else "lease_expired"
     decision = recovery_decision(
         outcome, cancel_requested=cancel, attempts=attempts, max_attempts=max_attempts, failure_code=code
@@ -240,5 +261,6 @@ def test_recovery_invariants(outcome, cancel, attempts, max_attempts):
             assert decision.failure_code == "lease_expired"
         case Requeue():
             assert outcome == "yielded" or attempts < max_attempts
-            assert decision.delay_seconds == (0 if outcome == "yielded" else retry_delay_seconds(attempts))
+            assert decision.delay_seconds == 0  # a yield (S-32) or an expired lease (issue 15 item 3)
+            assert decision.wake_workers
             assert 0 <= decision.delay_seconds <= 60

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 
 import asyncpg
@@ -48,7 +50,8 @@ async def test_check_schema_reports_pending_and_changes_nothing(empty_db: str) -
 
 async def test_upgrade_head_reproduces_tables_exactly(empty_db: str) -> None:
     """STYLE habit 5, S-123: after `upgrade head`, compare_metadata against tables.py finds no differences."""
-    assert await migrate(empty_db) == (head_revision(),)
+    applied = await migrate(empty_db)
+    assert applied[0] == "0001" and applied[-1] == head_revision()
     status = await check_schema(empty_db)
     assert status.differences == ()
     assert status.is_current
@@ -59,8 +62,49 @@ async def test_upgrade_head_reproduces_tables_exactly(empty_db: str) -> None:
 async def test_concurrent_migrations_apply_each_revision_once(empty_db: str) -> None:
     """S-122: two processes migrating at the same time apply each revision exactly once."""
     first, second = await asyncio.gather(migrate(empty_db), migrate(empty_db))
-    assert sorted([first, second]) == [(), (head_revision(),)]
+    assert sorted([first, second]) == [(), ("0001", "0002")]
+    assert head_revision() == "0002"
     assert (await check_schema(empty_db)).is_current
+
+
+async def test_0002_records_declared_on_existing_runs(empty_db: str) -> None:
+    """Issue 13 item 1: revision 0002 adds `runs.tool_recovery`; runs accepted before it read "declared" (the mode
+    every run was hosted with until then), and downgrading to 0001 removes the column again."""
+    engine = create_engine(empty_db)
+
+    def step(target: str, *, down: bool = False) -> Any:
+        def run(sync_conn: sa.Connection) -> None:
+            config = alembic_config()
+            config.attributes["connection"] = sync_conn
+            (command.downgrade if down else command.upgrade)(config, target)
+
+        return run
+
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(step("0001"))
+            # Only the columns 0001 knows; the runs insert trigger wants `accepted`.
+            await conn.exec_driver_sql(
+                "INSERT INTO workspaces (id, name, created_at) VALUES ('ws_1', 'w', 0)"
+            )
+            await conn.exec_driver_sql(
+                "INSERT INTO threads (id, workspace_id, origin, agent, version, created_at, updated_at) "
+                "VALUES ('thr_1', 'ws_1', 'new', 'a', 1, 0, 0)"
+            )
+            await conn.exec_driver_sql(
+                "INSERT INTO runs (id, workspace_id, thread_id, agent, principal_id, authority, options, "
+                "options_digest, trigger, lineage, status, available_at, attempts, max_attempts, checkpoint_seq, "
+                "created_at, version) VALUES ('run_1', 'ws_1', 'thr_1', 'a', 'prn_1', '{}', '{}', 'd', 'input', "
+                "'root', 'accepted', 0, 0, 3, 0, 0, 1)"
+            )
+            await conn.run_sync(step("0002"))
+            mode = (await conn.exec_driver_sql("SELECT tool_recovery FROM runs WHERE id = 'run_1'")).scalar_one()
+            assert mode == "declared"
+            await conn.run_sync(step("0001", down=True))
+            columns = await conn.run_sync(lambda c: {col["name"] for col in sa.inspect(c).get_columns("runs")})
+            assert "tool_recovery" not in columns and "max_attempts" in columns
+    finally:
+        await engine.dispose()
 
 
 async def _trigger_definitions(conn: AsyncConnection, schema: str | None = None) -> dict[str, str]:

@@ -243,6 +243,16 @@ def make_settings(url: str, **worker: Any) -> ServiceSettings:
     )
 
 
+def crash_settings(url: str, *, lease_seconds: float) -> ServiceSettings:
+    """Settings for crash tests that run many workers side by side on a loaded machine: a statement timeout (and
+    SQLite busy timeout) of just under a third of the lease, a heartbeat every sixth of it (S-56 bounds)."""
+    return ServiceSettings(
+        database={"url": url, "timeout": lease_seconds / 3.2},
+        worker={"lease_seconds": lease_seconds, "authority_seconds": lease_seconds / 6, "scan_seconds": 0.1},
+        agents={"scripted": {"factory": FACTORY}},
+    )
+
+
 def make_service(url: str, engine: AsyncEngine, **worker: Any) -> Service:
     return Service(
         settings=make_settings(url, **worker),

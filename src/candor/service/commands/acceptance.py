@@ -157,6 +157,7 @@ def input_run(
         authority=threads.frozen_authority(principal.id, facts.permissions), options=options, trigger="input",
         lineage=lineage, parent_run_id=parent_run_id, start_checkpoint_id=start_checkpoint_id,
         max_attempts=service.settings.worker.max_attempts, source_entry_id=entry.id,
+        tool_recovery=service.settings.tool_recovery_for(agent, options),
     )  # fmt: skip
 
 

@@ -84,12 +84,16 @@ class ClientTool(_Body):
 class RunOptions(BaseModel):
     """`options`: a JSON object of at most 64 KiB handed to the agent's factory; frozen on the run.
 
-    `client_tools` is the one key the service itself reads (§8.8); every other key belongs to the agent.
+    `client_tools` (§8.8) and `tool_recovery` are the keys the service itself reads; every other key belongs to the
+    agent.
     """
 
     model_config = ConfigDict(extra="allow")
 
     client_tools: list[ClientTool] | None = Field(None, max_length=64)
+    tool_recovery: str | None = Field(None, json_schema_extra={"enum": ["declared", "never", "always"]})
+    """What a recovering attempt does with unanswered tool calls; wins over `[agents.<name>].tool_recovery`. Checked
+    by the command (400 `invalid_argument`, reason `not_a_tool_recovery_mode`), so every route answers alike."""
 
 
 def _options(options: RunOptions | None) -> dict[str, Any] | None:
@@ -271,6 +275,8 @@ class RunView(BaseModel):
     failure: FailureView | None
     attempts: int
     max_attempts: int
+    tool_recovery: Literal["declared", "never", "always"]
+    """The run's recovery mode for unanswered tool calls, fixed at acceptance (options, else the agent's)."""
     cancel_requested_at: AwareDatetime | None
     current_attempt_id: str | None
     checkpoint_seq: int
@@ -288,6 +294,7 @@ class RunView(BaseModel):
             trigger=row.trigger, lineage=row.lineage, parent_run_id=row.parent_run_id,
             wait_reason=row.wait_reason, pending=pending, output=row.output,
             failure=_failure(row.failure), attempts=row.attempts, max_attempts=row.max_attempts,
+            tool_recovery=row.tool_recovery,  # type: ignore[arg-type]
             cancel_requested_at=_at(row.cancel_requested_at), current_attempt_id=row.current_attempt_id,
             checkpoint_seq=row.checkpoint_seq, usage=row.usage, created_at=_at(row.created_at),
             started_at=_at(row.started_at), sealed_at=_at(row.sealed_at), version=row.version,

@@ -22,6 +22,8 @@ class NewRun:
     lineage: Literal["root", "continue", "fork"]
     max_attempts: int
     """S-10: `worker.max_attempts` at acceptance."""
+    tool_recovery: str
+    """`ServiceSettings.tool_recovery_for(agent, options)` at acceptance (a resume successor keeps its run's)."""
     start_checkpoint_id: str | None
     parent_run_id: str | None = None
     source_entry_id: str | None = None

@@ -213,6 +213,12 @@ class Requeue:
 
 RecoveryDecision = SealAfterRecovery | Requeue
 
+IMMEDIATE_RETRY_CODES: frozenset[str] = frozenset({"lease_expired"})
+"""Failure codes whose run is due again at once (issue 15, item 3, which overrides the S-31 delay for them): a lease
+that expired says the worker died or lost the database, not that the run misbehaved, so waiting would only add to
+the failover time of S-28. The attempt is still charged (S-14, S-30), so a run that kills every worker still ends
+at `max_attempts`."""
+
 
 def recovery_decision(
     attempt_outcome: Literal["yielded", "failed"],
@@ -222,7 +228,10 @@ def recovery_decision(
     max_attempts: int,
     failure_code: str | None = None,
 ) -> RecoveryDecision:
-    """S-30, S-31, S-32, S-33: §7.6 in order. ``attempts`` is ``runs.attempts`` (charged attempts so far)."""
+    """S-30, S-31, S-32, S-33: §7.6 in order. ``attempts`` is ``runs.attempts`` (charged attempts so far).
+
+    A failure in `IMMEDIATE_RETRY_CODES` (`lease_expired`) is requeued due now rather than after the S-31 delay.
+    """
     match attempt_outcome:
         case "yielded":
             closed = attempt_end("handoff")
@@ -238,5 +247,5 @@ def recovery_decision(
         return SealAfterRecovery(status="cancelled", failure_code="cancelled", attempt=closed)
     if code is not None and attempts >= max_attempts:
         return SealAfterRecovery(status="failed", failure_code=code, attempt=closed)
-    delay = 0 if code is None else retry_delay_seconds(attempts)
+    delay = 0 if code is None or code in IMMEDIATE_RETRY_CODES else retry_delay_seconds(attempts)
     return Requeue(attempt=closed, failure_code=code, delay_seconds=delay)

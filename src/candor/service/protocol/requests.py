@@ -16,6 +16,7 @@ from pydantic_ai import ModelMessagesTypeAdapter
 from ..errors import Forbidden, InvalidArgument
 from .authority import Permission, Principal
 from .client_tools import ClientToolsProblem, validate_client_tools
+from .tool_recovery import TOOL_RECOVERY_FIELD, tool_recovery_problem
 from .idempotency import KeyProblem, canonical_json, validate_idempotency_key
 from .pending import resume_shape_problem
 from .resume import ResumeAnswers
@@ -95,7 +96,8 @@ def json_size(value: Any, field: str) -> int:
 
 
 def checked_options(value: Any) -> dict[str, Any] | None:
-    """§5.1, §8.8: a JSON object of at most 64 KiB whose `client_tools`, when given, are well formed."""
+    """§5.1, §8.8: a JSON object of at most 64 KiB whose `client_tools` and `tool_recovery`, when given, are well
+    formed."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
@@ -105,6 +107,8 @@ def checked_options(value: Any) -> dict[str, Any] | None:
     tools = validate_client_tools(value.get("client_tools"))  # §8.8, S-133
     if isinstance(tools, ClientToolsProblem):
         raise InvalidArgument(fields=[(tools.field, tools.reason)])
+    if (reason := tool_recovery_problem(value)) is not None:  # issue 13 item 1
+        raise InvalidArgument(fields=[(TOOL_RECOVERY_FIELD, reason)])
     return dict(value)
 
 

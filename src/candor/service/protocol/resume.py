@@ -146,6 +146,8 @@ class WaitingRun(ResumeRow, Protocol):
     @property
     def checkpoint_id(self) -> str | None: ...
     @property
+    def tool_recovery(self) -> str: ...
+    @property
     def pending(self) -> Any: ...
 
 
@@ -233,6 +235,7 @@ def successor_of(
         parent_run_id=waiting.id,
         start_checkpoint_id=waiting.checkpoint_id,
         max_attempts=max_attempts,
+        tool_recovery=waiting.tool_recovery,  # the same logical run continues: its recovery mode stays
         resume=answers.stored_json(),
         resumed_by_id=resumed_by_id,
         request_key=key,

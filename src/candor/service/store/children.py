@@ -209,6 +209,7 @@ async def spawn_child(
                 workspace_id=parent.workspace_id, thread_id=thread_id, agent=spawn.agent,
                 principal_id=parent.principal_id, authority=dict(parent.authority), options={}, trigger="spawned",
                 lineage="root", max_attempts=settings.worker.max_attempts, start_checkpoint_id=None,
+                tool_recovery=settings.tool_recovery_for(spawn.agent, {}),
                 source_entry_id=entry.id,
             ),
             entropy=entropy,

@@ -104,6 +104,7 @@ _CLAIM_RUN_COLUMNS = (
     *_FENCE_RUN_COLUMNS,
     runs.c.principal_id,
     runs.c.options,
+    runs.c.tool_recovery,
     runs.c.resume,
     runs.c.trigger,
     runs.c.lineage,
@@ -124,6 +125,8 @@ class ClaimedRun:
     principal_id: str
     options: dict[str, Any]
     options_digest: str
+    tool_recovery: str
+    """The run's `tool_recovery` mode, fixed at acceptance; the attempt hands it to the harness."""
     source_entry_id: str | None
     resume: dict[str, Any] | None
     """The stored resume body of a resume successor (§8.6), else None."""
@@ -374,6 +377,7 @@ def _claimed(row: Mapping[str, Any], lease: Lease, start_reason: StartReason, no
         principal_id=row["principal_id"],
         options=dict(row["options"] or {}),
         options_digest=row["options_digest"],
+        tool_recovery=row["tool_recovery"],
         source_entry_id=row["source_entry_id"],
         resume=row["resume"],
         trigger=row["trigger"],

@@ -247,6 +247,7 @@ runs = Table(
     Column("available_at", TIMESTAMP, nullable=False),
     Column("attempts", Integer, nullable=False, default=0),
     Column("max_attempts", Integer, nullable=False),
+    Column("tool_recovery", CODE, nullable=False, server_default="declared"),
     Column("start_checkpoint_id", ID),
     Column("checkpoint_id", ID),
     Column("checkpoint_seq", Integer, nullable=False, default=0),

@@ -278,7 +278,7 @@ async def start_point(conn: AsyncConnection, thread: ThreadRow) -> StartPoint:
 _RUN_VALUE_COLUMNS = (
     "id", "workspace_id", "thread_id", "agent", "principal_id", "authority", "options", "options_digest",
     "source_entry_id", "resume", "resumed_by_id", "request_key", "request_digest", "trigger", "lineage",
-    "parent_run_id", "max_attempts", "start_checkpoint_id",
+    "parent_run_id", "max_attempts", "tool_recovery", "start_checkpoint_id",
 )
 _INSERT_RUN = (
     insert(runs)
@@ -310,7 +310,8 @@ async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> 
         "options_digest": options_digest(run.options), "source_entry_id": run.source_entry_id, "resume": run.resume,
         "resumed_by_id": run.resumed_by_id, "request_key": run.request_key, "request_digest": run.request_digest,
         "trigger": run.trigger, "lineage": run.lineage, "parent_run_id": run.parent_run_id,
-        "max_attempts": run.max_attempts, "start_checkpoint_id": run.start_checkpoint_id,
+        "max_attempts": run.max_attempts, "tool_recovery": run.tool_recovery,
+        "start_checkpoint_id": run.start_checkpoint_id,
     }  # fmt: skip
     try:
         inserted = await conn.execute(_INSERT_RUN, {f"new_{name}": value for name, value in values.items()})
@@ -390,6 +391,7 @@ async def advance_thread(
             await fail_entry(conn, entry_id=entry.id, code=problem[0], message=problem[1])
             continue
         assert principal_id is not None
+        options = entry.options if entry.options is not None else point.options
         started = await start_run(
             conn,
             NewRun(
@@ -398,12 +400,13 @@ async def advance_thread(
                 agent=agent,
                 principal_id=principal_id,
                 authority=frozen_authority(principal_id, permissions),
-                options=entry.options if entry.options is not None else point.options,
+                options=options,
                 trigger="child_result" if entry.kind == "child_result" else "queued",
                 lineage=point.lineage,
                 parent_run_id=point.parent_run_id,
                 start_checkpoint_id=point.start_checkpoint_id,
                 max_attempts=settings.worker.max_attempts,
+                tool_recovery=settings.tool_recovery_for(agent, options),
                 source_entry_id=entry.id,
             ),
             entropy=entropy,

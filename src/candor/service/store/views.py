@@ -129,6 +129,8 @@ class RunRow(_Row):
     available_at: float
     attempts: int
     max_attempts: int
+    tool_recovery: str
+    """The run's effective `tool_recovery` mode, fixed at acceptance (protocol/tool_recovery.py)."""
     start_checkpoint_id: str | None
     checkpoint_id: str | None
     checkpoint_seq: int

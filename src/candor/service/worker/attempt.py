@@ -181,7 +181,7 @@ class _Attempt:
             stream = harness.stream(
                 self._input(start),
                 previous_state=state,
-                tool_recovery="declared",
+                tool_recovery=claimed.tool_recovery,  # issue 13 item 1: the run's mode, fixed at acceptance
                 bindings=RunBindings(
                     deferred_tools_supported=True,
                     toolsets=[*client_toolsets(tools), *child_toolsets(self.service, claimed)],  # §8.8, §7.13

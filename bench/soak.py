@@ -1,0 +1,427 @@
+"""Soak: many runs over PostgreSQL while worker processes are SIGKILLed and restarted, one is drained, and (second
+phase) the PostgreSQL server itself restarts (issue 15, item 2).
+
+Phase "kills": one `candor serve --role control` and `--workers` (3) `candor serve --role worker` processes on a
+scratch database; `--runs` runs are submitted (at most `--in-flight` unsealed at a time). Every `--kill-every`
+seconds (counted from the moment the previous replacement is ready) a random worker gets SIGKILL and a fresh one
+is started in its place; once, half-way, one gets SIGTERM
+(a drain handoff, §7.11) and is replaced too. Phase "pg restart": the same with `--restart-runs` runs and no kills,
+on a private PostgreSQL server (initdb'd for the bench in a temporary directory, so that restarting it disturbs no
+one else) that is restarted (`pg_ctl restart -m fast`) while the runs are in flight; the processes must reconnect
+by themselves. Each run (`soak` script below) first calls `charge` (not retry-safe: it appends one line per call to
+a ledger file) and then `--steps` retry-safe `step` calls, hosted with `tool_recovery = "declared"`.
+
+Reported per phase: lost runs (submitted but not sealed when the phase ends, or unknown to the database: must be
+0), duplicate effects of the non-retry-safe `charge` (runs whose ledger holds more than one line: must be 0), runs
+sealed `failed` with their failure code (`max_attempts` reached after repeated kills shows as `lease_expired`),
+lease-expired attempts and failover times (from the last SIGKILL before an attempt's recovery to the first
+checkpoint of the run's next attempt: p50/p99), and the workers' RSS sampled every `--rss-every` seconds. Time is
+bounded by `--max-seconds` per phase: submission stops there and the runs already submitted are waited for (at
+most `--settle-seconds`).
+
+    python -m bench.soak [--runs 1000] [--restart-runs 200] [--workers 3] [--kill-every 4] [--max-seconds 35]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import Agent, RunContext, Tool
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import UsageLimits
+from sqlalchemy import func, select
+
+from candor import Harness
+from candor.tools import recovery_retryable
+
+from . import _cli, _service, _store
+
+FACTORY = "bench.soak:factory"  # not `__name__`: run as `-m bench.soak` this module is `__main__`
+QUICK_ARGS = ["--runs", "30", "--restart-runs", "10", "--kill-every", "3", "--max-seconds", "60"]
+SETTINGS = {"worker": {"lease_seconds": 8.0, "authority_seconds": 1.0, "scan_seconds": 0.2, "slots": 8,
+                       "drain_seconds": 5.0},
+            "database": {"timeout": 2.5}, "server": {"shutdown_timeout": 10.0}}  # fmt: skip
+"""Roomier than failover_latency's 3 s lease: the soak runs three workers with eight slots each on two cores, and a
+heartbeat that misses its `authority_seconds` bound there lets healthy leases expire (charged attempts that are
+not the kills under test)."""
+RSS_LIMIT_MB = 250.0
+
+
+# ------------------------------------------------------------------------------------------------ the agent
+
+
+def soak_agent(tag: str, ledger: str, steps: int, step_seconds: float) -> Agent[None, str]:
+    """`charge` once (not retry-safe, one ledger line per execution), then `steps` retry-safe steps, then done."""
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        done = sum(isinstance(m, ModelResponse) for m in messages)
+        if done == 0:
+            return ModelResponse(parts=[ToolCallPart("charge", {"amount": 1}, tool_call_id="call_charge")])
+        if done <= steps:
+            return ModelResponse(parts=[ToolCallPart("step", {"n": done}, tool_call_id=f"call_{done:04d}")])
+        return ModelResponse(parts=[TextPart("soaked")])
+
+    async def charge(ctx: RunContext[None], amount: int) -> str:
+        """Charge (an external effect; not safe to repeat)."""
+        line = f"{tag} {os.getpid()}\n".encode()
+        fd = os.open(Path(ledger) / f"{os.getpid()}.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line)  # one small O_APPEND write: whole, and on disk before the tool returns
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return "charged"
+
+    async def step(n: int) -> str:
+        """One unit of work (safe to repeat)."""
+        await asyncio.sleep(step_seconds)
+        return "ok"
+
+    return Agent(FunctionModel(script, model_name="soak"), tools=[Tool(charge), recovery_retryable(Tool(step))])
+
+
+def factory(options: dict[str, Any]) -> Harness[Any]:
+    steps = int(options.get("steps", 3))
+    agent = soak_agent(str(options["tag"]), str(options["ledger"]), steps, float(options.get("step_seconds", 0.05)))
+    return Harness(agent, usage_limits=UsageLimits(request_limit=steps + 10))
+
+
+# ------------------------------------------------------------------------------------------------ pure figures
+
+
+def duplicate_effects(ledger_lines: list[str]) -> dict[str, int]:
+    """Run tag → executions of `charge`, for the tags executed more than once."""
+    counts = Counter(line.split()[0] for line in ledger_lines if line.strip())
+    return {tag: n for tag, n in counts.items() if n > 1}
+
+
+def failover_seconds(kills: list[float], recoveries: list[tuple[float, float | None]]) -> list[float]:
+    """For each recovered attempt `(recovered_at, next_first_checkpoint_at)`: the time from the last kill before its
+    recovery to the next attempt's first checkpoint (None: never continued, left out)."""
+    out = []
+    for recovered_at, continued_at in recoveries:
+        before = [k for k in kills if k <= recovered_at]
+        if before and continued_at is not None:
+            out.append(continued_at - before[-1])
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ a private server
+
+
+@contextlib.asynccontextmanager
+async def private_postgres() -> AsyncIterator[tuple[str, Any]]:
+    """A throwaway PostgreSQL server (initdb in a temporary directory, a free port) and a function restarting it."""
+    binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+    if not binaries:
+        raise RuntimeError("no PostgreSQL binaries under /usr/lib/postgresql")
+    bin_dir = binaries[-1]
+    root = Path(tempfile.mkdtemp(prefix="candor-soak-pg-"))
+    data, port = root / "data", _service.free_port()
+    as_owner: list[str] = []
+    if os.geteuid() == 0:  # initdb and the server refuse to run as root
+        shutil.chown(root, "postgres")
+        as_owner = ["runuser", "-u", "postgres", "--"]
+    ctl = [*as_owner, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w"]
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+    subprocess.run([*as_owner, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"],
+                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([*ctl, "-o", options, "start"], check=True, capture_output=True)
+
+    async def restart() -> float:
+        started = time.monotonic()
+        await asyncio.to_thread(subprocess.run, [*ctl, "-m", "fast", "-o", options, "restart"], check=True,
+                                capture_output=True)  # fmt: skip
+        return time.monotonic() - started
+
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", restart
+    finally:
+        subprocess.run([*ctl, "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------ one phase
+
+
+async def phase(name: str, postgres_url: str, *, runs: int, workers: int, in_flight: int, steps: int,
+                kill_every: float | None, drain: bool, restart: Any, max_seconds: float, rss_every: float,
+                settle_seconds: float) -> dict[str, Any]:  # fmt: skip
+    ledger = Path(tempfile.mkdtemp(prefix="candor-soak-ledger-"))
+    os.chmod(ledger, 0o777)
+    sections = {**SETTINGS, "agents": {"soak": {"factory": FACTORY, "tool_recovery": "declared"}}}
+    out: dict[str, Any] = {"phase": name, "runs_asked": runs}
+    rng = random.Random(15)
+    async with _service.service_database(postgres_url, **sections) as db:
+        await db.processes_ready(["control"])
+        pool = await db.processes_ready(["worker"] * workers)
+        kills: list[float] = []
+        events: list[str] = []
+        rss: list[tuple[float, int]] = []
+        submitted: list[str] = []
+        start = time.monotonic()
+        wall0 = time.time()
+
+        async def submit_all() -> None:
+            while len(submitted) < runs and time.monotonic() - start < max_seconds:
+                sealed = await _retrying(lambda: db.count_runs(*_service.SEALED))
+                while len(submitted) < runs and len(submitted) - sealed < in_flight:
+                    index = len(submitted)
+                    tag = f"{name.replace(' ', '-')}-{index}"  # an Idempotency-Key and a ledger word: no spaces
+                    options = {"tag": tag, "ledger": str(ledger), "steps": steps}
+                    accepted = await _submit(db, options, key=tag)
+                    submitted.append(accepted)
+                await asyncio.sleep(0.05)
+
+        async def chaos() -> None:
+            drained = not drain
+            last = time.monotonic()
+            restarted = restart is None
+            while True:
+                await asyncio.sleep(0.2)
+                elapsed = time.monotonic() - start
+                halfway = len(submitted) >= runs // 2 or elapsed >= max_seconds / 2
+                if not restarted and halfway:
+                    restarted = True
+                    took = await restart()
+                    events.append(f"PostgreSQL restarted at +{elapsed:.1f} s (took {took:.1f} s)")
+                if not drained and halfway:
+                    drained = True
+                    victim = rng.randrange(len(pool))
+                    pool[victim].signal(signal.SIGTERM)
+                    events.append(f"SIGTERM (drain) to worker {pool[victim].pid} at +{elapsed:.1f} s")
+                    pool[victim] = db.process("worker")
+                if kill_every is not None and time.monotonic() - last >= kill_every:
+                    victim = rng.randrange(len(pool))
+                    kills.append(time.time())
+                    pool[victim].signal(signal.SIGKILL)
+                    pool[victim] = db.process("worker")  # its replacement starts at once
+                    # The next kill is `kill_every` after the replacement is ready: killing workers that are still
+                    # importing would only measure start-up, and leave no worker to fail over to.
+                    with contextlib.suppress(RuntimeError):
+                        await pool[victim].wait_ready(timeout=120)
+                    last = time.monotonic()
+
+        async def sample_rss() -> None:
+            while True:
+                for process in db.processes:
+                    if process.role == "worker" and process.alive():
+                        with contextlib.suppress(OSError, ValueError):
+                            rss.append((time.monotonic() - start, process.memory_kib()["VmRSS"]))
+                await asyncio.sleep(rss_every)
+
+        background = [asyncio.create_task(chaos()), asyncio.create_task(sample_rss())]
+        try:
+            await submit_all()
+            deadline = time.monotonic() + settle_seconds
+            while time.monotonic() < deadline and await _retrying(lambda: _unsealed(db, submitted)):
+                await asyncio.sleep(0.25)
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+        out["seconds"] = round(time.monotonic() - start, 1)
+        out.update(await _retrying(lambda: _figures(db, submitted, kills, wall0)))
+        lines = [line for f in ledger.glob("*.txt") for line in f.read_text().splitlines()]
+        duplicates = duplicate_effects(lines)
+        out["duplicate_effects"] = len(duplicates)
+        out["charges"] = len(lines)
+        out["kills"] = len(kills)
+        out["events"] = events
+        out["rss_mb"] = _rss_summary(rss)
+    shutil.rmtree(ledger, ignore_errors=True)
+    return out
+
+
+async def _retrying(call: Any, *, seconds: float = 60.0) -> Any:
+    """`await call()`, again while the database is unavailable (the restart phase drops every connection; the
+    bench's own client reconnects like the workers do). Submissions are keyed, so a retry never creates twice."""
+    from sqlalchemy.exc import DBAPIError
+
+    from candor.service.errors import StoreUnavailable
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return await call()
+        except (StoreUnavailable, DBAPIError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.25)
+
+
+async def _submit(db: _service.ServiceDatabase, options: dict[str, Any], key: str) -> str:
+    from candor.service import commands
+
+    async def once() -> Any:
+        return await commands.create_thread(db.service, db.principal, agent="soak", input=_service.PROMPT,
+                                            options=options, key=key)  # fmt: skip
+
+    accepted = await _retrying(once)
+    assert accepted.run is not None
+    return accepted.run.id
+
+
+async def _unsealed(db: _service.ServiceDatabase, run_ids: list[str]) -> int:
+    from candor.service.store.tables import runs
+
+    async with db.service.engine.connect() as conn:
+        rows = (await conn.execute(select(runs.c.id).where(runs.c.status.in_(_service.SEALED)))).all()
+    return len(set(run_ids) - {r.id for r in rows})
+
+
+async def _figures(db: _service.ServiceDatabase, run_ids: list[str], kills: list[float],
+                   wall0: float) -> dict[str, Any]:  # fmt: skip
+    from candor.service.store.tables import checkpoints, run_attempts, runs
+
+    async with db.service.engine.connect() as conn:
+        run_rows = {r.id: r for r in (await conn.execute(select(runs.c.id, runs.c.status, runs.c.failure,
+                                                                runs.c.attempts))).all()}  # fmt: skip
+        attempts = (await conn.execute(select(run_attempts.c.run_id, run_attempts.c.number, run_attempts.c.failure,
+                                              run_attempts.c.finished_at))).all()  # fmt: skip
+        firsts = {(r.run_id, r.attempt): r.first for r in (await conn.execute(
+            select(checkpoints.c.run_id, checkpoints.c.attempt, func.min(checkpoints.c.created_at).label("first"))
+            .group_by(checkpoints.c.run_id, checkpoints.c.attempt)
+        )).all()}  # fmt: skip
+    lost = [rid for rid in run_ids if rid not in run_rows or run_rows[rid].status not in _service.SEALED]
+    statuses = Counter(run_rows[rid].status for rid in run_ids if rid in run_rows)
+    failed = Counter(f"{(run_rows[rid].failure or {}).get('code')} after {run_rows[rid].attempts} attempts"
+                     for rid in run_ids if rid in run_rows and run_rows[rid].status == "failed")  # fmt: skip
+    expired = [a for a in attempts if (a.failure or {}).get("code") == "lease_expired"]
+    recoveries = [(a.finished_at, firsts.get((a.run_id, a.number + 1))) for a in expired if a.finished_at]
+    failovers = failover_seconds(kills, recoveries)
+    return {
+        "submitted": len(run_ids), "lost": len(lost), "statuses": dict(statuses), "failed_by_reason": dict(failed),
+        "lease_expired_attempts": len(expired),
+        "failover_p50": round(_store.percentile(failovers, 0.5), 3) if failovers else None,
+        "failover_p99": round(_store.percentile(failovers, 0.99), 3) if failovers else None,
+        "failover_samples": len(failovers),
+    }
+
+
+def _rss_summary(samples: list[tuple[float, int]]) -> dict[str, Any]:
+    """Worker RSS over time: per tenth of the phase, the largest sample (MB)."""
+    if not samples:
+        return {}
+    end = max(t for t, _ in samples) or 1.0
+    buckets: dict[int, int] = {}
+    for t, kib in samples:
+        bucket = min(9, int(10 * t / end))
+        buckets[bucket] = max(buckets.get(bucket, 0), kib)
+    return {"max": round(max(k for _, k in samples) / 1024, 1),
+            "by_tenth": [round(buckets[b] / 1024, 1) for b in sorted(buckets)]}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def verdicts(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for p in phases:
+        out.append({"target": f"{p['phase']}: lost runs = 0", "value": f"{p['lost']} of {p['submitted']}",
+                    "met": p["lost"] == 0})  # fmt: skip
+        out.append({"target": f"{p['phase']}: duplicate effects of the non-retry-safe tool = 0",
+                    "value": f"{p['duplicate_effects']} ({p['charges']} executions)",
+                    "met": p["duplicate_effects"] == 0})  # fmt: skip
+        if p["rss_mb"]:
+            out.append({"target": f"{p['phase']}: worker RSS <= {RSS_LIMIT_MB:.0f} MB",
+                        "value": f"{p['rss_mb']['max']} MB",
+                        "met": p["rss_mb"]["max"] <= RSS_LIMIT_MB})  # fmt: skip
+    return out
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    lines = ["| Phase | Runs | Seconds | Statuses | Failed (reason) | Kills | Lease-expired attempts | "
+             "Failover p50 s | "
+             "p99 s | Worker RSS MB by tenth (max) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for p in summary["phases"]:
+        rss = p["rss_mb"]
+        lines.append(
+            f"| {p['phase']} | {p['submitted']} | {p['seconds']} | {p['statuses']} | {p['failed_by_reason'] or '-'} | "
+            f"{p['kills']} | {p['lease_expired_attempts']} | {p['failover_p50']} | {p['failover_p99']} | "
+            f"{rss.get('by_tenth')} ({rss.get('max')}) |"
+        )
+    events = [f"{p['phase']}: {e}" for p in summary["phases"] for e in p["events"]]
+    return [*lines, "", *(f"Event: {e}" for e in events), ""]
+
+
+def reading(summary: dict[str, Any]) -> list[str]:
+    out = []
+    for p in summary["phases"]:
+        out.append(f"{p['phase']}: {p['submitted']} of {p['runs_asked']} runs submitted in {p['seconds']} s; "
+                   f"{p['lost']} lost, {p['duplicate_effects']} duplicated `charge` effects; "
+                   f"{p['failover_samples']} failover samples after {p['kills']} SIGKILLs.")  # fmt: skip
+    out.extend(_cli.missed_lines(summary))
+    return out
+
+
+def report(summary: dict[str, Any]) -> str:
+    lines = [f"soak: {summary['settings']}"]
+    for p in summary["phases"]:
+        lines.append(f"  {p['phase']}: {p}")
+    return "\n".join([*lines, *_cli.target_lines(summary)])
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    summary: dict[str, Any] = {"bench": "soak", "settings": SETTINGS, "skipped": {}, "phases": []}
+    reason = await _service.postgres_or_skip(args.postgres_url)
+    if reason is not None:
+        summary["skipped"]["soak"] = reason
+        summary["verdicts"] = []
+        return summary
+    common = dict(workers=args.workers, in_flight=args.in_flight, steps=args.steps, max_seconds=args.max_seconds,
+                  rss_every=args.rss_every, settle_seconds=args.settle_seconds)  # fmt: skip
+    summary["phases"].append(await phase("kills", args.postgres_url, runs=args.runs, kill_every=args.kill_every,
+                                         drain=True, restart=None, **common))  # fmt: skip
+    if args.restart_runs:
+        try:
+            async with private_postgres() as (url, restart):
+                summary["phases"].append(await phase("pg restart", url, runs=args.restart_runs, kill_every=None,
+                                                     drain=False, restart=restart, **common))  # fmt: skip
+        except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
+            summary["skipped"]["pg restart"] = f"no private PostgreSQL server: {type(exc).__name__}: {exc}"
+    summary["verdicts"] = verdicts(summary["phases"])
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000, help="runs in the kill phase (default: 1000)")
+    parser.add_argument("--restart-runs", type=int, default=200, help="runs in the PostgreSQL restart phase "
+                        "(default: 200; 0 skips the phase)")
+    parser.add_argument("--workers", type=int, default=3, help="worker processes (default: 3)")
+    parser.add_argument("--in-flight", type=int, default=24, help="unsealed runs at a time (default: 24)")
+    parser.add_argument("--steps", type=int, default=3, help="retry-safe steps per run after the charge (default: 3)")
+    parser.add_argument("--kill-every", type=float, default=4.0, help="seconds between SIGKILLs (default: 4)")
+    parser.add_argument("--max-seconds", type=float, default=35.0, help="submission time bound per phase "
+                        "(default: 35; with the settle bound and start-ups the whole soak fits about 2.5 minutes, "
+                        "which `make bench`'s 15-minute budget leaves it)")
+    parser.add_argument("--settle-seconds", type=float, default=20.0, help="longest wait for the submitted runs to "
+                        "seal after submission ends (default: 20)")
+    parser.add_argument("--rss-every", type=float, default=2.0, help="RSS sampling period (default: 2)")
+    _cli.add_postgres_url(parser)
+    _cli.add_json(parser)
+    args = parser.parse_args(argv)
+    if min(args.runs, args.workers, args.in_flight) < 1 or args.restart_runs < 0:
+        parser.error("--runs, --workers and --in-flight must be >= 1, --restart-runs >= 0")
+    summary = asyncio.run(measure(args))
+    return _cli.emit(summary, report, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
