@@ -25,6 +25,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from pydantic_graph import End
 
 from . import _agent_glue as glue
+from ._reconcile_run import reconcile_open_calls
 from ._recovery_start import OpenCallStart, start_open_calls
 from .bindings import RunBindings
 from .candidates import normalize_candidate
@@ -309,6 +310,11 @@ class RunStream(Generic[OutputT]):
                 node = await self._await_step(run, node, stream_events=False)
                 if isinstance(node, ModelRequestNode) and node.is_resuming_without_prompt:
                     await glue.restore_resumed_request(run, node)
+                reconciled = await self._cancellable(
+                    reconcile_open_calls(
+                        run, history=history, batch=self._batch, mode=self._tool_recovery, thread_id=self.thread_id
+                    )
+                )
                 start: OpenCallStart | None = start_open_calls(
                     run,
                     history=history,
@@ -316,6 +322,7 @@ class RunStream(Generic[OutputT]):
                     mode=self._tool_recovery,
                     user_input=user_input,
                     deferred_tools_supported=self._bindings.deferred_tools_supported,
+                    reconciled=reconciled,
                 )
                 self._pending_answer_ids = start.pending_answer_ids
                 only_output_calls = not start.calls and self._batch is None and isinstance(node, CallToolsNode)
@@ -362,6 +369,17 @@ class RunStream(Generic[OutputT]):
             raise RunError(
                 "the input factory raised", code="input_factory_failed", details={"error_type": type(exc).__name__}
             ) from exc
+
+    async def _cancellable(self, work: Awaitable[Any]) -> Any:
+        """Await `work` in a task that `cancel()` stops at once (H-105), like a step."""
+        if self._cancel_requested:
+            raise asyncio.CancelledError
+        task = asyncio.ensure_future(work)
+        self._step_task = task
+        try:
+            return await task
+        finally:
+            self._step_task = None
 
     async def _await_step(self, run: Any, node: Any, *, stream_events: bool) -> Any:
         async with contextlib.aclosing(self._step(run, node, stream_events=stream_events)) as events:
