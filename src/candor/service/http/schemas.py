@@ -278,6 +278,17 @@ class PendingView(BaseModel):
     calls: list[PendingCallView]
 
 
+class RecoveredCallView(BaseModel):
+    """A tool call that recovery closed when an attempt continued from a checkpoint with unanswered calls."""
+
+    tool_call_id: str
+    tool_name: str
+    outcome: Literal["replayed", "reconciled", "rerun", "unknown"]
+    """`replayed`: a retry-safe call ran again; `reconciled`: its reconciler confirmed the effect and gave the result;
+    `rerun`: its reconciler said the effect had not happened, so the call ran again; `unknown`: the unknown-outcome
+    result (docs/state-and-resume.md)."""
+
+
 class RunView(BaseModel):
     """§8.4 RunView."""
 
@@ -302,9 +313,11 @@ class RunView(BaseModel):
     started_at: AwareDatetime | None
     sealed_at: AwareDatetime | None
     version: int
+    recovery: list[RecoveredCallView] | None = None
+    """The calls recovery closed, in history order; only `GET /v1/runs/{id}` fills it (`null` elsewhere)."""
 
     @classmethod
-    def of(cls, row: RunRow) -> RunView:
+    def of(cls, row: RunRow, recovery: list[Any] | None = None) -> RunView:
         pending = None if row.pending is None else PendingView.model_validate(row.pending)
         return cls(
             id=row.id, thread_id=row.thread_id, agent=row.agent, status=row.status,  # type: ignore[arg-type]
@@ -314,6 +327,10 @@ class RunView(BaseModel):
             cancel_requested_at=_at(row.cancel_requested_at), current_attempt_id=row.current_attempt_id,
             checkpoint_seq=row.checkpoint_seq, usage=row.usage, created_at=_at(row.created_at),
             started_at=_at(row.started_at), sealed_at=_at(row.sealed_at), version=row.version,
+            recovery=None if recovery is None else [
+                RecoveredCallView(tool_call_id=c.tool_call_id, tool_name=c.tool_name, outcome=c.outcome)
+                for c in recovery
+            ],
         )  # fmt: skip
 
 
