@@ -33,6 +33,8 @@ __all__ = (
     "PendingView",
     "FailureView",
     "RunView",
+    "RunDetailView",
+    "RecoveredCallView",
     "AttemptView",
     "AcceptedView",
     "RunPage",
@@ -313,11 +315,9 @@ class RunView(BaseModel):
     started_at: AwareDatetime | None
     sealed_at: AwareDatetime | None
     version: int
-    recovery: list[RecoveredCallView] | None = None
-    """The calls recovery closed, in history order; only `GET /v1/runs/{id}` fills it (`null` elsewhere)."""
 
     @classmethod
-    def of(cls, row: RunRow, recovery: list[Any] | None = None) -> RunView:
+    def of(cls, row: RunRow) -> RunView:
         pending = None if row.pending is None else PendingView.model_validate(row.pending)
         return cls(
             id=row.id, thread_id=row.thread_id, agent=row.agent, status=row.status,  # type: ignore[arg-type]
@@ -327,11 +327,19 @@ class RunView(BaseModel):
             cancel_requested_at=_at(row.cancel_requested_at), current_attempt_id=row.current_attempt_id,
             checkpoint_seq=row.checkpoint_seq, usage=row.usage, created_at=_at(row.created_at),
             started_at=_at(row.started_at), sealed_at=_at(row.sealed_at), version=row.version,
-            recovery=None if recovery is None else [
-                RecoveredCallView(tool_call_id=c.tool_call_id, tool_name=c.tool_name, outcome=c.outcome)
-                for c in recovery
-            ],
         )  # fmt: skip
+
+
+class RunDetailView(RunView):
+    """`GET /v1/runs/{id}`: the RunView plus `recovery`, read from the messages the run added."""
+
+    recovery: list[RecoveredCallView]
+    """The tool calls recovery closed when an attempt continued from a checkpoint, in history order."""
+
+    @classmethod
+    def detail(cls, row: RunRow, recovery: list[Any]) -> RunDetailView:
+        calls = [RecoveredCallView(tool_call_id=c.tool_call_id, tool_name=c.tool_name, outcome=c.outcome) for c in recovery]
+        return cls(**RunView.of(row).model_dump(), recovery=calls)
 
 
 class AttemptView(BaseModel):

@@ -11,7 +11,7 @@ from ... import commands
 from ..cursors import index_keyset, issue_cursor, read_cursor
 from ..dependencies import IdempotencyKey
 from ..schemas import AcceptedView, AttemptList, AttemptView, EntryView, ErrorBody, ForkBody, MessagePage, ResumeBody
-from ..schemas import RunView, ThreadView
+from ..schemas import RunDetailView, RunView, ThreadView
 from ._common import ERRORS, Reader, Runner, created_or_replayed, with_etag
 
 __all__ = ("router",)
@@ -27,12 +27,12 @@ _WRITE: dict[int | str, dict[str, Any]] = _CONFLICT | {
 
 
 @router.get("/{run_id}", summary="Read a run")
-async def get_run(run_id: str, caller: Reader, response: Response) -> RunView:
+async def get_run(run_id: str, caller: Reader, response: Response) -> RunDetailView:
     """The run, with `recovery`: the tool calls its attempts closed by recovery (replayed, reconciled, rerun,
     unknown), read from the messages it added."""
     run, recovered = await commands.get_run_with_recovery(caller.service, caller.principal, run_id)
     with_etag(response, run.id, run.version)
-    return RunView.of(run, recovered)
+    return RunDetailView.detail(run, recovered)
 
 
 @router.get("/{run_id}/attempts", summary="List a run's attempts")
