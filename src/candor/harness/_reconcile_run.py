@@ -38,6 +38,7 @@ from .recovery import RecoveryDecision, ToolRecovery, plan_recovery
 __all__ = ("reconcile_open_calls",)
 
 log = logging.getLogger("candor.harness")
+log.addHandler(logging.NullHandler())  # a library: the application decides where warnings go
 
 
 async def reconcile_open_calls(
