@@ -443,3 +443,19 @@ async def _drain(stream: Any) -> None:
             pass
     except asyncio.CancelledError:
         pass
+
+
+async def test_an_interrupted_rerun_is_reconciled_by_the_next_recovery() -> None:
+    """Docs, "Runs again, once": a rerun interrupted too leaves the same checkpoint; the next recovery asks again
+    and, since the rerun sent the same key, finds the one charge instead of charging again."""
+    world = World(_found)
+    state = await world.crash_after_charge(charged=False)
+    async with world.harness.stream(previous_state=state) as stream:
+        async for event in stream:
+            if getattr(event, "event_kind", None) == "function_tool_result":
+                break  # the rerun charged; this process dies before anything is saved
+    assert len(world.payments.charges) == 1 and len(world.keys_seen) == 1
+    result = await world.harness.run(previous_state=state)
+    assert world.payments.calls == 1 and len(world.asked) == 2
+    assert world.asked[0].key == world.asked[1].key == world.keys_seen[0]
+    assert _recovery_return(result).metadata[RECOVERY_METADATA_KEY] == "reconciled"
