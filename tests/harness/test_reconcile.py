@@ -459,3 +459,26 @@ async def test_an_interrupted_rerun_is_reconciled_by_the_next_recovery() -> None
     assert world.payments.calls == 1 and len(world.asked) == 2
     assert world.asked[0].key == world.asked[1].key == world.keys_seen[0]
     assert _recovery_return(result).metadata[RECOVERY_METADATA_KEY] == "reconciled"
+
+
+async def test_a_replayed_tools_own_metadata_is_kept_with_the_mark_added() -> None:
+    """H-42 (nothing existing changes) and the docs: a replay's dict metadata gets `candor.recovery` added; other
+    metadata is left as the tool gave it."""
+    from pydantic_ai.messages import ToolReturn
+
+    def tool_with(metadata: Any) -> Tool[Any]:
+        def charge_card(amount: int) -> Any:
+            return ToolReturn(return_value="ok", metadata=metadata)
+
+        return recovery_retryable(Tool(charge_card))
+
+    for given, expected in [({"source": "api"}, {"source": "api", RECOVERY_METADATA_KEY: "replayed"}),
+                            (["a", "list"], ["a", "list"])]:
+        harness = Harness(Agent(FunctionModel(script), tools=[tool_with(given)]))
+        async with harness.stream("Charge $40") as stream:
+            async for event in stream:
+                if isinstance(event, BoundaryEvent) and event.kind == "tool":
+                    state = await stream.export_state()
+                    break
+        result = await harness.run(previous_state=state)
+        assert _recovery_return(result).metadata == expected

@@ -14,7 +14,7 @@ import contextvars
 import copy
 import dataclasses
 from datetime import datetime, timezone
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import TypeAdapter
@@ -370,9 +370,10 @@ class RunStream(Generic[OutputT]):
                 "the input factory raised", code="input_factory_failed", details={"error_type": type(exc).__name__}
             ) from exc
 
-    async def _cancellable(self, work: Awaitable[Any]) -> Any:
+    async def _cancellable(self, work: Coroutine[Any, Any, Any]) -> Any:
         """Await `work` in a task that `cancel()` stops at once (H-105), like a step."""
         if self._cancel_requested:
+            work.close()
             raise asyncio.CancelledError
         task = asyncio.ensure_future(work)
         self._step_task = task
