@@ -1,12 +1,15 @@
 """The candor demo: `python -m examples.demo` (or `make demo`). No API key, no network, under a minute.
 
-Three acts, all with the scripted support agent of `examples.agents`:
+Five acts; the first three with the scripted support agent of `examples.agents`:
 
 1. Continue and fork — two turns on one thread, the state saved to JSON, loaded back, forked, continued.
 2. A crash mid-tool — a child process is SIGKILLed right after `charge_card` charged the card; the parent resumes
    from the last checkpoint under each `tool_recovery` mode and shows what the model was told.
 3. Human in the loop — an approval and a user question suspend the run; a bad batch is rejected; the answers
    (an edited approval, a denial, an answer) are applied and the run finishes.
+4. The same crash, hosted by the service (`examples.service_demo`).
+5. Reconcile before unknown — `charge_card` with a reconciler against an idempotent payment API
+   (`examples.reconcile_demo`): a charge made before a SIGKILL is found, a charge never made runs once.
 
 Each act is an importable coroutine (`act1`, `act2`, `act3`) returning the facts it demonstrated; the tests use them.
 """
@@ -529,6 +532,9 @@ async def run_demo(out_dir: Path, console: Console) -> dict[str, Any]:
     _act_header(console, 4, "The same crash, hosted by the service",
                 "candor serve on the embedded SQLite default: a worker process dies, another finishes the run")
     facts["act4"] = await act4(out_dir, console)
+    _act_header(console, 5, "Reconcile before unknown",
+                "charge_card has a reconciler that asks an idempotent payment API what became of the call's key")
+    facts["act5"] = await act5(out_dir, console)
     console.print()
     console.print(Rule(Text(f"done in {time.perf_counter() - started:.1f} s", style="bold")))
     console.print(Text("Read more: README.md, docs/state-and-resume.md, docs/human-in-the-loop.md"))
@@ -536,10 +542,11 @@ async def run_demo(out_dir: Path, console: Console) -> dict[str, Any]:
 
 
 from examples.service_demo import act4  # noqa: E402 - the service act lives in its own module
+from examples.reconcile_demo import act5  # noqa: E402 - so does the reconcile act
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.demo", description="The candor demo (three acts).")
+    parser = argparse.ArgumentParser(prog="python -m examples.demo", description="The candor demo (five acts).")
     parser.add_argument("--out", type=Path, default=None, help="directory for the files the demo writes "
                         "(default: a new temporary directory)")
     args = parser.parse_args(argv)

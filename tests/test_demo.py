@@ -143,7 +143,7 @@ async def test_act2_crash_mid_tool_under_each_mode(tmp_path: Path) -> None:
 
 @pytest.mark.crash
 def test_make_demo_runs_under_a_minute(tmp_path: Path) -> None:
-    """The whole demo as a user runs it (`python -m examples.demo`): exit 0, < 60 s, all three acts shown."""
+    """The whole demo as a user runs it (`python -m examples.demo`): exit 0, < 60 s, every act shown."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     started = time.monotonic()
     proc = subprocess.run(
@@ -154,7 +154,8 @@ def test_make_demo_runs_under_a_minute(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert elapsed < 60
     for needle in ("Act 1: Continue and fork", "Act 2: A crash mid-tool", "Act 3: Human in the loop",
-                   "deferred_results_incomplete", "unknown outcome", "let me check before retrying"):
+                   "deferred_results_incomplete", "unknown outcome", "let me check before retrying",
+                   "Act 5: Reconcile before unknown", "reconciled"):
         assert needle in proc.stdout
 
 
@@ -216,3 +217,34 @@ async def test_service_act_fails_over_after_a_killed_worker(tmp_path: Path) -> N
     assert sum(1 for e in facts.ledger if e.get("tool") == "charge_card") == 1
     assert sum(1 for e in facts.ledger if e.get("tool") == "lookup_order") == 2
     assert "could not confirm the charge" in str(facts.run.output)
+
+
+# ------------------------------------------------------------------------------ act 5: reconcile before unknown
+
+
+@pytest.mark.crash
+async def test_act5_reconciles_against_an_idempotent_payment_api(tmp_path: Path) -> None:
+    """H-46 with a reconciler (docs/state-and-resume.md, "Reconciling against an idempotent API"): a charge made
+    before a real SIGKILL is reconciled under the key the dying tool sent; a charge never made runs once with its
+    key; a reconciler that raises leaves the unknown outcome (H-43)."""
+    from examples.reconcile_demo import SCENARIOS
+
+    scenarios = await demo.act5(tmp_path, quiet())
+    charged, not_done, down = (scenarios[name] for name in SCENARIOS)
+
+    assert charged.recovery == "reconciled" and charged.keys_sent == []  # the tool did not run again
+    assert (len(charged.charges), charged.requests) == (1, 1)
+    assert charged.recovery_return.content == charged.charges[0]
+    assert charged.recovery_return.metadata["candor.call_key"].startswith(charged.crash_key)
+    assert charged.result.output == f"Charged $40 on order A1 ({charged.charges[0]['charge_id']})."
+
+    assert not_done.recovery == "rerun" and len(not_done.keys_sent) == 1
+    assert (len(not_done.charges), not_done.requests) == (1, 1)
+    response = not_done.saved.message_history[-1]
+    from candor.tools import derive_call_key
+
+    assert not_done.keys_sent == [derive_call_key(not_done.saved.thread_id, response.run_id, "pay")]
+
+    assert down.recovery == "unknown" and down.keys_sent == [] and down.charges == []
+    assert down.recovery_return.outcome == "interrupted"
+    assert str(down.result.output).startswith("I could not confirm the charge")

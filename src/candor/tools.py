@@ -1,5 +1,20 @@
-"""Public face: tool recovery helpers and the unknown-outcome result (spec §3.10)."""
+"""Public face: tool recovery helpers, the unknown-outcome result (spec §3.10) and reconcilers (reconcile.py)."""
 
+from .harness.reconcile import (
+    CALL_KEY_METADATA_KEY,
+    DEFAULT_RECONCILE_TIMEOUT,
+    RECONCILER_METADATA_KEY,
+    RECOVERY_METADATA_KEY,
+    NotDone,
+    OutcomeUnknown,
+    Reconciled,
+    ReconcileRequest,
+    Reconciler,
+    call_key,
+    derive_call_key,
+    reconciler_for,
+    with_reconciler,
+)
 from .harness.recovery_tools import (
     RECOVERY_RETRY_SAFE_METADATA_KEY,
     UNKNOWN_OUTCOME_CONTENT,
@@ -16,4 +31,17 @@ __all__ = (
     "UNKNOWN_OUTCOME_CONTENT",
     "unknown_outcome_result",
     "is_retry_safe",
+    "reconciler_for",
+    "with_reconciler",
+    "Reconciler",
+    "ReconcileRequest",
+    "Reconciled",
+    "NotDone",
+    "OutcomeUnknown",
+    "call_key",
+    "derive_call_key",
+    "RECONCILER_METADATA_KEY",
+    "RECOVERY_METADATA_KEY",
+    "CALL_KEY_METADATA_KEY",
+    "DEFAULT_RECONCILE_TIMEOUT",
 )

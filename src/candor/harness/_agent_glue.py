@@ -75,6 +75,22 @@ def args_validator(run: AgentRun[Any, Any], tool_name: str) -> Any | None:
     return None if tool is None else tool.args_validator
 
 
+def tool_function(run: AgentRun[Any, Any], tool_name: str) -> Any | None:
+    """The Python function behind a function tool of this run's surface, or `None` (reconcile.py's registry).
+
+    pydantic-ai 2.68 keeps it as `FunctionToolsetTool.call_func`, the bound `FunctionSchema.call`; combined and
+    wrapper toolsets put their own tool around it, reachable through `source_tool`.
+    """
+    tools = run.ctx.deps.tool_manager.tools or {}
+    tool = tools.get(tool_name)
+    for _ in range(16):  # wrappers nest a few levels at most; never loop on a cycle
+        if tool is None or hasattr(tool, "call_func"):
+            break
+        tool = getattr(tool, "source_tool", None)
+    call = getattr(tool, "call_func", None)
+    return getattr(getattr(call, "__self__", None), "function", None)
+
+
 def model_streams(agent: AbstractAgent[Any, Any]) -> bool:
     """Whether model requests can be streamed: a `FunctionModel` without `stream_function` cannot."""
     model = getattr(agent, "model", None)

@@ -9,7 +9,8 @@ in call order (H-44), then goes on, ends the run with the restored output, or en
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,8 @@ from . import _agent_glue as glue
 from .deferred import DeferredToolResume
 from .errors import RunError
 from .history import last_response_index, tool_calls, unanswered_calls
-from .recovery import ToolRecovery, calls_in_order, plan_recovery, unanswered_output_calls
+from .reconcile import recovery_tag, tagged_return
+from .recovery import RecoveryDecision, ToolRecovery, calls_in_order, plan_recovery, unanswered_output_calls
 from .recovery_tools import unknown_outcome_result
 from .resume_check import check_surface
 
@@ -60,6 +62,8 @@ class OpenCallStart:
     suspend_calls: list[ToolCallPart] = field(default_factory=list)
     user_input: str | Sequence[UserContent] | None = None
     pending_answer_ids: frozenset[str] = frozenset()
+    recovery_tags: dict[str, str] = field(default_factory=dict)
+    """`candor.recovery` metadata for the native returns of recovered calls: "replayed" or "rerun"."""
 
     def finish(self, run: Any, node: Any) -> StartOutcome:
         native_returns: dict[str, ModelRequestPart] = {}
@@ -87,7 +91,9 @@ class OpenCallStart:
                 # pydantic-ai puts user content of a ToolReturn after all returns; so does the harness.
                 (prompts if isinstance(part, UserPromptPart) else merged).append(part)
             if call.tool_call_id in native_returns:
-                merged.append(native_returns[call.tool_call_id])
+                part = native_returns[call.tool_call_id]
+                tag = self.recovery_tags.get(call.tool_call_id)
+                merged.append(part if tag is None else tagged_return(part, tag))
         merged.extend(trailing)
         merged.extend(prompts)
         if final_output:
@@ -143,8 +149,12 @@ def start_open_calls(
     mode: ToolRecovery,
     user_input: str | Sequence[UserContent] | None,
     deferred_tools_supported: bool = True,
+    reconciled: Mapping[str, RecoveryDecision] | None = None,
 ) -> OpenCallStart:
-    """Decide what happens to the open calls of the last response, before any model request (H-58)."""
+    """Decide what happens to the open calls of the last response, before any model request (H-58).
+
+    `reconciled` holds the decisions its reconciler settled for a call (`_reconcile_run`); they replace the plan's.
+    """
     surface = glue.prepared_surface(run)
     output_names = glue.output_tool_names(run)
     open_calls = unanswered_calls(history, output_tool_names=output_names)
@@ -159,10 +169,12 @@ def start_open_calls(
     answered_here = calls_in_order(history, [*open_calls, *output_calls])
     start = OpenCallStart(calls=answered_here, native_node=None, user_input=user_input)
     replay: list[ToolCallPart] = []
-    for decision in plan.decisions:
+    for planned in plan.decisions:
+        decision = (reconciled or {}).get(planned.call.tool_call_id, planned)
         call = decision.call
         if decision.action == "replay":
             replay.append(call)
+            start.recovery_tags[call.tool_call_id] = recovery_tag(decision) or "replayed"
         elif decision.action == "unknown_outcome":
             start.harness_parts[call.tool_call_id] = [unknown_outcome_result(call)]
         elif decision.action == "apply_answer":

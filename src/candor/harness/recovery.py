@@ -62,6 +62,10 @@ Reason = Literal[
     "accepted_approval_not_reused",  # an accepted approval never authorises a replay → ask again (H-94)
     "accepted_answer",  # an external call's accepted result → written into history (H-79, H-93)
     "accepted_denial",  # an accepted denial → `outcome="denied"` return (H-78, H-93)
+    "reconciled",  # the tool's reconciler confirmed the effect → its result is the return (reconcile.py)
+    "not_done",  # the tool's reconciler said the effect did not happen → the call runs again, once
+    "reconcile_unknown",  # the reconciler could not tell → unknown outcome
+    "reconcile_failed",  # the reconciler raised, timed out or answered nonsense → unknown outcome
 ]
 
 _DEFAULT_DENIAL_MESSAGE: str = ToolDenied().message  # "The tool call was denied."

@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import copy
 import dataclasses
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -28,6 +28,7 @@ from pydantic_graph import End
 from . import _agent_glue as glue
 from ._detach import detached, detached_all
 from ._driver import TaskDrivenGenerator
+from ._reconcile_run import reconcile_open_calls
 from ._recovery_start import OpenCallStart, start_open_calls
 from .bindings import RunBindings
 from .candidates import normalize_candidate
@@ -357,6 +358,11 @@ class RunStream(Generic[OutputT]):
         node = await self._await_step(run, self._next_node, stream_events=False)
         if isinstance(node, ModelRequestNode) and node.is_resuming_without_prompt:
             await glue.restore_resumed_request(run, node)
+        reconciled = await self._cancellable(
+            reconcile_open_calls(
+                run, history=self._history, batch=self._batch, mode=self._tool_recovery, thread_id=self.thread_id
+            )
+        )
         start: OpenCallStart = start_open_calls(
             run,
             history=self._history,
@@ -364,6 +370,7 @@ class RunStream(Generic[OutputT]):
             mode=self._tool_recovery,
             user_input=user_input,
             deferred_tools_supported=self._bindings.deferred_tools_supported,
+            reconciled=reconciled,
         )
         if not start.calls and self._batch is None and isinstance(node, CallToolsNode):
             # §2: output-tool calls are pydantic-ai's to process; the restored response ends the run.
@@ -413,6 +420,18 @@ class RunStream(Generic[OutputT]):
             raise RunError(
                 "the input factory raised", code="input_factory_failed", details={"error_type": type(exc).__name__}
             ) from exc
+
+    async def _cancellable(self, work: Coroutine[Any, Any, Any]) -> Any:
+        """Await `work` in a task that `cancel()` stops at once (H-105), like a step."""
+        if self._cancel_requested:
+            work.close()
+            raise asyncio.CancelledError
+        task = asyncio.ensure_future(work)
+        self._step_task = task
+        try:
+            return await task
+        finally:
+            self._step_task = None
 
     async def _await_step(self, run: Any, node: Any, *, stream_events: bool) -> Any:
         async with contextlib.aclosing(self._step(run, node, stream_events=stream_events)) as events:

@@ -9,6 +9,9 @@ The factory `worker.support:factory` builds a fresh `candor.Harness` per attempt
 * `unavailable` – the model fails with HTTP 503 (`model_unavailable`, a transient failure);
 * `step` – the model calls the retry-safe `step` tool once, then answers `stepped`;
 * `client` – the model calls the client tool `get_weather` (§8.8), then answers with what it received;
+* `pay` – one response asks for `charge_card` and `refund` (each with a reconciler against the idempotent fake
+  payment API `CONTROL.payments`, keyed by `call_key(ctx)`), `notify` (no reconciler) and `lookup` (retry-safe);
+  `charge_card` charges before the tool gate, `refund` after it; then the model answers with what it got back;
 * `boom` – the factory raises (`agent_unavailable`).
 
 Tests steer timing through `CONTROL`: `model_gate` / `tool_gate` make the model or the tools wait, `model_entered`
@@ -28,7 +31,15 @@ from typing import Any
 
 from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -40,8 +51,9 @@ from candor.service.runtime import SeededEntropy
 from candor.service.settings import ServiceSettings
 from candor.service.store.dialect import db_now
 from candor.service.store.tables import inbox_entries, principals, run_attempts, runs, threads, workspaces
-from candor.tools import recovery_retryable
 from waiting import wait_until
+
+from candor.tools import NotDone, Reconciled, ReconcileRequest, call_key, recovery_retryable, with_reconciler
 
 FACTORY = f"{__name__}:factory"
 
@@ -55,6 +67,9 @@ class Control:
     tool_gate: asyncio.Event | None = None
     tool_entered: asyncio.Event = field(default_factory=asyncio.Event)
     on_tool: Callable[[str], Awaitable[None]] | None = None
+    payments: dict[str, str] = field(default_factory=dict)
+    """The `pay` script's fake payment API: idempotency key → charge or refund id (one effect per key)."""
+    reconciled_keys: list[str] = field(default_factory=list)
 
 
 CONTROL = Control()
@@ -212,7 +227,62 @@ def _slow(options: dict[str, Any]) -> Agent[Any, Any]:
     return Agent(_model(respond), tools=[recovery_retryable(Tool(slow_step))])
 
 
+def _pay(options: dict[str, Any]) -> Agent[Any, Any]:
+    """Reconcile before unknown (docs/state-and-resume.md) against an idempotent fake payment API."""
+
+    def effect(kind: str, key: str) -> str:
+        return CONTROL.payments.setdefault(key, f"{kind}_{len(CONTROL.payments) + 1}")
+
+    async def charge_card(ctx: RunContext[Any], amount: int) -> str:
+        """Charge the card; the payment API dedups by idempotency key."""
+        charge = effect("ch", call_key(ctx))
+        await _tool_effect("charge_card", None, f"charge {amount} {charge}")
+        return charge
+
+    async def refund(ctx: RunContext[Any], amount: int) -> str:
+        """Refund; the effect happens after the tool gate."""
+        await _tool_effect("refund", None, f"refund {amount}")
+        return effect("re", call_key(ctx))
+
+    async def notify(ctx: RunContext[Any], text: str) -> str:
+        """Send a note (no reconciler, not retry-safe)."""
+        await _tool_effect("notify", None, f"notify {text}")
+        return "sent"
+
+    async def lookup(ctx: RunContext[Any], account: str) -> str:
+        """Read a balance (safe to repeat)."""
+        await _tool_effect("lookup", None, f"lookup {account}")
+        return f"balance of {account}: 10"
+
+    async def find(request: ReconcileRequest) -> Any:
+        CONTROL.reconciled_keys.append(request.key)
+        found = CONTROL.payments.get(request.key)
+        return NotDone() if found is None else Reconciled(found)
+
+    def respond(messages: list[ModelMessage]) -> ModelResponse:
+        if not _has_response(messages):
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("charge_card", {"amount": 40}, tool_call_id="call_charge"),
+                    ToolCallPart("refund", {"amount": 5}, tool_call_id="call_refund"),
+                    ToolCallPart("notify", {"text": "paid"}, tool_call_id="call_notify"),
+                    ToolCallPart("lookup", {"account": "acme"}, tool_call_id="call_lookup"),
+                ]
+            )
+        returns = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+        return ModelResponse(parts=[TextPart(", ".join(f"{p.tool_name}={p.outcome}" for p in returns))])
+
+    tools = [
+        with_reconciler(Tool(charge_card), find),
+        with_reconciler(Tool(refund), find),
+        Tool(notify),
+        recovery_retryable(Tool(lookup)),
+    ]
+    return Agent(_model(respond), tools=tools)
+
+
 SCRIPTS: dict[str, Callable[[dict[str, Any]], Agent[Any, Any]]] = {
+    "pay": _pay,
     "slow": _slow,
     "client": _client,
     "echo": _echo,
@@ -365,6 +435,15 @@ async def make_due(engine: AsyncEngine, run_id: str) -> None:
         await conn.execute(
             update(runs).where(runs.c.id == run_id, runs.c.status == "accepted").values(available_at=db_now())
         )
+
+
+async def kill_worker(worker: Any, task: asyncio.Task[None]) -> None:
+    """Simulate a dead worker: its tasks vanish without another database write."""
+    task.cancel()
+    for handle in worker.live_handles():
+        assert handle.task is not None
+        handle.task.cancel()
+    await asyncio.gather(task, *(h.task for h in worker.live_handles() if h.task), return_exceptions=True)
 
 
 async def wait_for(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 15.0, interval: float = 0.05) -> None:

@@ -35,13 +35,7 @@ async def _stop(worker: WorkerLoop, task: asyncio.Task[None]) -> None:
     await worker.wait_attempts(timeout=10)
 
 
-async def _kill(worker: WorkerLoop, task: asyncio.Task[None]) -> None:
-    """Simulate a dead worker: its tasks vanish without another database write."""
-    task.cancel()
-    for handle in worker.live_handles():
-        assert handle.task is not None
-        handle.task.cancel()
-    await asyncio.gather(task, *(h.task for h in worker.live_handles() if h.task), return_exceptions=True)
+_kill = support.kill_worker
 
 
 def _returns(history: Any) -> dict[str, ToolReturnPart]:

@@ -11,6 +11,7 @@ from typing import Any
 from ..core import Service
 from ..errors import InvalidArgument, NotFound
 from ..protocol.authority import Principal
+from ..protocol.recovered import RecoveredCall, recovered_calls
 from ..protocol.requests import checked_limit, require
 from ..store import auth, inbox, messages, views
 from ..store.engine import read_transaction, single_read
@@ -27,6 +28,7 @@ __all__ = (
     "get_entry",
     "list_entries_page",
     "list_run_messages_page",
+    "get_run_with_recovery",
 )
 
 ENTRY_STATUSES = ("pending", "assigned", "consumed", "failed", "withdrawn")
@@ -61,6 +63,36 @@ async def get_run(service: Service, principal: Principal, run_id: str) -> RunRow
     if run is None:
         raise NotFound("run", run_id)
     return run
+
+
+_RECOVERY_PAGE = 100
+
+
+async def get_run_with_recovery(
+    service: Service, principal: Principal, run_id: str
+) -> tuple[RunRow, list[RecoveredCall]]:
+    """`GET /v1/runs/{id}`: the run and the calls its recoveries closed (replayed, reconciled, rerun, unknown).
+
+    Read from the messages the run added, in the run's read transaction. A run that began from no checkpoint and
+    has had one attempt cannot have recovered anything, so its messages are not read.
+    """
+    require(principal, "read")
+    async with read_transaction(service.engine) as conn:
+        run = await views.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
+        if run is None:
+            raise NotFound("run", run_id)
+        if run.attempts <= 1 and run.start_checkpoint_id is None:
+            return run, []
+        found: list[RecoveredCall] = []
+        offset, more = 0, True
+        while more:
+            page = await messages.read_added_messages(
+                conn, checkpoint_id=run.checkpoint_id, start_checkpoint_id=run.start_checkpoint_id, offset=offset,
+                limit=_RECOVERY_PAGE,
+            )  # fmt: skip
+            found.extend(recovered_calls(page.messages))
+            offset, more = offset + len(page.messages), page.more
+    return run, found
 
 
 async def list_runs_page(

@@ -34,6 +34,8 @@ __all__ = (
     "PendingView",
     "FailureView",
     "RunView",
+    "RunDetailView",
+    "RecoveredCallView",
     "AttemptView",
     "AcceptedView",
     "RunPage",
@@ -259,6 +261,17 @@ class PendingView(BaseModel):
     calls: list[PendingCallView]
 
 
+class RecoveredCallView(BaseModel):
+    """A tool call that recovery closed when an attempt continued from a checkpoint with unanswered calls."""
+
+    tool_call_id: str
+    tool_name: str
+    outcome: Literal["replayed", "reconciled", "rerun", "unknown"]
+    """`replayed`: a retry-safe call ran again; `reconciled`: its reconciler confirmed the effect and gave the result;
+    `rerun`: its reconciler said the effect had not happened, so the call ran again; `unknown`: the unknown-outcome
+    result (docs/state-and-resume.md)."""
+
+
 class RunView(BaseModel):
     """§8.4 RunView."""
 
@@ -299,6 +312,18 @@ class RunView(BaseModel):
             checkpoint_seq=row.checkpoint_seq, usage=row.usage, created_at=_at(row.created_at),
             started_at=_at(row.started_at), sealed_at=_at(row.sealed_at), version=row.version,
         )  # fmt: skip
+
+
+class RunDetailView(RunView):
+    """`GET /v1/runs/{id}`: the RunView plus `recovery`, read from the messages the run added."""
+
+    recovery: list[RecoveredCallView]
+    """The tool calls recovery closed when an attempt continued from a checkpoint, in history order."""
+
+    @classmethod
+    def detail(cls, row: RunRow, recovery: list[Any]) -> RunDetailView:
+        calls = [RecoveredCallView(tool_call_id=c.tool_call_id, tool_name=c.tool_name, outcome=c.outcome) for c in recovery]
+        return cls(**RunView.of(row).model_dump(), recovery=calls)
 
 
 class AttemptView(BaseModel):

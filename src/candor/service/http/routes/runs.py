@@ -19,6 +19,7 @@ from ..schemas import (
     ForkBody,
     MessagePage,
     ResumeBody,
+    RunDetailView,
     RunView,
     ThreadView,
 )
@@ -37,10 +38,12 @@ _WRITE: dict[int | str, dict[str, Any]] = _CONFLICT | {
 
 
 @router.get("/{run_id}", summary="Read a run")
-async def get_run(run_id: str, caller: Reader, response: Response) -> RunView:
-    run = await commands.get_run(caller.service, caller.principal, run_id)
+async def get_run(run_id: str, caller: Reader, response: Response) -> RunDetailView:
+    """The run, with `recovery`: the tool calls its attempts closed by recovery (replayed, reconciled, rerun,
+    unknown), read from the messages it added."""
+    run, recovered = await commands.get_run_with_recovery(caller.service, caller.principal, run_id)
     with_etag(response, run.id, run.version)
-    return RunView.of(run)
+    return RunDetailView.detail(run, recovered)
 
 
 @router.get("/{run_id}/attempts", summary="List a run's attempts")
