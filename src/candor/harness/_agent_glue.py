@@ -24,6 +24,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
+from pydantic_ai.models import Model
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.run import AgentRun
 from pydantic_ai.tools import RunContext, ToolDefinition
@@ -75,9 +76,10 @@ def args_validator(run: AgentRun[Any, Any], tool_name: str) -> Any | None:
     return None if tool is None else tool.args_validator
 
 
-def model_streams(agent: AbstractAgent[Any, Any]) -> bool:
-    """Whether model requests can be streamed: a `FunctionModel` without `stream_function` cannot."""
-    model = getattr(agent, "model", None)
+def model_streams(agent: AbstractAgent[Any, Any], bound: Model | None = None) -> bool:
+    """Whether model requests can be streamed: a `FunctionModel` without `stream_function` cannot. `bound` is the
+    run's `RunBindings.model`, which replaces the agent's own."""
+    model = bound if bound is not None else getattr(agent, "model", None)
     return not (isinstance(model, FunctionModel) and model.stream_function is None)
 
 

@@ -290,6 +290,7 @@ class RunStream(Generic[OutputT]):
             message_history=detached_all(history),
             output_type=glue.deferred_output_type(agent),
             deps=self._bindings.deps,
+            model=self._bindings.model,
             toolsets=list(self._bindings.toolsets),
             capabilities=[
                 glue.HarnessCapability(
@@ -375,7 +376,7 @@ class RunStream(Generic[OutputT]):
             raise asyncio.CancelledError
         queue: asyncio.Queue[Any] = asyncio.Queue()
         streams = stream_events and (
-            isinstance(node, CallToolsNode) or (isinstance(node, ModelRequestNode) and glue.model_streams(run_agent(run, self)))
+            isinstance(node, CallToolsNode) or (isinstance(node, ModelRequestNode) and glue.model_streams(run_agent(run, self), self._bindings.model))
         )
 
         async def execute() -> Any:
