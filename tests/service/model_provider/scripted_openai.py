@@ -12,8 +12,8 @@ in-process workers and worker subprocesses reach it over real TCP. For every req
 * `hang`: reads the request and never answers (until the server stops);
 * `drop_after`: a streamed reply whose connection is cut after that many chunks, without `[DONE]`.
 
-Every request is recorded (`requests`: method, path, headers, JSON body) and `chunks_sent` counts streamed chunks,
-so tests can wait for "the provider is mid-stream". Responses carry `Connection: close`: one request per connection.
+Every request is recorded (`requests`: method, path, headers, JSON body); `chunks_sent` counts streamed chunks and
+`streams_finished` streamed replies sent through `[DONE]`, so tests can tell "the provider is mid-stream". Responses carry `Connection: close`: one request per connection.
 """
 
 from __future__ import annotations
@@ -93,6 +93,8 @@ class ScriptedOpenAI:
         self.responder = responder
         self.requests: list[Request] = []
         self.chunks_sent = 0
+        self.streams_finished = 0
+        """Streamed replies sent through `[DONE]`."""
         self.port = 0
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -184,6 +186,8 @@ class ScriptedOpenAI:
                 self.chunks_sent += 1
         await _send_chunk(writer, b"data: [DONE]\n\n")
         await _send_chunk(writer, b"")  # the last chunk of the chunked body
+        with self._lock:
+            self.streams_finished += 1
 
 
 async def _read_request(reader: asyncio.StreamReader) -> Request | None:
