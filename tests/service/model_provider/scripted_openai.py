@@ -58,6 +58,8 @@ class Request:
     path: str
     headers: dict[str, str]
     body: Any
+    at: float = 0.0
+    """`time.monotonic()` when the request was read."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -200,7 +202,8 @@ async def _read_request(reader: asyncio.StreamReader) -> Request | None:
         name, _, value = header.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
     raw = await reader.readexactly(int(headers.get("content-length", "0")))
-    return Request(method=method, path=path, headers=headers, body=json.loads(raw) if raw else None)
+    body = json.loads(raw) if raw else None
+    return Request(method=method, path=path, headers=headers, body=body, at=time.monotonic())
 
 
 async def _send_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
