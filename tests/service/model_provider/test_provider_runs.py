@@ -24,7 +24,7 @@ from candor.service.worker import WorkerLoop
 from worker.support import add_thread_run, attempt_rows, content, make_due, run_row
 
 from .agents import AGENT, charges
-from .conftest import provider_service
+from .support import provider_service
 from .scripted_openai import Reply, Request, ScriptedOpenAI, ToolCall, in_order, tool_results
 
 FINAL_TEXT = "Your card was charged 42 euros. Anything else?"
