@@ -263,8 +263,9 @@ class AgentModelSettings(_Section):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
-            raise ValueError("must be an http:// or https:// URL without query or fragment")
+        if value is not None and not re.fullmatch(r"https?://[^\s/?#@]+(/[^\s?#]*)?", value):
+            # stored with every response (`provider_url`): no credentials (user:password@, ?key=) may hide in it
+            raise ValueError("must be an http:// or https:// URL without credentials, query or fragment")
         return value
 
     @field_validator("api_key_env")

@@ -59,6 +59,7 @@ def test_plan_needs_a_key_for_openai_itself_but_not_for_a_local_server() -> None
         ({"name": "gpt-4o"}, "name"),
         ({"base_url": "ftp://host/v1"}, "base_url"),
         ({"base_url": "http://host/v1?key=x"}, "base_url"),
+        ({"base_url": "https://user:sk-inline@host/v1"}, "base_url"),
         ({"api_key_env": "CANDOR_KEY"}, "api_key_env"),
         ({"api_key_env": "MY KEY"}, "api_key_env"),
         ({"timeout": 0}, "timeout"),
@@ -140,6 +141,15 @@ async def test_non_streaming_and_streaming_replies_with_tool_calls() -> None:
     assert {r.path for r in requests} == {"/v1/chat/completions"}
     assert requests[0].headers["authorization"] == "Bearer sk-test"
     assert requests[0].body["model"] == "gpt-scripted"
+
+
+async def test_a_client_error_is_not_retried_and_fails_the_run_for_good() -> None:
+    """H-31: 401 (a wrong key) is not transient: one request, `agent_run_failed`, which seals the run (S-49)."""
+    with ScriptedOpenAI(in_order(Reply(status=401))) as server:
+        result = await Harness(Agent()).run("hi", bindings=RunBindings(model=model_for(server.base_url)))
+        requests = len(server.recorded())
+    assert result.failure is not None and (result.status, result.failure.code) == ("failed", "agent_run_failed")
+    assert requests == 1
 
 
 # -- the retry policy ----------------------------------------------------------------------------------------------
