@@ -376,7 +376,8 @@ class RunStream(Generic[OutputT]):
             raise asyncio.CancelledError
         queue: asyncio.Queue[Any] = asyncio.Queue()
         streams = stream_events and (
-            isinstance(node, CallToolsNode) or (isinstance(node, ModelRequestNode) and glue.model_streams(run_agent(run, self), self._bindings.model))
+            isinstance(node, CallToolsNode)
+            or (isinstance(node, ModelRequestNode) and glue.model_streams(run_agent(run, self), self._bindings.model))
         )
 
         async def execute() -> Any:

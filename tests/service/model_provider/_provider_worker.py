@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/service: makes `model_provider` importable
 
-from candor.service.core import Service  # noqa: E402
-from candor.service.worker import WorkerLoop  # noqa: E402
-from model_provider.support import provider_settings  # noqa: E402
+from candor.service.core import Service
+from candor.service.worker import WorkerLoop
+from model_provider.support import provider_settings
 
 
 class _WithExtras(logging.Formatter):

@@ -6,7 +6,6 @@ import secrets
 from typing import Any
 
 import pytest
-
 from worker import support
 
 from .support import KEY_ENV

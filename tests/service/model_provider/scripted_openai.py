@@ -13,7 +13,8 @@ in-process workers and worker subprocesses reach it over real TCP. For every req
 * `drop_after`: a streamed reply whose connection is cut after that many chunks, without `[DONE]`.
 
 Every request is recorded (`requests`: method, path, headers, JSON body); `chunks_sent` counts streamed chunks and
-`streams_finished` streamed replies sent through `[DONE]`, so tests can tell "the provider is mid-stream". Responses carry `Connection: close`: one request per connection.
+`streams_finished` streamed replies sent through `[DONE]`, so tests can tell "the provider is mid-stream". Responses
+carry `Connection: close`: one request per connection.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select, text
+from worker.support import add_thread_run, attempt_rows, content, make_due, run_row
 
 from candor.service import commands
 from candor.service.protocol.authority import Principal
@@ -21,11 +22,9 @@ from candor.service.store.streams import read_stream
 from candor.service.store.tables import metadata
 from candor.service.worker import WorkerLoop
 
-from worker.support import add_thread_run, attempt_rows, content, make_due, run_row
-
 from .agents import AGENT, charges
-from .support import provider_service
 from .scripted_openai import Reply, Request, ScriptedOpenAI, ToolCall, in_order, tool_results
+from .support import provider_service
 
 FINAL_TEXT = "Your card was charged 42 euros. Anything else?"
 
@@ -57,8 +56,8 @@ def _principal(tenant: Any) -> Principal:
 
 async def test_text_deltas_reach_the_thread_stream_while_the_provider_streams(db, tenant, api_key, tmp_path) -> None:
     """§7.7 step 7, §8.7: a thread created through the commands runs on the OpenAI model; the final answer's text
-    deltas are on the thread stream while the provider is still sending it (0.3 s between chunks); the tool ran once, the output is
-    the streamed text, usage is the provider's."""
+    deltas are on the thread stream while the provider is still sending it (0.3 s between chunks); the tool ran
+    once, the output is the streamed text, usage is the provider's."""
     with ScriptedOpenAI(billing) as provider:
         service = provider_service(db, provider.base_url)
         accepted = await commands.create_thread(
