@@ -7,6 +7,7 @@ provider failures through `Harness.run`, whose H-31 classification turns them in
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -111,6 +112,15 @@ def test_startup_check_refuses_a_missing_key_without_echoing_anything() -> None:
     assert isinstance(model, OpenAIChatModel) and model.model_name == "gpt-scripted"
     assert ready.model("assistant") is model  # one client (and connection pool) per process
     assert AgentRegistry({"assistant": FACTORY}).model("assistant") is None  # no model configured: the agent's own
+
+
+def test_without_the_openai_extra_the_model_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/providers.md: a configured model needs `candor[openai]`; without it startup names the extra."""
+    monkeypatch.setitem(sys.modules, "pydantic_ai.models.openai", None)  # what an absent package looks like
+    registry = AgentRegistry({"assistant": FACTORY}, models={"assistant": spec()}, environ={"TEST_KEY": "sk-x"})
+    with pytest.raises(AgentUnavailable) as raised:
+        registry.check_all()
+    assert raised.value.reason == "provider_not_installed" and 'pip install "candor[openai]"' in str(raised.value)
 
 
 # -- the wire formats ----------------------------------------------------------------------------------------------
