@@ -24,6 +24,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
+from pydantic_ai.models import Model
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.run import AgentRun
 from pydantic_ai.tools import RunContext, ToolDefinition
@@ -91,9 +92,10 @@ def tool_function(run: AgentRun[Any, Any], tool_name: str) -> Any | None:
     return getattr(getattr(call, "__self__", None), "function", None)
 
 
-def model_streams(agent: AbstractAgent[Any, Any]) -> bool:
-    """Whether model requests can be streamed: a `FunctionModel` without `stream_function` cannot."""
-    model = getattr(agent, "model", None)
+def model_streams(agent: AbstractAgent[Any, Any], bound: Model | None = None) -> bool:
+    """Whether model requests can be streamed: a `FunctionModel` without `stream_function` cannot. `bound` is the
+    run's `RunBindings.model`, which replaces the agent's own."""
+    model = bound if bound is not None else getattr(agent, "model", None)
     return not (isinstance(model, FunctionModel) and model.stream_function is None)
 
 
@@ -154,8 +156,8 @@ class HarnessCapability(AbstractCapability[Any]):
         if any(isinstance(m, ModelResponse) and m.state == "suspended" for m in messages[-1:]):
             return request_context
         stripped = _without_system_prompts(messages)
-        current = await ctx.agent.system_prompt_parts(
-            deps=ctx.deps, message_history=stripped, prompt=ctx.prompt, usage=ctx.usage
+        current = await ctx.agent.system_prompt_parts(  # the run's model: the agent may have none of its own
+            deps=ctx.deps, model=ctx.model, message_history=stripped, prompt=ctx.prompt, usage=ctx.usage
         )
         # Only the copy sent to the model changes; stored messages are never rewritten (H-39).
         request_context.messages = _with_head(stripped, current)

@@ -8,6 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import JsonValue
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.models import Model
 from pydantic_ai.toolsets import AbstractToolset
 
 from .errors import RunError
@@ -38,6 +39,9 @@ class RunBindings:
     """Providers bound by mount name."""
     deps: Any = None
     """Passed to the agent as `deps`."""
+    model: Model | None = None
+    """The model this run uses instead of the agent's own (`agent.iter(model=...)`); a provider client holding
+    an API key is authority too, so it is bound per run and never part of a state."""
 
 
 def validate_bindings(bindings: object) -> RunBindings:
@@ -58,6 +62,8 @@ def validate_bindings(bindings: object) -> RunBindings:
         for name, p in bindings.environments.items()
     ):
         problems.append("environments")
+    if bindings.model is not None and not isinstance(bindings.model, Model):
+        problems.append("model")
     if problems:
         raise RunError(
             "invalid run bindings: " + ", ".join(problems), code="run_bindings_invalid", details={"fields": problems}

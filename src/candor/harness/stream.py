@@ -310,6 +310,7 @@ class RunStream(Generic[OutputT]):
             message_history=detached_all(history),
             output_type=glue.deferred_output_type(agent),
             deps=self._bindings.deps,
+            model=self._bindings.model,
             toolsets=list(self._bindings.toolsets),
             capabilities=[
                 glue.HarnessCapability(
@@ -446,7 +447,7 @@ class RunStream(Generic[OutputT]):
         queue: asyncio.Queue[Any] = asyncio.Queue()
         streams = stream_events and (
             isinstance(node, CallToolsNode)
-            or (isinstance(node, ModelRequestNode) and glue.model_streams(self._harness.agent))
+            or (isinstance(node, ModelRequestNode) and glue.model_streams(self._harness.agent, self._bindings.model))
         )
 
         async def execute() -> Any:

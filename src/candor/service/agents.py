@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
@@ -22,9 +23,12 @@ from candor import Harness
 
 from .errors import ServiceError
 from .protocol.children import unknown_child_agents
+from .providers import ModelPlan, build_model, plan_model
 
 if TYPE_CHECKING:
-    from .settings import AgentSettings
+    from pydantic_ai.models import Model
+
+    from .settings import AgentModelSettings, AgentSettings
 
 __all__ = ("AgentFactory", "AgentRegistry", "AgentUnavailable", "UnavailableReason")
 
@@ -33,7 +37,7 @@ AgentFactory = Callable[[dict[str, Any]], Harness[Any]]
 
 UnavailableReason = Literal[
     "unknown_agent", "invalid_factory", "import_failed", "attribute_missing", "not_callable",
-    "factory_failed", "not_a_harness",
+    "factory_failed", "not_a_harness", "api_key_missing", "provider_not_installed",
 ]  # fmt: skip
 
 _DESCRIPTIONS: dict[UnavailableReason, str] = {
@@ -44,6 +48,8 @@ _DESCRIPTIONS: dict[UnavailableReason, str] = {
     "not_callable": "its factory is not callable",
     "factory_failed": "its factory raised",
     "not_a_harness": "its factory did not return a candor.Harness",
+    "api_key_missing": "the environment variable its model's API key is read from is not set",
+    "provider_not_installed": 'its model needs the "openai" extra (pip install "candor[openai]")',
 }
 
 
@@ -63,13 +69,25 @@ class AgentUnavailable(ServiceError):
 class AgentRegistry:
     """Agent name → factory string, resolved on first use."""
 
-    def __init__(self, factories: Mapping[str, str], *, children: Mapping[str, Iterable[str]] | None = None) -> None:
-        """`children` maps an agent to the agents it may start as child runs (§7.13); each must be configured."""
+    def __init__(
+        self,
+        factories: Mapping[str, str],
+        *,
+        children: Mapping[str, Iterable[str]] | None = None,
+        models: Mapping[str, AgentModelSettings | None] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        """`children` maps an agent to the agents it may start as child runs (§7.13); each must be configured.
+        `models` maps an agent to the model bound to its runs (docs/providers.md); its API key is read from
+        `environ` (default `os.environ`)."""
         self._factories = dict(factories)
         self._children = {name: tuple(names) for name, names in (children or {}).items()}
         if unknown := unknown_child_agents(self._children, self._factories):
             raise ValueError("child agents that are not configured: " + ", ".join(f"{a} → {c}" for a, c in unknown))
         self._resolved: dict[str, AgentFactory] = {}
+        self._model_settings = {name: spec for name, spec in (models or {}).items() if spec is not None}
+        self._environ = environ
+        self._models: dict[str, Model] = {}
 
     @classmethod
     def from_settings(cls, agents: Mapping[str, AgentSettings]) -> AgentRegistry:
@@ -77,6 +95,7 @@ class AgentRegistry:
         return cls(
             {name: section.factory for name, section in agents.items()},
             children={name: section.children for name, section in agents.items()},
+            models={name: section.model for name, section in agents.items()},
         )
 
     def children_of(self, name: str) -> tuple[str, ...]:
@@ -109,10 +128,30 @@ class AgentRegistry:
             raise AgentUnavailable(name, "not_a_harness")
         return harness
 
+    def model(self, name: str) -> Model | None:
+        """The model configured for `name` (None: the agent's own), built once per process and shared by its runs
+        (one connection pool); raises `AgentUnavailable` when its key variable is unset or the extra is missing."""
+        cached = self._models.get(name)
+        if cached is not None:
+            return cached
+        spec = self._model_settings.get(name)
+        if spec is None:
+            return None
+        plan = plan_model(spec, os.environ if self._environ is None else self._environ)
+        if not isinstance(plan, ModelPlan):
+            raise AgentUnavailable(name, plan)
+        model = build_model(plan)
+        if isinstance(model, str):
+            raise AgentUnavailable(name, model)
+        self._models[name] = model
+        return model
+
     def check_all(self) -> None:
-        """§3.3, S-56: import every factory; raises `AgentUnavailable` for the first agent (by name) that fails."""
+        """§3.3, S-56: import every factory and build every configured model; raises `AgentUnavailable` for the
+        first agent (by name) that fails."""
         for name in self.names():
             self.resolve(name)
+            self.model(name)
 
     def _import(self, name: str) -> AgentFactory:
         spec = self._factories.get(name)

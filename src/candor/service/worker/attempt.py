@@ -167,6 +167,7 @@ class _Attempt:
             return _ended("database_unavailable")
         try:
             harness = self.service.agents.build(claimed.agent, claimed.options)
+            model = self.service.agents.model(claimed.agent)  # docs/providers.md: bound per run, key never stored
         except AgentUnavailable:
             return _ended("agent_factory_failed")
         tools = client_tools_of(claimed.options)  # §8.8: validated at post time; re-checked, never trusted
@@ -184,6 +185,7 @@ class _Attempt:
                 tool_recovery=claimed.tool_recovery,  # issue 13 item 1: the run's mode, fixed at acceptance
                 bindings=RunBindings(
                     deferred_tools_supported=True,
+                    model=model,
                     toolsets=[*client_toolsets(tools), *child_toolsets(self.service, claimed)],  # §8.8, §7.13
                 ),
                 deferred_resume=self._resume_batch(start),

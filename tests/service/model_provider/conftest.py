@@ -1,0 +1,25 @@
+"""Fixtures of the provider tests: the API key variable and a tenant on the `db` test database."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import pytest
+from worker import support
+
+from .support import KEY_ENV
+
+
+@pytest.fixture
+def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh secret in `SCRIPTED_OPENAI_KEY`, the variable the agent's model settings name."""
+    key = f"sk-scripted-{secrets.token_hex(16)}"
+    monkeypatch.setenv(KEY_ENV, key)
+    return key
+
+
+@pytest.fixture
+async def tenant(db: Any) -> support.Tenant:
+    async with db.engine.begin() as conn:
+        return await support.add_tenant(conn)
