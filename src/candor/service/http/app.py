@@ -40,7 +40,7 @@ from .errors import (
     internal_error_response,
 )
 from .readiness import Readiness, Role
-from .routes import inbox, keys, ops, runs, subscriptions, threads
+from .routes import console, inbox, keys, ops, run_lists, runs, subscriptions, threads
 
 __all__ = ("create_app", "RequestIdMiddleware", "RequestMetricsMiddleware", "BodyLimitMiddleware", "REQUEST_ID_HEADER")
 
@@ -90,9 +90,11 @@ def create_app(service: Service, *, role: Role, readiness: Readiness | None = No
     if serves_api:
         app.include_router(threads.router)
         app.include_router(inbox.router)
+        app.include_router(run_lists.router)
         app.include_router(runs.router)
         app.include_router(keys.router)
         app.include_router(subscriptions.router)
+        app.include_router(console.router)
         _document_400_not_422(app)
     app.add_exception_handler(ServiceError, handle_service_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)

@@ -137,6 +137,9 @@ class ForkBody(_Body):
 
 class Approve(_Body):
     action: Literal["approve"]
+    arguments: dict[str, JsonValue] | None = None
+    """Run the tool with these arguments instead of the model's (checked against the tool's schema by the worker,
+    `deferred_override_invalid` otherwise); absent or null: the model's arguments."""
 
 
 class Deny(_Body):

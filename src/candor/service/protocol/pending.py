@@ -180,13 +180,14 @@ def resume_shape_problem(
 
 
 def resume_body_to_results(body: Mapping[str, Any]) -> DeferredToolResults:
-    """S-132, §8.6: ``approve`` → ``ToolApproved()``, ``deny`` → ``ToolDenied(reason or default)``,
+    """S-132, §8.6: ``approve`` → ``ToolApproved()`` (``ToolApproved(override_args=arguments)`` with edited
+    arguments), ``deny`` → ``ToolDenied(reason or default)``,
     ``returned`` → the plain value, ``failed`` → ``ToolFailed(message)``. Raises ``ValueError`` on other shapes."""
     results = DeferredToolResults()
     for call_id, answer in _mapping(body, "approvals").items():
         match answer:
             case {"action": "approve"}:
-                results.approvals[call_id] = ToolApproved()
+                results.approvals[call_id] = _approval(call_id, answer.get("arguments"))
             case {"action": "deny"}:
                 results.approvals[call_id] = _denial(call_id, answer.get("reason"))
             case _:
@@ -200,6 +201,15 @@ def resume_body_to_results(body: Mapping[str, Any]) -> DeferredToolResults:
             case _:
                 raise ValueError(f"call {call_id!r}: expected status 'returned' with value or 'failed' with message")
     return results
+
+
+def _approval(call_id: str, arguments: object) -> ToolApproved:
+    # Edited arguments (an issue-13 addition to §8.6) become pydantic-ai's `override_args`.
+    if arguments is None:
+        return ToolApproved()
+    if not isinstance(arguments, Mapping) or not all(isinstance(key, str) for key in arguments):
+        raise ValueError(f"approval {call_id!r}: arguments must be a JSON object")
+    return ToolApproved(override_args=dict(arguments))
 
 
 def _denial(call_id: str, reason: object) -> ToolDenied:
