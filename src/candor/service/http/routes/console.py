@@ -13,8 +13,7 @@ from importlib import resources
 
 from fastapi import APIRouter
 from fastapi.responses import Response
-
-from ..errors import error_response
+from starlette.exceptions import HTTPException
 
 __all__ = ("router", "ASSETS")
 
@@ -50,5 +49,5 @@ async def console_page() -> Response:
 @router.get("/console/{name}")
 async def console_asset(name: str) -> Response:
     if name not in ASSETS or name == "index.html":
-        return error_response(None, "not_found", "no such route", {"kind": "route", "id": f"GET /console/{name}"})
+        raise HTTPException(status_code=404)  # answered as 404 `not_found`, kind `route` (S-99)
     return _serve(name)
