@@ -57,9 +57,9 @@ def server(db: Any, tmp_path: Path) -> Iterator[Server]:
         process = subprocess.Popen([*CANDOR, "serve", "--config", str(config)], env=env, cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT)
     try:
         try:
-            wait_ready(base, process)
-        except AssertionError:
-            raise AssertionError(log.read_text(errors="replace")[-4000:]) from None
+            wait_ready(base, process, timeout=60)  # generous: the test machine may be busy
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; its log: {log.read_text(errors='replace')[-4000:]}") from None
         booted = subprocess.run([*CANDOR, "bootstrap", "--config", str(config)], env=env, cwd=tmp_path, capture_output=True, text=True,
                                 timeout=60)  # fmt: skip
         assert booted.returncode == 0, booted.stderr
