@@ -24,6 +24,7 @@ from urllib.parse import quote
 from .batch import ResumeBatch
 from .errors import TransportFailed, WaitTimeout, error_for
 from .models import TERMINAL_STATUSES, Accepted, Page, Run
+from .sse import SseParser, StreamCursor, StreamEvent
 
 __all__ = (
     "Call",
@@ -35,6 +36,7 @@ __all__ = (
     "text_input",
     "request",
     "Operations",
+    "StreamPlan",
 )
 
 T = TypeVar("T")
@@ -244,8 +246,6 @@ class StreamPlan:
     """
 
     def __init__(self, thread_id: str, *, last_event_id: str | None, policy: RetryPolicy, reconnect: bool) -> None:
-        from .sse import StreamCursor
-
         self.path = _path("threads", thread_id, "stream")
         self.cursor = StreamCursor(last_event_id=last_event_id, initial_delay=policy.initial_delay,
                                    max_delay=policy.max_delay)  # fmt: skip
@@ -253,14 +253,22 @@ class StreamPlan:
         self.reconnect = reconnect
         self._failures = 0
         self._last_failure: Reply | Exception | None = None
+        self._parser = SseParser(last_event_id=last_event_id)
 
     def headers(self) -> dict[str, str]:
         return self.cursor.headers()
 
-    def parser(self) -> Any:
-        from .sse import SseParser
+    def connected(self) -> None:
+        """A 200 answer: the failures so far are forgiven, and parsing starts afresh."""
+        self._failures = 0
+        self._parser = SseParser(last_event_id=self.cursor.last_event_id)
 
-        return SseParser(last_event_id=self.cursor.last_event_id)
+    def feed(self, line: str) -> StreamEvent | None:
+        """One line of the open stream; the event it completes (remembered for `Last-Event-ID`), if any."""
+        event = self._parser.feed(line)
+        if event is not None:
+            self.cursor.saw(event)
+        return event
 
     def refused(self, reply: Reply) -> None:
         """A non-200 answer to the stream request: raise its error unless the retry policy retries it."""
@@ -270,12 +278,6 @@ class StreamPlan:
 
     def failed(self, exc: Exception) -> None:
         self._fail(exc)
-
-    def connected(self) -> None:
-        self._failures = 0
-
-    def saw(self, event: Any) -> None:
-        self.cursor.saw(event)
 
     def _fail(self, outcome: Reply | Exception) -> None:
         self._failures += 1

@@ -84,11 +84,8 @@ class AsyncCandorClient:
                         plan.refused(reply_of(response))
                     else:
                         plan.connected()
-                        parser = plan.parser()
                         async for line in response.aiter_lines():
-                            event = parser.feed(line)
-                            if event is not None:
-                                plan.saw(event)
+                            if (event := plan.feed(line)) is not None:
                                 yield event
             except httpx.TransportError as exc:
                 plan.failed(exc)

@@ -87,11 +87,8 @@ class CandorClient:
                         plan.refused(reply_of(response))
                     else:
                         plan.connected()
-                        parser = plan.parser()
                         for line in response.iter_lines():
-                            event = parser.feed(line)
-                            if event is not None:
-                                plan.saw(event)
+                            if (event := plan.feed(line)) is not None:
                                 yield event
             except httpx.TransportError as exc:
                 plan.failed(exc)
