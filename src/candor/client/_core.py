@@ -93,7 +93,7 @@ class RetryPolicy:
         retry_after = _retry_after(outcome.headers) if isinstance(outcome, Reply) else None
         if retry_after is not None:
             return retry_after if retry_after <= self.max_retry_after else None
-        backoff = min(self.max_delay, self.initial_delay * 2 ** (attempt - 1))
+        backoff = min(self.max_delay, self.initial_delay * 2.0 ** (attempt - 1))
         return backoff * (1 + self.jitter * random.random())
 
 

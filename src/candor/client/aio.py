@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -24,10 +23,11 @@ T = TypeVar("T")
 def _awaitable(
     op: Callable[Concatenate[Operations, P], Operation[T]],
 ) -> Callable[Concatenate[AsyncCandorClient, P], Coroutine[Any, Any, T]]:
-    @functools.wraps(op)
-    async def method(self: AsyncCandorClient, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def method(self: AsyncCandorClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._run(op(self._ops, *args, **kwargs))
 
+    # The operation's name and docstring, not its signature: it returns the value, not an Operation.
+    method.__name__, method.__qualname__, method.__doc__ = op.__name__, f"AsyncCandorClient.{op.__name__}", op.__doc__
     return method
 
 

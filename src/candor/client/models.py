@@ -38,7 +38,7 @@ class PendingItem:
 class Run:
     """A RunView. `pending` lists approvals first, then calls, as the run holds them."""
 
-    id: str  # noqa: A003
+    id: str
     thread_id: str
     agent: str
     status: str

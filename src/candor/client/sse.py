@@ -24,7 +24,7 @@ class StreamEvent:
 
     event: str
     data: str
-    id: str | None = None  # noqa: A003 - SSE's word
+    id: str | None = None
 
     def json(self) -> Any:
         """`data` parsed as JSON (every event of the thread stream carries a JSON object)."""

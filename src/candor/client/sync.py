@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -21,10 +20,11 @@ T = TypeVar("T")
 
 
 def _blocking(op: Callable[Concatenate[Operations, P], Operation[T]]) -> Callable[Concatenate[CandorClient, P], T]:
-    @functools.wraps(op)
-    def method(self: CandorClient, *args: P.args, **kwargs: P.kwargs) -> T:
+    def method(self: CandorClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._run(op(self._ops, *args, **kwargs))
 
+    # The operation's name and docstring, not its signature: it returns the value, not an Operation.
+    method.__name__, method.__qualname__, method.__doc__ = op.__name__, f"CandorClient.{op.__name__}", op.__doc__
     return method
 
 
