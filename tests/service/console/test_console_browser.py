@@ -2,7 +2,8 @@
 with the scripted approvals agent: the page lists the waiting run's pending items (tool, arguments, kind, who
 asked), a rejected batch shows the error envelope's details and changes nothing, then one strict batch (edited
 arguments, a denial with a reason, an answer to the question) creates the successor, which the page follows live to
-its completed output. A screenshot must be non-blank and the pending items' text must be in the DOM (§8.6, §8.7;
+its completed output; a run that starts waiting later appears by itself and is approved as is, with the
+question declined. A screenshot must be non-blank and the pending items' text must be in the DOM (§8.6, §8.7;
 issue 13 item 3).
 
 Chromium is Debian's (`/usr/bin/chromium`, installed by `.ci/run`); `playwright install` is never used. Without
@@ -123,3 +124,21 @@ def test_console_lists_answers_and_shows_rejections(server: Any, page: Any, tmp_
         successor = client.get_run(successor_id)
         assert successor.parent_run_id == run.id and successor.status == "completed"
         assert list(client.waiting_runs()) == []
+        # A run that starts waiting later shows up without a reload (the page polls the list).
+        second = client.create_thread("approvals", "Refund order A1 again.")
+        assert second.run is not None
+        assert client.wait_for_run(second.run.id, timeout=30).status == "waiting"
+
+    card = page.locator(f'.run[data-run-id="{second.run.id}"]')
+    card.wait_for(timeout=30_000)
+    card.locator('.item[data-call-id="call_refund_a1"] input[value=approve]').check()
+    card.locator('.item[data-call-id="call_delete_log"] input[value=approve]').check()
+    question = card.locator('.item[data-call-id="call_currency"]')
+    question.locator("input[value=fail]").check()
+    assert card.locator(".submit").is_disabled()  # declining needs a reason
+    question.locator(".reason").fill("ask finance")
+    card.locator(".submit").click()
+    output = card.locator(".successor-output")
+    output.wait_for(timeout=30_000)
+    text = output.text_content()
+    assert "refunded 50 on A1" in text and "deleted old.log" in text and "ask finance" in text
