@@ -54,7 +54,7 @@ def page(tmp_path: Path) -> Iterator[Any]:
             browser.close()
 
 
-def test_console_lists_answers_and_shows_rejections(server: Any, page: Any, tmp_path: Path) -> None:
+def test_console_lists_answers_and_shows_rejections(page: Any, server: Any, tmp_path: Path) -> None:
     with CandorClient(server.base_url, server.secret) as client:
         accepted = client.create_thread("approvals", "Refund order A1 and clean up.")
         assert accepted.run is not None
