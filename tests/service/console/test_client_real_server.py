@@ -1,6 +1,7 @@
 """`candor.client.CandorClient` (blocking) against a real `candor serve` with the scripted approvals agent, on
 SQLite and PostgreSQL: a run that suspends on two approvals and a question, the strict batch built from its pending
-list (approve with edited arguments, deny with a reason, answer the question), the successor's output, the
+list (edited arguments that do not fit the tool's schema refused before the wait ends, approve with edited
+arguments, deny with a reason, answer the question), the successor's output, the
 stream's entries with `Last-Event-ID` (§8.3, §8.6, §8.7, §8.8; S-78, S-80, S-81)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from candor.client import CandorClient, IncompleteBatch, ResumeBatch, RetryPolicy
+from candor.client import CandorClient, IncompleteBatch, InvalidArgument, ResumeBatch, RetryPolicy
 
 pytestmark = pytest.mark.crash  # real processes
 
@@ -23,6 +24,14 @@ def test_suspend_answer_and_continue(server: Any) -> None:
         assert [(i.tool_call_id, i.kind) for i in run.pending] == [
             ("call_refund_a1", "approval"), ("call_delete_log", "approval"), ("call_currency", "question")]  # fmt: skip
         assert [r.id for r in client.waiting_runs()] == [run.id]
+
+        wrong = ResumeBatch(run.pending).approve("call_refund_a1", arguments={"order_id": "A1", "amount": "forty"})
+        wrong.approve("call_delete_log").answer("call_currency", "EUR")
+        with pytest.raises(InvalidArgument) as refused:  # the tool's schema, checked before the wait ends (H-75)
+            client.resume(run.id, wrong)
+        assert refused.value.details["fields"] == [
+            {"field": "approvals.call_refund_a1.arguments", "reason": "does_not_fit_tool_schema"}]
+        assert [r.id for r in client.waiting_runs()] == [run.id]  # nothing changed
 
         batch = ResumeBatch(run.pending).approve("call_refund_a1", arguments={"order_id": "A1", "amount": 40})
         batch.deny("call_delete_log", reason="keep the logs")

@@ -18,6 +18,7 @@ from ..store.resume import find_resume_and_run, find_resume_by_key, successor_of
 from ..store.views import RunRow, ThreadRow
 from .acceptance import Accepted, accepted, answer, checked_client_tool_names, input_run, may_write, new_message
 from .acceptance import replay, with_optional, woken
+from .edited_arguments import edited_argument_problems
 
 __all__ = ("fork_run", "resume_run", "resume_refusal", "interrupt_run")
 
@@ -112,6 +113,9 @@ async def resume_run(
                 if (found := replay_of(await find_resume_by_key(conn, principal_id=principal.id, key=key))) is not None:
                     return found, False
                 raise refusal
+            edits_refused = edited_argument_problems(service, waiting, checked)  # issue 13: before the wait ends
+            if edits_refused:
+                raise InvalidArgument(fields=edits_refused)
             successor = successor_of(
                 waiting, body=checked, resumed_by_id=principal.id, key=key, digest=digest,
                 max_attempts=service.settings.worker.max_attempts,
