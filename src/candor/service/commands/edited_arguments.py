@@ -40,7 +40,7 @@ def edited_argument_problems(service: Service, waiting: RunRow, body: Mapping[st
     validators = _argument_validators(harness)
     problems = []
     for call_id, arguments in edits.items():
-        validator = validators.get(tool_names.get(call_id))
+        validator = validators.get(str(tool_names.get(call_id)))
         if validator is None:
             continue
         try:
