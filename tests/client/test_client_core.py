@@ -35,7 +35,10 @@ def test_batch_answers_every_item_in_its_group() -> None:
     batch = ResumeBatch(PENDING)
     batch.approve("a1", arguments={"amount": 40}).deny("a2", reason="no").answer("c1", "sunny").fail("q1", "n/a")
     assert batch.with_input("ok").body() == {
-        "approvals": {"a1": {"action": "approve", "arguments": {"amount": 40}}, "a2": {"action": "deny", "reason": "no"}},
+        "approvals": {
+            "a1": {"action": "approve", "arguments": {"amount": 40}},
+            "a2": {"action": "deny", "reason": "no"},
+        },
         "calls": {"c1": {"status": "returned", "value": "sunny"}, "q1": {"status": "failed", "message": "n/a"}},
         "input": {"content": [{"type": "text", "text": "ok"}]},
     }

@@ -73,9 +73,7 @@ class SseParser:
         self._event, self._data, self._id_seen = "", [], False
         if not data:
             return None
-        return StreamEvent(
-            event=event or "message", data="\n".join(data), id=self.last_event_id if id_seen else None
-        )
+        return StreamEvent(event=event or "message", data="\n".join(data), id=self.last_event_id if id_seen else None)
 
 
 @dataclass(slots=True)

@@ -54,14 +54,16 @@ def server(db: Any, tmp_path: Path) -> Iterator[Server]:
     log = tmp_path / "serve.log"
     base = f"http://127.0.0.1:{port}"
     with open(log, "wb") as output:
-        process = subprocess.Popen([*CANDOR, "serve", "--config", str(config)], env=env, cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [*CANDOR, "serve", "--config", str(config)], env=env, cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT
+        )
     try:
         try:
             wait_ready(base, process, timeout=60)  # generous: the test machine may be busy
         except AssertionError as exc:
             raise AssertionError(f"{exc}; its log: {log.read_text(errors='replace')[-4000:]}") from None
-        booted = subprocess.run([*CANDOR, "bootstrap", "--config", str(config)], env=env, cwd=tmp_path, capture_output=True, text=True,
-                                timeout=60)  # fmt: skip
+        bootstrap = [*CANDOR, "bootstrap", "--config", str(config)]
+        booted = subprocess.run(bootstrap, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert booted.returncode == 0, booted.stderr
         secret = json.loads(booted.stdout.strip().splitlines()[-1])["secret"]
         yield Server(base_url=base, secret=secret, log=log)

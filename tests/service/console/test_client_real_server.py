@@ -30,7 +30,8 @@ def test_suspend_answer_and_continue(server: Any) -> None:
         with pytest.raises(InvalidArgument) as refused:  # the tool's schema, checked before the wait ends (H-75)
             client.resume(run.id, wrong)
         assert refused.value.details["fields"] == [
-            {"field": "approvals.call_refund_a1.arguments", "reason": "does_not_fit_tool_schema"}]
+            {"field": "approvals.call_refund_a1.arguments", "reason": "does_not_fit_tool_schema"}
+        ]
         assert [r.id for r in client.waiting_runs()] == [run.id]  # nothing changed
 
         batch = ResumeBatch(run.pending).approve("call_refund_a1", arguments={"order_id": "A1", "amount": 40})

@@ -119,7 +119,9 @@ async def test_workspace_run_list_is_paged_and_checked(api: Any) -> None:
             await client.list_runs(status="accepted", limit=2, cursor=first.next_cursor)
         assert bound.value.code == "invalid_cursor"
     bad = await api.client.get("/v1/runs?status=bogus", headers=key.headers())
-    assert bad.status_code == 400 and error_of(bad)["details"]["fields"] == [{"field": "status", "reason": "literal_error"}]
+    assert bad.status_code == 400 and error_of(bad)["details"]["fields"] == [
+        {"field": "status", "reason": "literal_error"}
+    ]
     bad = await api.client.get("/v1/runs?awaiting=answer", headers=key.headers())
     assert bad.status_code == 400
 

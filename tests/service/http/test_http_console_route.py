@@ -26,7 +26,10 @@ async def test_console_page_and_assets(api: Any) -> None:
     for asset in (page.text, script.text, style.text):  # nothing is loaded from another origin (no CDN)
         assert "http://" not in asset and "https://" not in asset and "//cdn" not in asset
     unknown = await api.client.get("/console/secrets.txt")
-    assert unknown.status_code == 404 and error_of(unknown)["details"] == {"kind": "route", "id": "GET /console/secrets.txt"}
+    assert unknown.status_code == 404 and error_of(unknown)["details"] == {
+        "kind": "route",
+        "id": "GET /console/secrets.txt",
+    }
 
 
 async def test_a_worker_process_serves_no_console(db: Any) -> None:
@@ -46,8 +49,8 @@ def test_approve_with_edited_arguments_maps_to_override_args() -> None:
 
 async def test_resume_refuses_arguments_that_are_not_an_object(api: Any) -> None:
     key = await api.key()
-    created = (await api.client.post("/v1/threads", json={"agent": "demo", "input": {"content": [{"type": "text", "text": "x"}]}},
-                                     headers=key.headers("k"))).json()  # fmt: skip
+    body = {"agent": "demo", "input": {"content": [{"type": "text", "text": "x"}]}}
+    created = (await api.client.post("/v1/threads", json=body, headers=key.headers("k"))).json()
     answer = {"approvals": {"a1": {"action": "approve", "arguments": "rm -rf"}}, "calls": {}}
     refused = await api.client.post(f"/v1/runs/{created['run']['id']}/resume", json=answer, headers=key.headers("r"))
     assert refused.status_code == 400

@@ -32,7 +32,9 @@ def edited_argument_problems(service: Service, waiting: RunRow, body: Mapping[st
     }
     if not edits:
         return []
-    tool_names = {item.get("tool_call_id"): item.get("tool_name") for item in (waiting.pending or {}).get("approvals", [])}
+    tool_names = {
+        item.get("tool_call_id"): item.get("tool_name") for item in (waiting.pending or {}).get("approvals", [])
+    }
     try:
         harness = service.agents.build(waiting.agent, waiting.options or {})
     except Exception:  # noqa: BLE001 - the factory cannot run here: the worker checks (H-75)

@@ -24,8 +24,10 @@ async def list_workspace_runs(
     status: Annotated[RunStatus | None, Query(description="Only runs in this status.")] = None,
     awaiting: Annotated[
         Literal["resume"] | None,
-        Query(description="`resume`: only waiting runs a resume would accept now (the thread's last run, no "
-                          "successor yet, nothing running, thread not archived)."),
+        Query(
+            description="`resume`: only waiting runs a resume would accept now (the thread's last run, no "
+            "successor yet, nothing running, thread not archived)."
+        ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
