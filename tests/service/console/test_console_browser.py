@@ -39,8 +39,16 @@ def _chromium() -> str:
 
 
 @pytest.fixture
-def page(tmp_path: Path) -> Iterator[Any]:
-    executable = _chromium()
+def chromium() -> str:
+    """Checked before the server starts, so a missing Chromium skips at once."""
+    return _chromium()
+
+
+@pytest.fixture
+def page(chromium: str, server: Any) -> Iterator[Any]:
+    """Started after the server: Playwright's sync API runs its own event loop, which must not be running while
+    the async database fixtures set up or tear down."""
+    executable = chromium
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -54,7 +62,7 @@ def page(tmp_path: Path) -> Iterator[Any]:
             browser.close()
 
 
-def test_console_lists_answers_and_shows_rejections(page: Any, server: Any, tmp_path: Path) -> None:
+def test_console_lists_answers_and_shows_rejections(chromium: str, server: Any, page: Any, tmp_path: Path) -> None:
     with CandorClient(server.base_url, server.secret) as client:
         accepted = client.create_thread("approvals", "Refund order A1 and clean up.")
         assert accepted.run is not None
