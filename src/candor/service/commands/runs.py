@@ -27,6 +27,7 @@ from .acceptance import (
     with_optional,
     woken,
 )
+from .edited_arguments import edited_argument_problems
 
 __all__ = ("fork_run", "resume_run", "interrupt_run")
 
@@ -127,6 +128,9 @@ async def resume_run(
                 if (found := replay_of(await find_resume_by_key(conn, principal_id=principal.id, key=key))) is not None:
                     return found, False
                 raise refusal
+            edits_refused = edited_argument_problems(service, waiting, answers)  # issue 13: before the wait ends
+            if edits_refused:
+                raise InvalidArgument(fields=edits_refused)
             successor = successor_of(
                 waiting, answers=answers, resumed_by_id=principal.id, key=key, digest=digest,
                 max_attempts=service.settings.worker.max_attempts,

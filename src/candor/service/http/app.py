@@ -44,7 +44,7 @@ from .errors import (
 from .edge import EdgeCheckMiddleware
 from .openapi import OPENAPI_URL, mount_docs, operation_id, shape_openapi
 from .readiness import Readiness, Role
-from .routes import inbox, keys, ops, runs, subscriptions, threads
+from .routes import console, inbox, keys, ops, run_lists, runs, subscriptions, threads
 
 __all__ = ("create_app", "RequestIdMiddleware", "RequestMetricsMiddleware", "BodyLimitMiddleware", "REQUEST_ID_HEADER")
 
@@ -95,9 +95,11 @@ def create_app(service: Service, *, role: Role, readiness: Readiness | None = No
     if serves_api:
         app.include_router(threads.router)
         app.include_router(inbox.router)
+        app.include_router(run_lists.router)
         app.include_router(runs.router)
         app.include_router(keys.router)
         app.include_router(subscriptions.router)
+        app.include_router(console.router)
         shape_openapi(app)
         mount_docs(app)
     app.add_exception_handler(ServiceError, handle_service_error)

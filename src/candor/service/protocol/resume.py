@@ -44,6 +44,10 @@ class _Answer(BaseModel):
 
 class Approve(_Answer):
     action: Literal["approve"]
+    arguments: dict[str, JsonValue] | None = None
+    """Run the tool with these arguments instead of the model's (checked against the tool's schema at resume when
+    the agent can be built there, by the worker otherwise: `deferred_override_invalid`); absent or null: the model's
+    arguments."""
 
 
 class Deny(_Answer):
@@ -95,13 +99,16 @@ class ResumeAnswers(BaseModel):
         return body
 
     def to_results(self) -> DeferredToolResults:
-        """S-132, §8.6: `approve` → `ToolApproved()`, `deny` → `ToolDenied(reason or the default)`, `returned` → the
+        """S-132, §8.6: `approve` → `ToolApproved()` (`override_args` with edited arguments), `deny` → `ToolDenied(reason or the default)`, `returned` → the
         plain value, `failed` → `ToolFailed(message)`."""
         results = DeferredToolResults()
         for call_id, approval in self.approvals.items():
             match approval:
-                case Approve():
+                case Approve(arguments=None):
                     results.approvals[call_id] = ToolApproved()
+                case Approve(arguments=arguments):
+                    # Edited arguments (an addition to §8.6 for the approvals console) become `override_args`.
+                    results.approvals[call_id] = ToolApproved(override_args=dict(arguments))
                 case Deny(reason=reason):
                     # An absent, null or empty reason gets pydantic-ai's default denial message.
                     results.approvals[call_id] = ToolDenied(reason) if reason else ToolDenied()

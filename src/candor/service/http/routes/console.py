@@ -1,0 +1,53 @@
+"""`/console`: the approvals console, a static page shipped in the package (no build step, no CDN).
+
+The page itself needs no key: it holds no data. It asks for a key once, keeps it in the tab's `sessionStorage` and
+calls the `/v1` API with it as a bearer token, like any client (docs/console.md). The assets are read from the
+package once per process; the Content-Security-Policy allows nothing but this origin, so the page runs no inline
+script and loads nothing from elsewhere.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+
+__all__ = ("router", "ASSETS")
+
+router = APIRouter(include_in_schema=False)
+
+ASSETS = {
+    "index.html": "text/html; charset=utf-8",
+    "console.js": "text/javascript; charset=utf-8",
+    "console.css": "text/css; charset=utf-8",
+}
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+@cache
+def _asset(name: str) -> bytes:
+    return (resources.files("candor.service.http") / "console_assets" / name).read_bytes()
+
+
+def _serve(name: str) -> Response:
+    return Response(_asset(name), media_type=ASSETS[name], headers=_HEADERS)
+
+
+@router.get("/console")
+async def console_page() -> Response:
+    return _serve("index.html")
+
+
+@router.get("/console/{name}")
+async def console_asset(name: str) -> Response:
+    if name not in ASSETS or name == "index.html":
+        raise HTTPException(status_code=404)  # answered as 404 `not_found`, kind `route` (S-99)
+    return _serve(name)

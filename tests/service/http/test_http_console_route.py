@@ -1,0 +1,57 @@
+"""`/console` (issue 13 item 3): the static assets ship in the package and are served with a strict
+Content-Security-Policy, by API roles only; `approve` may carry edited arguments (an issue-13 addition to §8.6,
+which the spec leaves out: the issue wins), mapped to pydantic-ai's `ToolApproved(override_args=...)`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from http_support import app_for, client_for, error_of
+from pydantic_ai import ToolApproved
+
+from candor.service.protocol.pending import resume_body_to_results
+
+
+async def test_console_page_and_assets(api: Any) -> None:
+    page = await api.client.get("/console")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert '<script src="/console/console.js"' in page.text
+    script = await api.client.get("/console/console.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert "Idempotency-Key" in script.text and "innerHTML" not in script.text
+    style = await api.client.get("/console/console.css")
+    assert style.headers["content-type"].startswith("text/css")
+    for asset in (page.text, script.text, style.text):  # nothing is loaded from another origin (no CDN)
+        assert "http://" not in asset and "https://" not in asset and "//cdn" not in asset
+    unknown = await api.client.get("/console/secrets.txt")
+    assert unknown.status_code == 404 and error_of(unknown)["details"] == {
+        "kind": "route",
+        "id": "GET /console/secrets.txt",
+    }
+
+
+async def test_a_worker_process_serves_no_console(db: Any) -> None:
+    async with client_for(app_for(db, role="worker")) as client:
+        assert (await client.get("/console")).status_code == 404
+
+
+def test_approve_with_edited_arguments_maps_to_override_args() -> None:
+    results = resume_body_to_results({"approvals": {"a": {"action": "approve", "arguments": {"amount": 40}},
+                                                    "b": {"action": "approve", "arguments": None},
+                                                    "c": {"action": "approve"}}, "calls": {}})  # fmt: skip
+    assert results.approvals["a"] == ToolApproved(override_args={"amount": 40})
+    assert results.approvals["b"] == ToolApproved() and results.approvals["c"] == ToolApproved()
+    with pytest.raises(ValueError, match="JSON object"):
+        resume_body_to_results({"approvals": {"a": {"action": "approve", "arguments": [1]}}, "calls": {}})
+
+
+async def test_resume_refuses_arguments_that_are_not_an_object(api: Any) -> None:
+    key = await api.key()
+    body = {"agent": "demo", "input": {"content": [{"type": "text", "text": "x"}]}}
+    created = (await api.client.post("/v1/threads", json=body, headers=key.headers("k"))).json()
+    answer = {"approvals": {"a1": {"action": "approve", "arguments": "rm -rf"}}, "calls": {}}
+    refused = await api.client.post(f"/v1/runs/{created['run']['id']}/resume", json=answer, headers=key.headers("r"))
+    assert refused.status_code == 400
+    assert error_of(refused)["details"]["fields"][0]["field"].startswith("approvals.a1")
