@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import and_, delete, exists, func, insert, select
+from sqlalchemy import Insert, Select, and_, bindparam, delete, exists, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..protocol.fencing import Lease
@@ -94,35 +95,37 @@ async def insert_stream_entries(
     """Insert `entries` inside a transaction that already passed the lease's fence (`fenced`, which holds the
     thread row lock, so ids and `prev` stay in commit order). The checkpoint commit uses it to write its
     `boundary` entry atomically with the checkpoint (§7.8 step 7). Returns the new ids, in order."""
-    prev = await _last_id(conn, lease.thread_id)
+    prev = (await conn.execute(_select_last_id(), {"thread_id": lease.thread_id})).scalar_one_or_none()
+    params = {
+        "workspace_id": fenced.run["workspace_id"], "thread_id": lease.thread_id, "run_id": lease.run_id,
+        "attempt": lease.attempt_number,
+    }  # fmt: skip
+    statement = _insert_entry()
     ids: list[int] = []
     for entry in entries:
-        payload: dict[str, Any] = {"prev": prev}
+        payload: dict[str, Any] = {"prev": None if prev is None else int(prev)}
         if entry.type == "delta":
             payload["event"] = entry.event
         else:
             payload["checkpoint_seq"] = entry.checkpoint_seq
-        new_id = (
-            await conn.execute(
-                insert(stream_entries)
-                .values(
-                    workspace_id=fenced.run["workspace_id"], thread_id=lease.thread_id, run_id=lease.run_id,
-                    attempt=lease.attempt_number, sequence=entry.sequence, type=entry.type, payload=payload,
-                    created_at=db_now(),
-                )
-                .returning(stream_entries.c.id)
-            )
-        ).scalar_one()
-        ids.append(int(new_id))
-        prev = int(new_id)
+        values = params | {"sequence": entry.sequence, "type": entry.type, "payload": payload}
+        prev = int((await conn.execute(statement, values)).scalar_one())
+        ids.append(prev)
     return ids
 
 
-async def _last_id(conn: AsyncConnection, thread_id: str) -> int | None:
-    value = (
-        await conn.execute(select(func.max(stream_entries.c.id)).where(stream_entries.c.thread_id == thread_id))
-    ).scalar_one_or_none()
-    return None if value is None else int(value)
+@cache
+def _insert_entry() -> Insert:
+    """Built once (a constant statement keeps SQLAlchemy's compiled cache warm: no cache key per entry)."""
+    c = stream_entries.c
+    names = ("workspace_id", "thread_id", "run_id", "attempt", "sequence", "type", "payload")
+    values: dict[str, Any] = {name: bindparam(name, type_=c[name].type) for name in names}
+    return insert(stream_entries).values(**values, created_at=db_now()).returning(c.id)
+
+
+@cache
+def _select_last_id() -> Select[Any]:
+    return select(func.max(stream_entries.c.id)).where(stream_entries.c.thread_id == bindparam("thread_id"))
 
 
 def _entry(row: Any) -> StreamEntry:
