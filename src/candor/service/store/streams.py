@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import Insert, Select, and_, bindparam, delete, exists, func, insert, select
+from sqlalchemy import Insert, Select, and_, bindparam, delete, exists, func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..protocol.fencing import Lease
@@ -95,32 +95,77 @@ async def insert_stream_entries(
     """Insert `entries` inside a transaction that already passed the lease's fence (`fenced`, which holds the
     thread row lock, so ids and `prev` stay in commit order). The checkpoint commit uses it to write its
     `boundary` entry atomically with the checkpoint (§7.8 step 7). Returns the new ids, in order."""
-    prev = (await conn.execute(_select_last_id(), {"thread_id": lease.thread_id})).scalar_one_or_none()
     params = {
         "workspace_id": fenced.run["workspace_id"], "thread_id": lease.thread_id, "run_id": lease.run_id,
         "attempt": lease.attempt_number,
     }  # fmt: skip
-    statement = _insert_entry()
-    ids: list[int] = []
-    for entry in entries:
-        payload: dict[str, Any] = {"prev": None if prev is None else int(prev)}
-        if entry.type == "delta":
-            payload["event"] = entry.event
-        else:
-            payload["checkpoint_seq"] = entry.checkpoint_seq
-        values = params | {"sequence": entry.sequence, "type": entry.type, "payload": payload}
-        prev = int((await conn.execute(statement, values)).scalar_one())
-        ids.append(prev)
+    if len(entries) == 1:  # the common case (a boundary alone): the database assigns the id
+        prev = (await conn.execute(_select_last_id(), {"thread_id": lease.thread_id})).scalar_one_or_none()
+        values = params | _entry_values(entries[0], None if prev is None else int(prev))
+        return [int((await conn.execute(_insert_entry(), values)).scalar_one())]
+    # Several (deltas riding in a boundary commit): allocate their ids and read the previous one in one round
+    # trip, then insert them all in one. Under the thread row lock (and on SQLite the single writer lock) nobody
+    # else takes ids for this thread meanwhile, so the chain of `prev` ids is the commit order, as above.
+    last, ids = await _allocate_ids(conn, lease.thread_id, len(entries))
+    rows = []
+    for entry, new_id in zip(entries, ids, strict=True):
+        rows.append(params | _entry_values(entry, last) | {"id": new_id})
+        last = new_id
+    await conn.execute(_insert_entry_with_id(), rows)
     return ids
+
+
+def _entry_values(entry: NewStreamEntry, prev: int | None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"prev": prev}
+    if entry.type == "delta":
+        payload["event"] = entry.event
+    else:
+        payload["checkpoint_seq"] = entry.checkpoint_seq
+    return {"sequence": entry.sequence, "type": entry.type, "payload": payload}
+
+
+async def _allocate_ids(conn: AsyncConnection, thread_id: str, count: int) -> tuple[int | None, list[int]]:
+    """The thread's last entry id and `count` new, increasing ids (PostgreSQL: from the table's sequence; SQLite,
+    whose `AUTOINCREMENT` never reuses ids: above both the highest id ever handed out and the highest present)."""
+    if conn.dialect.name == "postgresql":
+        rows = (await conn.execute(_PG_ALLOCATE, {"thread_id": thread_id, "count": count})).all()
+        return _int_or_none(rows[0].last), sorted(int(row.id) for row in rows)
+    row = (await conn.execute(_SQLITE_ALLOCATE, {"thread_id": thread_id})).one()
+    return _int_or_none(row.last), list(range(int(row.top) + 1, int(row.top) + 1 + count))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+_PG_ALLOCATE = text(
+    "SELECT nextval(pg_get_serial_sequence('stream_entries', 'id')) AS id, "
+    "(SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last "
+    "FROM generate_series(1, :count)"
+)
+_SQLITE_ALLOCATE = text(
+    "SELECT (SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last, "
+    "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'stream_entries'), 0), "
+    "coalesce((SELECT max(id) FROM stream_entries), 0)) AS top"
+)
 
 
 @cache
 def _insert_entry() -> Insert:
     """Built once (a constant statement keeps SQLAlchemy's compiled cache warm: no cache key per entry)."""
+    return _insert_values(with_id=False).returning(stream_entries.c.id)
+
+
+@cache
+def _insert_entry_with_id() -> Insert:
+    return _insert_values(with_id=True)
+
+
+def _insert_values(*, with_id: bool) -> Insert:
     c = stream_entries.c
-    names = ("workspace_id", "thread_id", "run_id", "attempt", "sequence", "type", "payload")
+    names = ("id",) * with_id + ("workspace_id", "thread_id", "run_id", "attempt", "sequence", "type", "payload")
     values: dict[str, Any] = {name: bindparam(name, type_=c[name].type) for name in names}
-    return insert(stream_entries).values(**values, created_at=db_now()).returning(c.id)
+    return insert(stream_entries).values(**values, created_at=db_now())
 
 
 @cache
