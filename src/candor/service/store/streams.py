@@ -1,10 +1,11 @@
 """Thread stream entries (§8.7): fenced appends by the worker, reads by the SSE endpoint, and the trim sweep.
 
-Entries are provisional live output. The worker appends coalesced `delta` entries and one `boundary` entry per
-committed checkpoint, each batch in one transaction fenced with the attempt's lease (thread → run → attempt, S-20),
-so a worker that lost its lease writes nothing. The `boundary` entry is written by the checkpoint commit itself
-(`insert_stream_entries`), so it exists exactly when its checkpoint does, also for the final commit that seals the
-run (after which the lease is gone and a separate fenced append would be refused). Because the fence locks the
+Entries are provisional live output. The worker writes its buffered `delta` entries and one `boundary` entry per
+committed checkpoint in the checkpoint commit itself (`insert_stream_entries`), so a step costs no stream write of
+its own and the `boundary` entry exists exactly when its checkpoint does, also for the final commit that seals the
+run (after which the lease is gone and a separate fenced append would be refused). Deltas that wait longer than
+`worker.stream_coalesce_seconds` for a boundary are appended on their own (`append_stream_entries`). Every write
+is fenced with the attempt's lease (thread → run → attempt, S-20), so a worker that lost its lease writes nothing. Because the fence locks the
 thread row first, a thread's entries are inserted one transaction at a time, and their ids increase in commit
 order on both backends.
 
