@@ -20,12 +20,14 @@ threads holding more than `worker.stream_length`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import Insert, Select, and_, bindparam, delete, exists, func, insert, select, text
+from sqlalchemy import Insert, Select, TextClause, and_, bindparam, delete, exists, func, insert, select, text
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..protocol.fencing import Lease
@@ -100,10 +102,12 @@ async def insert_stream_entries(
         "workspace_id": fenced.run["workspace_id"], "thread_id": lease.thread_id, "run_id": lease.run_id,
         "attempt": lease.attempt_number,
     }  # fmt: skip
-    if len(entries) == 1:  # the common case (a boundary alone): the database assigns the id
-        prev = (await conn.execute(_select_last_id(), {"thread_id": lease.thread_id})).scalar_one_or_none()
-        values = params | _entry_values(entries[0], None if prev is None else int(prev))
-        return [int((await conn.execute(_insert_entry(), values)).scalar_one())]
+    if len(entries) == 1:  # the common case (a boundary alone): one statement reads `prev` and inserts
+        entry = entries[0]
+        rest = {"event": entry.event} if entry.type == "delta" else {"checkpoint_seq": entry.checkpoint_seq}
+        values = params | {"sequence": entry.sequence, "type": entry.type, "rest": json.dumps(rest),
+                           "prev_thread_id": lease.thread_id}
+        return [int((await conn.execute(_insert_one(conn.dialect), values)).scalar_one())]
     # Several (deltas riding in a boundary commit): allocate their ids and read the previous one in one round
     # trip, then insert them all in one. Under the thread row lock (and on SQLite the single writer lock) nobody
     # else takes ids for this thread meanwhile, so the chain of `prev` ids is the commit order, as above.
@@ -152,9 +156,20 @@ _SQLITE_ALLOCATE = text(
 
 
 @cache
-def _insert_entry() -> Insert:
-    """Built once (a constant statement keeps SQLAlchemy's compiled cache warm: no cache key per entry)."""
-    return _insert_values(with_id=False).returning(stream_entries.c.id)
+def _insert_one(dialect: Dialect) -> TextClause:
+    """One entry whose payload is `rest` plus `prev`, the thread's last entry id read by the same statement (each
+    statement of a READ COMMITTED transaction sees every entry committed before it, and the caller holds the
+    thread's row lock, so none can be committed meanwhile). Built once per dialect."""
+    last = "(SELECT max(id) FROM stream_entries WHERE thread_id = :prev_thread_id)"
+    if dialect.name == "postgresql":
+        payload = f"CAST(:rest AS jsonb) || jsonb_build_object('prev', {last})"
+    else:
+        payload = f"json_insert(:rest, '$.prev', {last})"
+    now = str(db_now().compile(dialect=dialect))
+    return text(
+        "INSERT INTO stream_entries (workspace_id, thread_id, run_id, attempt, sequence, type, payload, created_at) "
+        f"VALUES (:workspace_id, :thread_id, :run_id, :attempt, :sequence, :type, {payload}, {now}) RETURNING id"
+    )
 
 
 @cache
@@ -167,11 +182,6 @@ def _insert_values(*, with_id: bool) -> Insert:
     names = ("id",) * with_id + ("workspace_id", "thread_id", "run_id", "attempt", "sequence", "type", "payload")
     values: dict[str, Any] = {name: bindparam(name, type_=c[name].type) for name in names}
     return insert(stream_entries).values(**values, created_at=db_now())
-
-
-@cache
-def _select_last_id() -> Select[Any]:
-    return select(func.max(stream_entries.c.id)).where(stream_entries.c.thread_id == bindparam("thread_id"))
 
 
 def _entry(row: Any) -> StreamEntry:
