@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import Insert, Select, TextClause, and_, bindparam, delete, exists, func, insert, select, text
+from sqlalchemy import Insert, TextClause, and_, bindparam, delete, exists, func, insert, select, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
