@@ -47,6 +47,8 @@ from sqlalchemy import select
 
 from candor.service import operator
 from candor.service.core import Service
+from candor.service.errors import StoreUnavailable
+from candor.service.store.engine import read_transaction
 from candor.service.store.migrate import migrate
 from candor.service.store.tables import run_attempts, runs
 
@@ -58,6 +60,7 @@ QUICK_ARGS = ["--rounds", "1", "--sequential-steps", "2", "--sequential-runs", "
 STEP_SERVER = Path(__file__).resolve().parent / "peers" / "step_server.py"
 SYSTEMS = ("pydantic-ai", "harness", "candor-service+postgresql", "candor-service+sqlite", "langgraph+postgresql",
            "langgraph+sqlite", "dbos+postgresql", "dbos+sqlite")
+BASELINE_SYSTEMS = ("candor-baseline+postgresql", "candor-baseline+sqlite")
 MODEL_SECONDS_CONCURRENT = 0.02
 
 
@@ -137,6 +140,7 @@ class System:
     commits_before: int | None = None
     size_before: int = 0
     claim_ms: list[float] = field(default_factory=list)
+    retried: int = 0
     runs_done: int = 0
     steps_done: int = 0
 
@@ -204,6 +208,8 @@ class ServiceSystem(System):
         super().__init__(name, database)
         self.stack, self.log_dir = stack, log_dir
         self.counter = 0
+        self.source: Path | None = None
+        """Another candor source tree the processes import instead of this one (`--baseline-src`)."""
 
     async def start(self) -> None:
         assert self.database is not None
@@ -213,7 +219,16 @@ class ServiceSystem(System):
         self.secret = (await operator.bootstrap(settings))["secret"]
         self.service = await Service.open(settings)
         self.stack.push_async_callback(self.service.close)
-        self.processes = [_service.ServiceProcess(role, env, self.log_dir).start() for role in ("control", "worker")]
+        saved = os.environ.get("PYTHONPATH")
+        if self.source is not None:  # ahead of the installed (editable) candor in the processes' import path
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.source), saved]))
+        try:
+            self.processes = [_service.ServiceProcess(role, env, self.log_dir).start() for role in ("control", "worker")]
+        finally:
+            if self.source is not None and saved is None:
+                del os.environ["PYTHONPATH"]
+            elif self.source is not None:
+                os.environ["PYTHONPATH"] = saved
         self.stack.push_async_callback(self.stop)
         await asyncio.gather(*(p.wait_ready() for p in self.processes))
         self.pids = {p.role: p.pid for p in self.processes}
@@ -225,21 +240,30 @@ class ServiceSystem(System):
         await asyncio.gather(*(p.stop() for p in self.processes), return_exceptions=True)
 
     async def _post(self, options: dict[str, Any]) -> str:
+        """`POST /v1/threads`; a 503 (the database was busy, e.g. SQLite's writer lock under 16 posts at once) is
+        retried with the same idempotency key, as a client would, and counted."""
         self.counter += 1
-        response = await self.client.post("/v1/threads", headers={"Idempotency-Key": f"steps-{self.counter}"},
-                                          json={"agent": _service.AGENT, "input": _service.PROMPT, "options": options})
+        key = f"steps-{self.counter}"
+        for attempt in range(20):
+            response = await self.client.post("/v1/threads", headers={"Idempotency-Key": key},
+                                              json={"agent": _service.AGENT, "input": _service.PROMPT, "options": options})
+            if response.status_code != 503:
+                break
+            self.retried += 1
+            await asyncio.sleep(0.05 * (attempt + 1))
         response.raise_for_status()
         return str(response.json()["run"]["id"])
 
     async def _sealed(self, run_ids: list[str]) -> bool:
-        async with self.service.engine.connect() as conn:
+        # A read transaction (deferred BEGIN on SQLite): polling must not take the writer lock from the worker.
+        async with read_transaction(self.service.engine) as conn:
             query = select(runs.c.status).where(runs.c.id.in_(run_ids))
             statuses = (await conn.execute(query)).scalars().all()
         return sum(status in _service.SEALED for status in statuses) >= len(run_ids)
 
     async def _wait(self, run_ids: list[str]) -> None:
         deadline = time.monotonic() + 600
-        while not await self._sealed(run_ids):
+        while not await self._sealed_or_busy(run_ids):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name}: runs not sealed after 600 s")
             await asyncio.sleep(0.005)
@@ -259,13 +283,19 @@ class ServiceSystem(System):
         await self._wait(run_ids)
         return time.perf_counter() - started
 
+    async def _sealed_or_busy(self, run_ids: list[str]) -> bool:
+        try:
+            return await self._sealed(run_ids)
+        except StoreUnavailable:  # a busy database: poll again
+            return False
+
     async def _claim_waits(self, run_ids: list[str]) -> list[float]:
         query = (
             select(runs.c.created_at, run_attempts.c.created_at.label("claimed_at"))
             .join(run_attempts, (run_attempts.c.run_id == runs.c.id) & (run_attempts.c.number == 1))
             .where(runs.c.id.in_(run_ids))
         )
-        async with self.service.engine.connect() as conn:
+        async with read_transaction(self.service.engine) as conn:
             rows = (await conn.execute(query)).all()
         return [(float(r.claimed_at) - float(r.created_at)) * 1000 for r in rows]
 
@@ -296,7 +326,8 @@ def summarize(systems: list[System], workloads: list[Workload], rounds: int) -> 
                 "bytes_per_run": s.__dict__.get("bytes_per_run"),
                 "claim_ms_p50": _store.percentile(s.claim_ms, 0.5) if s.claim_ms else None,
                 "claim_ms_p99": _store.percentile(s.claim_ms, 0.99) if s.claim_ms else None,
-                "claims": len(s.claim_ms), "versions": s.versions} for s in systems]
+                "claims": len(s.claim_ms), "posts_retried_after_503": s.retried, "versions": s.versions}
+               for s in systems]
     return {"bench": "service_steps", "rounds": rounds, "workloads": [w.__dict__ for w in workloads],
             "results": results, "systems": storage}
 
@@ -367,10 +398,13 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
                 database = await stack.enter_async_context(
                     scratch_database(kind, args.postgres_url, tmp, name.replace("+", "_")))
             try:
-                if name.startswith("candor-service"):
+                if name.startswith(("candor-service", "candor-baseline")):
                     assert database is not None
-                    system: System = ServiceSystem(name, database, stack, tmp)
-                    await system.start()  # type: ignore[attr-defined]
+                    service_system = ServiceSystem(name, database, stack, tmp)
+                    if name.startswith("candor-baseline"):
+                        service_system.source = args.baseline_src
+                    await service_system.start()
+                    system: System = service_system
                 else:
                     python = Path(sys.executable) if name in ("pydantic-ai", "harness") else peers
                     system = PeerSystem(name, database, python, name.partition("+")[0])
@@ -469,10 +503,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent", type=_concurrent, default=(16, 20), help="RUNSxSTEPS (default: 16x20)")
     parser.add_argument("--systems", type=lambda t: [s for s in t.split(",") if s], default=list(SYSTEMS),
                         help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="a candor `src` directory (e.g. an export of an older commit): adds the systems "
+                             "candor-baseline+postgresql/sqlite, the service processes importing that code instead, "
+                             "for before/after figures in one run")
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.systems) - set(SYSTEMS))
+    if args.baseline_src is not None:
+        args.systems += [name for name in BASELINE_SYSTEMS if name not in args.systems]
+    known = SYSTEMS + (BASELINE_SYSTEMS if args.baseline_src is not None else ())
+    unknown = sorted(set(args.systems) - set(known))
     if unknown or args.rounds < 1 or args.sequential_runs < 1:
         parser.error(f"unknown systems {unknown}" if unknown else "--rounds and --sequential-runs must be >= 1")
     progress: list[str] = []
