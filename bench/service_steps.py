@@ -474,7 +474,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "checkpoint) over all "
         "measured runs, divided by the runs; it includes indexes and free space in pages, so it is an upper bound.",
     ]
-    out.extend(_cli.missed_lines(summary, why="; see docs/benchmarks.md (profile) for where the time goes"))
+    out.extend(_cli.missed_lines(summary, why="; see docs/worker-cost.md for where the time goes and the floor"))
     return out
 
 
