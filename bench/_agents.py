@@ -4,8 +4,9 @@ Not a benchmark itself (private module, skipped by `bench.run_all`). Worker proc
 settings string, `CANDOR_AGENTS__<name>__FACTORY=bench._agents:factory` (the repository root is on `PYTHONPATH`).
 The run's `options` choose the script:
 
-* `{"script": "loop", "steps": N, "step_seconds": S}` – the model asks for one `step` tool call per response,
-  N times, then answers `finished N steps`; `step` sleeps S seconds (default 0) and returns 200 bytes. It counts
+* `{"script": "loop", "steps": N, "step_seconds": S, "model_seconds": M}` – the model (sleeping M seconds per
+  response, default 0) asks for one `step` tool call per response, N times, then answers `finished N steps`;
+  `step` sleeps S seconds (default 0) and returns 200 bytes. It counts
   the responses already in the history, so a continuation (after a crash or a handoff) carries on where the last
   checkpoint left off. `step` is declared retry-safe, so a continuation re-runs an interrupted call.
 * `{"script": "approval"}` – the model calls `approve_me`, which requires approval, so the run waits (§8.6); once
@@ -35,8 +36,10 @@ def _responses(messages: list[ModelMessage]) -> int:
     return sum(1 for message in messages if isinstance(message, ModelResponse))
 
 
-def loop_agent(steps: int, step_seconds: float) -> Agent[None, str]:
-    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+def loop_agent(steps: int, step_seconds: float, model_seconds: float = 0.0) -> Agent[None, str]:
+    async def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if model_seconds > 0:
+            await asyncio.sleep(model_seconds)
         done = _responses(messages)
         if done < steps:
             return ModelResponse(parts=[ToolCallPart("step", {"n": done}, tool_call_id=f"call_{done:06d}")])
@@ -70,7 +73,7 @@ def factory(options: dict[str, Any]) -> Harness[Any]:
     if script == "loop":
         steps = int(options.get("steps", 5))
         # Room for every tool call plus the answer (pydantic-ai's default request_limit is 50).
-        return Harness(loop_agent(steps, float(options.get("step_seconds", 0.0))),
+        return Harness(loop_agent(steps, float(options.get("step_seconds", 0.0)), float(options.get("model_seconds", 0.0))),
                        usage_limits=UsageLimits(request_limit=steps + 10))
     if script == "approval":
         return Harness(approval_agent())

@@ -230,6 +230,25 @@ def test_outbox_throughput_delivers_every_row_once(tmp_path: Path, postgres_serv
     assert "deliveries/s" in stdout
 
 
+@pytest.mark.postgres
+def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgres_server: str) -> None:
+    """Issue 12: the service (control + worker processes) on both databases and the in-process systems run the same
+    workloads in one run; CPU per step of every process, commits, bytes and created -> claim are reported."""
+    systems = "pydantic-ai,harness,candor-service+sqlite,candor-service+postgresql"
+    stdout, data = run_service_bench("service_steps", tmp_path, "--rounds", "2", "--sequential-steps", "2",
+                                     "--concurrent", "2x2", "--systems", systems)
+    by_system = {(r["system"], r["workload"]): r for r in data["results"]}
+    assert {system for system, _ in by_system} == set(systems.split(","))
+    service = by_system[("candor-service+postgresql", "sequential 2 steps")]
+    assert set(service["cpu_ms_per_step"]) == {"control", "worker"} and len(service["steps_per_s_by_round"]) == 2
+    assert by_system[("pydantic-ai", "2 concurrent x 2 steps, 20 ms model")]["steps_per_s"] > 0
+    stats = {s["system"]: s for s in data["systems"]}
+    assert stats["candor-service+postgresql"]["commits_per_step"] > 0
+    assert stats["candor-service+sqlite"]["claims"] == 2 and stats["candor-service+sqlite"]["bytes_per_run"] > 0
+    assert any("created -> first claim" in v["target"] for v in data["verdicts"])
+    assert "service_steps:" in stdout
+
+
 def test_run_all_quick_writes_a_report(tmp_path: Path) -> None:
     report = tmp_path / "benchmarks.md"
     proc = run("-m", "bench.run_all", "--quick", "--output", str(report), timeout=600)
@@ -238,7 +257,7 @@ def test_run_all_quick_writes_a_report(tmp_path: Path) -> None:
     for needle in ("# Benchmarks", "## Machine", "`nproc`", "/proc/meminfo", "pydantic-ai-slim", "## harness_overhead",
                    "python -m bench.harness_overhead --steps 2 --reps 2", "| PostgreSQL |", "## checkpoint_cost",
                    "## durable_steps", "--no-langgraph", "Reading:", "## failover_latency", "## resume_latency",
-                   "## service_throughput", "## worker_memory", "## outbox_throughput", "## Time per benchmark",
+                   "## service_throughput", "## service_steps", "## worker_memory", "## outbox_throughput", "## Time per benchmark",
                    "| **Total** |"):
         assert needle in text
     assert "Not benchmarked yet" not in text

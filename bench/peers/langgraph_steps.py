@@ -47,8 +47,12 @@ def step(n: int) -> str:
     return TOOL_RESULT
 
 
-def build_graph(steps: int, checkpointer: Any) -> Any:
+def build_graph(steps: int, checkpointer: Any, model_seconds: float = 0.0) -> Any:
+    """`model_seconds`: the scripted model's think time per response (`bench.service_steps`' concurrent load)."""
+
     def agent(state: MessagesState) -> dict[str, Any]:
+        if model_seconds > 0:
+            time.sleep(model_seconds)
         done = sum(1 for m in state["messages"] if isinstance(m, AIMessage))
         if done < steps:
             call = {"name": "step", "args": {"n": done}, "id": f"call_{done:06d}", "type": "tool_call"}

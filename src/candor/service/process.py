@@ -114,10 +114,11 @@ async def serve(
 
 
 async def _listen(service: Service, readiness: Readiness) -> None:
-    """Wake this worker on `NOTIFY candor_wake` (PostgreSQL); a lost connection is `degraded: ["notify"]` (S-121).
+    """Wake this worker on `NOTIFY candor_wake` (PostgreSQL) or a datagram to its socket next to the SQLite file; a
+    lost connection (or socket) is `degraded: ["notify"]` (S-121).
 
-    On SQLite there is nothing to listen to: the task then idles so that `tasks_alive` keeps meaning "every
-    background task is running".
+    When there is nothing to listen to, the task idles so that `tasks_alive` keeps meaning "every background task
+    is running".
     """
 
     def connected(ok: bool) -> None:

@@ -1,4 +1,5 @@
-"""Cross-process wake-ups on PostgreSQL (§2.2): `NOTIFY candor_wake` when runs become due, `LISTEN` in workers.
+"""Cross-process wake-ups (§2.2): `NOTIFY candor_wake` when runs become due, `LISTEN` in workers; on SQLite the
+same through unix datagram sockets next to the database file (`local_wake`).
 
 Within one process `Service.wakeups` (an `asyncio.Event`) already wakes the worker loop. With many processes on
 PostgreSQL, a run accepted by the control process (or requeued by a sweep) should not wait for a worker's next
@@ -11,7 +12,9 @@ PostgreSQL, a run accepted by the control process (or requeued by a sweep) shoul
   event on every notification. When that connection is lost it reports `degraded` (so `/readyz` says
   `"degraded": ["notify"]`, S-121) and reconnects with capped backoff; scans keep the worker working meanwhile.
 
-SQLite has a single machine and a single writer, so there is nothing to do there: both are no-ops.
+SQLite has no LISTEN/NOTIFY, but its processes share one machine: `Notifier.notify()` sends a datagram to every
+worker's socket in the database's wake-up directory and `listen_for_wakeups()` binds this process's socket there
+(`local_wake.LocalWakeups`). An in-memory SQLite database has no other process to wake: both are no-ops then.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .dialect import has_listen_notify, is_postgresql_url
+from .local_wake import LocalWakeups
 
 __all__ = ("CHANNEL", "Notifier", "listen_for_wakeups", "is_postgres_url", "plain_postgres_dsn")
 
@@ -39,22 +43,39 @@ def is_postgres_url(url: str | URL) -> bool:
     return is_postgresql_url(url)
 
 
+def sqlite_file(url: str | URL) -> str | None:
+    """The database file of a SQLite URL, or None (PostgreSQL, or an in-memory database)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file::memory:") or "mode=memory" in database:
+        return None
+    return database
+
+
 def plain_postgres_dsn(url: str | URL) -> str:
     """The operator URL as a DSN asyncpg accepts (no `+driver` part)."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 class Notifier:
-    """Sends coalesced, best-effort `NOTIFY candor_wake` through the service's engine (PostgreSQL only)."""
+    """Sends coalesced, best-effort `NOTIFY candor_wake` through the service's engine (PostgreSQL), or datagrams to
+    the workers' sockets next to the database file (SQLite)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._enabled = has_listen_notify(engine)
+        path = sqlite_file(engine.url)
+        self._local = LocalWakeups(path) if path is not None else None
         self._task: asyncio.Task[None] | None = None
         self._again = False
 
     def notify(self) -> None:
         """Ask every listening worker to scan now. Safe to call from any coroutine of the running loop."""
+        if self._local is not None:
+            self._local.notify()
+            return
         if not self._enabled:
             return
         if self._task is not None and not self._task.done():
@@ -76,6 +97,8 @@ class Notifier:
 
     async def close(self) -> None:
         """Wait for a send in flight (so the engine can be disposed cleanly)."""
+        if self._local is not None:
+            self._local.close()
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
@@ -92,8 +115,13 @@ async def listen_for_wakeups(
     """LISTEN on `candor_wake` until cancelled, calling `on_wake()` per notification.
 
     `on_connected(True)` once listening, `on_connected(False)` whenever the connection is lost or cannot be made;
-    reconnects with doubling backoff capped at `max_retry_seconds`. Returns at once for a non-PostgreSQL URL.
+    reconnects with doubling backoff capped at `max_retry_seconds`. On a SQLite file the same through this
+    process's socket in the wake-up directory; returns at once for an in-memory SQLite database.
     """
+    path = sqlite_file(url)
+    if path is not None:
+        await _listen_locally(LocalWakeups(path), on_wake, on_connected, retry_seconds, max_retry_seconds)
+        return
     if not is_postgres_url(url):
         return
     dsn = plain_postgres_dsn(url)
@@ -119,6 +147,24 @@ async def listen_for_wakeups(
             if conn is not None and not conn.is_closed():
                 with contextlib.suppress(Exception):
                     await asyncio.shield(conn.close(timeout=2))
+        on_connected(False)
+        await asyncio.sleep(delay)
+        delay = min(max_retry_seconds, delay * 2)
+
+
+async def _listen_locally(
+    local: LocalWakeups,
+    on_wake: Callable[[], None],
+    on_connected: Callable[[bool], None],
+    retry_seconds: float,
+    max_retry_seconds: float,
+) -> None:
+    delay = retry_seconds
+    while True:
+        try:
+            await local.listen(on_wake, on_ready=lambda: on_connected(True))
+        except OSError as exc:
+            log.warning("Wake-up socket unavailable", extra={"error_type": type(exc).__name__, "error": str(exc)})
         on_connected(False)
         await asyncio.sleep(delay)
         delay = min(max_retry_seconds, delay * 2)

@@ -309,6 +309,7 @@ async def commit_checkpoint(
     seal: SealRequest | None = None,
     delivery_count: int = 8,
     delivery_bytes: int = 256 * 1024,
+    stream_entries: Sequence[NewStreamEntry] = (),
     boundary_sequence: int | None = None,
 ) -> CommitResult:
     """§7.8 steps 1–6 in one fenced transaction (S-35…S-41, S-5); nothing is visible if it rolls back (S-37).
@@ -316,7 +317,9 @@ async def commit_checkpoint(
     Raises `LeaseLost` when the fence fails or `runs.checkpoint_seq` is not `expected_seq` (S-38). `seal` (status
     `completed` or `waiting`) seals the run in the same transaction; otherwise compatible pending steer entries are
     assigned to the run and returned (S-66, S-67). `boundary_sequence` (the attempt's next stream sequence) writes
-    §7.8 step 7's `boundary` stream entry in the same transaction, so the final, sealing commit has one too.
+    §7.8 step 7's `boundary` stream entry in the same transaction, so the final, sealing commit has one too;
+    `stream_entries` (the attempt's buffered `delta` entries, §8.7) are inserted just before it, so a step costs
+    no stream write of its own.
     """
     if seal is not None and seal.status not in ("completed", "waiting"):
         raise ValueError("a checkpoint commit seals only completed or waiting runs")
@@ -360,9 +363,11 @@ async def commit_checkpoint(
                 )
             if inbox_changed or assigned:
                 await conn.execute(bump_thread_version(thread_id=lease.thread_id, now=fenced.now))
+        entries = list(stream_entries)
         if boundary_sequence is not None:
-            boundary = NewStreamEntry(type="boundary", sequence=boundary_sequence, checkpoint_seq=seq)
-            await insert_stream_entries(conn, fenced, lease, [boundary])
+            entries.append(NewStreamEntry(type="boundary", sequence=boundary_sequence, checkpoint_seq=seq))
+        if entries:
+            await insert_stream_entries(conn, fenced, lease, entries)
         failpoints.hit(failpoints.CHECKPOINT_BEFORE_COMMIT)
     return CommitResult(
         checkpoint_id=written.id, seq=seq, kept=written.kept, count=written.count,

@@ -1,10 +1,11 @@
 """Thread stream entries (§8.7): fenced appends by the worker, reads by the SSE endpoint, and the trim sweep.
 
-Entries are provisional live output. The worker appends coalesced `delta` entries and one `boundary` entry per
-committed checkpoint, each batch in one transaction fenced with the attempt's lease (thread → run → attempt, S-20),
-so a worker that lost its lease writes nothing. The `boundary` entry is written by the checkpoint commit itself
-(`insert_stream_entries`), so it exists exactly when its checkpoint does, also for the final commit that seals the
-run (after which the lease is gone and a separate fenced append would be refused). Because the fence locks the
+Entries are provisional live output. The worker writes its buffered `delta` entries and one `boundary` entry per
+committed checkpoint in the checkpoint commit itself (`insert_stream_entries`), so a step costs no stream write of
+its own and the `boundary` entry exists exactly when its checkpoint does, also for the final commit that seals the
+run (after which the lease is gone and a separate fenced append would be refused). Deltas that wait longer than
+`worker.stream_coalesce_seconds` for a boundary are appended on their own (`append_stream_entries`). Every write
+is fenced with the attempt's lease (thread → run → attempt, S-20), so a worker that lost its lease writes nothing. Because the fence locks the
 thread row first, a thread's entries are inserted one transaction at a time, and their ids increase in commit
 order on both backends.
 
@@ -19,11 +20,14 @@ threads holding more than `worker.stream_length`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import and_, delete, exists, func, insert, select
+from sqlalchemy import Insert, TextClause, and_, bindparam, delete, exists, func, insert, select, text
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..protocol.fencing import Lease
@@ -94,35 +98,90 @@ async def insert_stream_entries(
     """Insert `entries` inside a transaction that already passed the lease's fence (`fenced`, which holds the
     thread row lock, so ids and `prev` stay in commit order). The checkpoint commit uses it to write its
     `boundary` entry atomically with the checkpoint (§7.8 step 7). Returns the new ids, in order."""
-    prev = await _last_id(conn, lease.thread_id)
-    ids: list[int] = []
-    for entry in entries:
-        payload: dict[str, Any] = {"prev": prev}
-        if entry.type == "delta":
-            payload["event"] = entry.event
-        else:
-            payload["checkpoint_seq"] = entry.checkpoint_seq
-        new_id = (
-            await conn.execute(
-                insert(stream_entries)
-                .values(
-                    workspace_id=fenced.run["workspace_id"], thread_id=lease.thread_id, run_id=lease.run_id,
-                    attempt=lease.attempt_number, sequence=entry.sequence, type=entry.type, payload=payload,
-                    created_at=db_now(),
-                )
-                .returning(stream_entries.c.id)
-            )
-        ).scalar_one()
-        ids.append(int(new_id))
-        prev = int(new_id)
+    params = {
+        "workspace_id": fenced.run["workspace_id"], "thread_id": lease.thread_id, "run_id": lease.run_id,
+        "attempt": lease.attempt_number,
+    }  # fmt: skip
+    if len(entries) == 1:  # the common case (a boundary alone): one statement reads `prev` and inserts
+        entry = entries[0]
+        rest = {"event": entry.event} if entry.type == "delta" else {"checkpoint_seq": entry.checkpoint_seq}
+        values = params | {"sequence": entry.sequence, "type": entry.type, "rest": json.dumps(rest),
+                           "prev_thread_id": lease.thread_id}
+        return [int((await conn.execute(_insert_one(conn.dialect), values)).scalar_one())]
+    # Several (deltas riding in a boundary commit): allocate their ids and read the previous one in one round
+    # trip, then insert them all in one. Under the thread row lock (and on SQLite the single writer lock) nobody
+    # else takes ids for this thread meanwhile, so the chain of `prev` ids is the commit order, as above.
+    last, ids = await _allocate_ids(conn, lease.thread_id, len(entries))
+    rows = []
+    for entry, new_id in zip(entries, ids, strict=True):
+        rows.append(params | _entry_values(entry, last) | {"id": new_id})
+        last = new_id
+    await conn.execute(_insert_entry_with_id(), rows)
     return ids
 
 
-async def _last_id(conn: AsyncConnection, thread_id: str) -> int | None:
-    value = (
-        await conn.execute(select(func.max(stream_entries.c.id)).where(stream_entries.c.thread_id == thread_id))
-    ).scalar_one_or_none()
+def _entry_values(entry: NewStreamEntry, prev: int | None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"prev": prev}
+    if entry.type == "delta":
+        payload["event"] = entry.event
+    else:
+        payload["checkpoint_seq"] = entry.checkpoint_seq
+    return {"sequence": entry.sequence, "type": entry.type, "payload": payload}
+
+
+async def _allocate_ids(conn: AsyncConnection, thread_id: str, count: int) -> tuple[int | None, list[int]]:
+    """The thread's last entry id and `count` new, increasing ids (PostgreSQL: from the table's sequence; SQLite,
+    whose `AUTOINCREMENT` never reuses ids: above both the highest id ever handed out and the highest present)."""
+    if conn.dialect.name == "postgresql":
+        rows = (await conn.execute(_PG_ALLOCATE, {"thread_id": thread_id, "count": count})).all()
+        return _int_or_none(rows[0].last), sorted(int(row.id) for row in rows)
+    row = (await conn.execute(_SQLITE_ALLOCATE, {"thread_id": thread_id})).one()
+    return _int_or_none(row.last), list(range(int(row.top) + 1, int(row.top) + 1 + count))
+
+
+def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+_PG_ALLOCATE = text(
+    "SELECT nextval(pg_get_serial_sequence('stream_entries', 'id')) AS id, "
+    "(SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last "
+    "FROM generate_series(1, :count)"
+)
+_SQLITE_ALLOCATE = text(
+    "SELECT (SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last, "
+    "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'stream_entries'), 0), "
+    "coalesce((SELECT max(id) FROM stream_entries), 0)) AS top"
+)
+
+
+@cache
+def _insert_one(dialect: Dialect) -> TextClause:
+    """One entry whose payload is `rest` plus `prev`, the thread's last entry id read by the same statement (each
+    statement of a READ COMMITTED transaction sees every entry committed before it, and the caller holds the
+    thread's row lock, so none can be committed meanwhile). Built once per dialect."""
+    last = "(SELECT max(id) FROM stream_entries WHERE thread_id = :prev_thread_id)"
+    if dialect.name == "postgresql":
+        payload = f"CAST(:rest AS jsonb) || jsonb_build_object('prev', {last})"
+    else:
+        payload = f"json_insert(:rest, '$.prev', {last})"
+    now = str(db_now().compile(dialect=dialect))
+    return text(
+        "INSERT INTO stream_entries (workspace_id, thread_id, run_id, attempt, sequence, type, payload, created_at) "
+        f"VALUES (:workspace_id, :thread_id, :run_id, :attempt, :sequence, :type, {payload}, {now}) RETURNING id"
+    )
+
+
+@cache
+def _insert_entry_with_id() -> Insert:
+    return _insert_values(with_id=True)
+
+
+def _insert_values(*, with_id: bool) -> Insert:
+    c = stream_entries.c
+    names = ("id",) * with_id + ("workspace_id", "thread_id", "run_id", "attempt", "sequence", "type", "payload")
+    values: dict[str, Any] = {name: bindparam(name, type_=c[name].type) for name in names}
+    return insert(stream_entries).values(**values, created_at=db_now())
 
 
 def _entry(row: Any) -> StreamEntry:

@@ -49,6 +49,7 @@ from ..store.seals import (
 )
 from ..store.streams import NewStreamEntry, append_stream_entries
 from .children import child_toolsets
+from .deltas import DeltaBuffer
 from .client_tools import CLIENT_TOOL_CONFLICT, agent_tool_names, client_tools_of, client_toolsets
 from .handle import AttemptHandle
 from .inputs import deferred_json, input_content, resume_batch, resume_input, start_state, usage_delta, usage_json
@@ -98,9 +99,9 @@ class _Attempt:
         self.has_resume_input = resume_input(self.claimed.resume, consumed=False) is not None
         """Whether the run carries a resume `input`; every envelope it commits records it as in history (S-88)."""
         self.stream_sequence = 0
-        self.deltas: list[NewStreamEntry] = []
-        self.deltas_since: float | None = None
-        """§8.7: deltas buffered for `worker.stream_coalesce_seconds` since this monotonic time."""
+        self.deltas = DeltaBuffer(self._write_deltas, flush_seconds=self.settings.worker.stream_coalesce_seconds)
+        """§8.7: deltas ride in the next boundary commit, or go in their own write once the oldest waited
+        `worker.stream_coalesce_seconds` (a slowly streaming model still shows them live)."""
 
     # -- top level ------------------------------------------------------------------------------------------------
 
@@ -246,19 +247,20 @@ class _Attempt:
         return resume_batch(start.resume_requests, self.claimed.resume, attempt_number=self.lease.attempt_number)
 
     async def _consume(self, stream: Any, start: AttemptStart) -> _Finished:
-        async with stream:
-            for entry in start.assigned:  # §7.7 step 6, S-34
-                await self._steer(stream, entry.id, entry.payload)
-            async for event in stream:
-                if isinstance(event, BoundaryEvent):
-                    await self._flush_deltas()
-                    stop = await self._boundary(stream, event)
-                    if stop is not None:
-                        return stop  # leaving the block closes the stream: nothing more runs
-                elif getattr(event, "event_kind", None) != "candor_run_result":
-                    await self._delta(event)  # §7.7 step 7: deltas → stream_entries (§8.7)
-            await self._flush_deltas()
-        return self._classify_end(stream)
+        try:
+            async with stream:
+                for entry in start.assigned:  # §7.7 step 6, S-34
+                    await self._steer(stream, entry.id, entry.payload)
+                async for event in stream:
+                    if isinstance(event, BoundaryEvent):
+                        stop = await self._boundary(stream, event)
+                        if stop is not None:
+                            return stop  # leaving the block closes the stream: nothing more runs
+                    elif getattr(event, "event_kind", None) != "candor_run_result":
+                        self._delta(event)  # §7.7 step 7: deltas → stream_entries (§8.7)
+            return self._classify_end(stream)
+        finally:
+            await self.deltas.stop_timer()  # what is still buffered goes with the settling write, if any
 
     # -- stream entries (§8.7): provisional, fenced, best effort ------------------------------------------------
 
@@ -266,30 +268,28 @@ class _Attempt:
         self.stream_sequence += 1
         return self.stream_sequence
 
-    def _next_entry(self, **fields: Any) -> NewStreamEntry:
-        return NewStreamEntry(sequence=self._next_sequence(), **fields)
+    def _delta(self, event: Any) -> None:
+        entry = NewStreamEntry(type="delta", sequence=self._next_sequence(), event=to_jsonable_python(event, fallback=str))
+        self.deltas.add(entry)
 
-    async def _delta(self, event: Any) -> None:
-        self.deltas.append(self._next_entry(type="delta", event=to_jsonable_python(event, fallback=str)))
-        now = self.service.clock.monotonic()
-        if self.deltas_since is None:
-            self.deltas_since = now
-        if now - self.deltas_since >= self.settings.worker.stream_coalesce_seconds:
-            await self._flush_deltas()
+    async def _write_deltas(self, entries: list[NewStreamEntry]) -> None:
+        """The timer's own fenced write (best effort: a lost lease or a store failure only loses live output; the
+        next boundary commit's fence ends the attempt if the lease is really gone)."""
+        try:
+            self._guard()
+            await append_stream_entries(self.service.engine, self.lease, entries)
+        except (LeaseLost, StoreUnavailable):
+            log.warning("Stream entries dropped", extra={"run_id": self.lease.run_id}, exc_info=True)
 
     async def _flush_deltas(self) -> None:
-        entries, self.deltas, self.deltas_since = self.deltas, [], None
-        await self._append_stream(entries)
-
-    async def _append_stream(self, entries: list[NewStreamEntry]) -> None:
-        """One fenced write; `LeaseLost` ends the attempt as usual, a store failure only loses live output."""
-        if not entries:
-            return
-        self._guard()
-        try:
-            await append_stream_entries(self.service.engine, self.lease, entries)
-        except StoreUnavailable:
-            log.warning("Stream entries dropped", extra={"run_id": self.lease.run_id}, exc_info=True)
+        """Before a settling write that carries no stream entries (a seal, a recovery): the buffered deltas alone."""
+        async with self.deltas.taken() as entries:
+            if entries:
+                self._guard()
+                try:
+                    await append_stream_entries(self.service.engine, self.lease, entries)
+                except StoreUnavailable:
+                    log.warning("Stream entries dropped", extra={"run_id": self.lease.run_id}, exc_info=True)
 
     async def _steer(self, stream: Any, entry_id: str, payload: dict[str, Any]) -> None:
         content = input_content(payload)
@@ -307,22 +307,24 @@ class _Attempt:
         history = state.history_view()
         encoded = encode_history_reusing(history, self.base_messages, self.base_encoded)
         usage = stream.usage
-        self._guard()
-        result = await commit_checkpoint(
-            self.service.engine,
-            self.lease,
-            expected_seq=self.expected_seq,
-            base_id=self.base_id,
-            base_encoded=self.base_encoded,
-            new_encoded=encoded,
-            envelope=envelope,
-            incorporated_keys=event.incorporated_keys,
-            source_entry_consumed=self.expected_seq == 0,
-            usage=usage_json(usage - self.recorded),  # §7.8 step 5: one usage record per commit
-            delivery_count=self.settings.worker.delivery_count,
-            delivery_bytes=self.settings.worker.delivery_bytes,
-            boundary_sequence=self._next_sequence(),  # §7.8 step 7, in the commit's transaction
-        )
+        async with self.deltas.taken() as deltas:
+            self._guard()
+            result = await commit_checkpoint(
+                self.service.engine,
+                self.lease,
+                expected_seq=self.expected_seq,
+                base_id=self.base_id,
+                base_encoded=self.base_encoded,
+                new_encoded=encoded,
+                envelope=envelope,
+                incorporated_keys=event.incorporated_keys,
+                source_entry_consumed=self.expected_seq == 0,
+                usage=usage_json(usage - self.recorded),  # §7.8 step 5: one usage record per commit
+                delivery_count=self.settings.worker.delivery_count,
+                delivery_bytes=self.settings.worker.delivery_bytes,
+                stream_entries=deltas,  # §8.7: the buffered deltas ride in the boundary's transaction
+                boundary_sequence=self._next_sequence(),  # §7.8 step 7, in the commit's transaction
+            )
         CHECKPOINT_COMMIT_BYTES.labels(boundary=event.kind).observe(result.bytes_written)
         self._committed(result.checkpoint_id, result.seq, encoded, usage)
         self.base_messages = history
@@ -370,6 +372,9 @@ class _Attempt:
 
     async def _settle(self, finished: _Finished) -> tuple[str, str]:
         decision = classify_outcome(finished.outcome, output_limit=self.settings.worker.output_bytes)
+        if not isinstance(decision, Seal) or not decision.final_commit:
+            if not isinstance(decision, NoSeal):
+                await self._flush_deltas()  # the final commit carries them; other settling writes do not
         failpoints.hit(failpoints.BEFORE_SEAL)
         match decision:
             case Seal(final_commit=True):
@@ -431,20 +436,22 @@ class _Attempt:
             await self._seal("failed", "checkpoint_envelope_too_large", None)
             return "failed", "checkpoint_envelope_too_large"
         encoded = encode_history_reusing(state.history_view(), self.base_messages, self.base_encoded)
-        self._guard()
-        committed = await commit_checkpoint(
-            self.service.engine,
-            self.lease,
-            expected_seq=self.expected_seq,
-            base_id=self.base_id,
-            base_encoded=self.base_encoded,
-            new_encoded=encoded,
-            envelope=envelope,
-            source_entry_consumed=self.expected_seq == 0,
-            usage=usage_json(result.usage - self.recorded),
-            seal=request,
-            boundary_sequence=self._next_sequence(),  # the lease ends with the seal: no later fenced append
-        )
+        async with self.deltas.taken() as deltas:
+            self._guard()
+            committed = await commit_checkpoint(
+                self.service.engine,
+                self.lease,
+                expected_seq=self.expected_seq,
+                base_id=self.base_id,
+                base_encoded=self.base_encoded,
+                new_encoded=encoded,
+                envelope=envelope,
+                source_entry_consumed=self.expected_seq == 0,
+                usage=usage_json(result.usage - self.recorded),
+                seal=request,
+                stream_entries=deltas,
+                boundary_sequence=self._next_sequence(),  # the lease ends with the seal: no later fenced append
+            )
         # §10.4 knows only model and tool boundaries; the final commit ends a model turn (its last response).
         CHECKPOINT_COMMIT_BYTES.labels(boundary="model").observe(committed.bytes_written)
         self.recorded = result.usage

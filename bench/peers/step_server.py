@@ -1,0 +1,206 @@
+"""One in-process system of `bench.service_steps`, driven over stdin/stdout so its process CPU can be read alone.
+
+Systems: `pydantic-ai` (bare `Agent.run`, no persistence), `harness` (candor `Harness.run`, no persistence; needs
+candor's venv), `langgraph` (a ReAct graph with `PostgresSaver` or `SqliteSaver`, `durability="sync"`) and `dbos`
+(Pydantic AI's `DBOSAgent`: the run a DBOS workflow, each model request and each tool call a DBOS step, system
+database on PostgreSQL or SQLite). Every system runs the same scripted loop: the model asks for one `step` tool
+call per response (a 200-byte result), `steps` times, then answers; the model sleeps `model_seconds` first.
+
+Protocol: the script prints `{"ready": true, "versions": {...}}` once set up, then reads one JSON command per
+line, `{"steps": N, "runs": K, "concurrency": C, "model_seconds": S}` (K runs, C at a time), runs it and prints
+`{"seconds": wall, "completed": K}`; `{"quit": true}` ends it.
+
+    bench/.venv-peers/bin/python bench/peers/step_server.py --system dbos --database-url postgresql://…/db
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import json
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+TOOL_RESULT = "r" * 200
+Runner = Callable[[int, float], Awaitable[None]]
+
+
+def _versions(*names: str) -> dict[str, str]:
+    found = {}
+    for name in names:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def _pydantic_agent(steps: int, model_seconds: float, *, name: str = "bench") -> Any:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    async def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if model_seconds > 0:
+            await asyncio.sleep(model_seconds)
+        done = sum(1 for m in messages if isinstance(m, ModelResponse))
+        if done < steps:
+            return ModelResponse(parts=[ToolCallPart("step", {"n": done}, tool_call_id=f"call_{done:06d}")])
+        return ModelResponse(parts=[TextPart(f"finished {steps} steps")])
+
+    agent = Agent(FunctionModel(script, model_name="bench-loop"), name=name)
+
+    @agent.tool_plain
+    async def step(n: int) -> str:
+        """One unit of work."""
+        return TOOL_RESULT
+
+    return agent
+
+
+def _usage_limits(steps: int) -> Any:
+    from pydantic_ai.usage import UsageLimits
+
+    return UsageLimits(request_limit=steps + 10)
+
+
+async def pydantic_ai_runner(database_url: str | None) -> tuple[Runner, Callable[[], None]]:
+    agents: dict[tuple[int, float], Any] = {}
+
+    async def run(steps: int, model_seconds: float) -> None:
+        agent = agents.setdefault((steps, model_seconds), _pydantic_agent(steps, model_seconds))
+        await agent.run("Run the loop.", usage_limits=_usage_limits(steps))
+
+    return run, lambda: None
+
+
+async def harness_runner(database_url: str | None) -> tuple[Runner, Callable[[], None]]:
+    from candor import Harness
+
+    harnesses: dict[tuple[int, float], Any] = {}
+
+    async def run(steps: int, model_seconds: float) -> None:
+        key = (steps, model_seconds)
+        if key not in harnesses:
+            harnesses[key] = Harness(_pydantic_agent(steps, model_seconds), usage_limits=_usage_limits(steps))
+        await harnesses[key].run("Run the loop.")
+
+    return run, lambda: None
+
+
+async def dbos_runner(database_url: str | None) -> tuple[Runner, Callable[[], None]]:
+    from dbos import DBOS
+    from pydantic_ai.durable_exec.dbos import DBOSAgent
+
+    assert database_url is not None, "dbos needs --database-url"
+    DBOS(config={"name": "candor-bench", "system_database_url": database_url, "run_admin_server": False})
+    # DBOS registers workflows at import/wrap time, before launch: one agent per workload shape, made up front.
+    shapes = [(s, m) for s in (2, 5, 20, 80) for m in (0.0, 0.02)]
+    agents = {
+        shape: DBOSAgent(_pydantic_agent(*shape, name=f"bench_{shape[0]}_{int(shape[1] * 1000)}"))
+        for shape in shapes
+    }
+    DBOS.launch()
+
+    async def run(steps: int, model_seconds: float) -> None:
+        agent = agents[(steps, model_seconds)]
+        await agent.run("Run the loop.", usage_limits=_usage_limits(steps))
+
+    return run, DBOS.destroy
+
+
+async def langgraph_runner(database_url: str | None) -> tuple[Runner, Callable[[], None]]:
+    import langgraph_steps  # the graph of bench.durable_steps' LangGraph side, same directory
+
+    assert database_url is not None, "langgraph needs --database-url"
+    if database_url.startswith("postgresql"):
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        pool = ConnectionPool(database_url, min_size=1, max_size=16, open=True,
+                              kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
+        saver: Any = PostgresSaver(pool)  # type: ignore[arg-type]
+        close: Callable[[], None] = pool.close
+    else:
+        import sqlite3
+
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(database_url.removeprefix("sqlite:///"), check_same_thread=False)
+        saver = SqliteSaver(conn)  # one connection behind the saver's own lock
+        close = conn.close
+    saver.setup()
+    graphs: dict[tuple[int, float], Any] = {}
+
+    async def run(steps: int, model_seconds: float) -> None:
+        key = (steps, model_seconds)
+        if key not in graphs:
+            graphs[key] = langgraph_steps.build_graph(steps, saver, model_seconds)
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": 4 * steps + 10}
+        inputs: Any = {"messages": [("user", "Run the loop.")]}
+        # The synchronous graph in a thread (the model's sleep blocks only it), as a sync LangGraph app runs.
+        await asyncio.to_thread(graph_invoke, graphs[key], inputs, config)
+
+    return run, close
+
+
+def graph_invoke(graph: Any, inputs: Any, config: Any) -> None:
+    graph.invoke(inputs, config, durability="sync")
+
+
+RUNNERS = {"pydantic-ai": pydantic_ai_runner, "harness": harness_runner, "dbos": dbos_runner,
+           "langgraph": langgraph_runner}
+VERSIONS = {"pydantic-ai": ("pydantic-ai-slim",), "harness": ("candor", "pydantic-ai-slim"),
+            "dbos": ("dbos", "pydantic-ai-slim"), "langgraph": ("langgraph", "langgraph-checkpoint-postgres",
+                                                                "langgraph-checkpoint-sqlite")}
+
+
+async def workload(run: Runner, command: dict[str, Any]) -> dict[str, Any]:
+    steps, runs = int(command["steps"]), int(command["runs"])
+    concurrency, model_seconds = int(command.get("concurrency", 1)), float(command.get("model_seconds", 0.0))
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one() -> None:
+        async with gate:
+            await run(steps, model_seconds)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(runs)))
+    return {"seconds": time.perf_counter() - started, "completed": runs}
+
+
+async def serve(system: str, database_url: str | None) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))  # 16 concurrent runs
+    run, close = await RUNNERS[system](database_url)
+    print(json.dumps({"ready": True, "versions": _versions(*VERSIONS[system])}), flush=True)
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            command = json.loads(line)
+            if command.get("quit"):
+                break
+            print(json.dumps(await workload(run, command)), flush=True)
+    finally:
+        close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--system", choices=sorted(RUNNERS), required=True)
+    parser.add_argument("--database-url", default=None, help="postgresql://… or sqlite:///path (durable systems)")
+    args = parser.parse_args()
+    asyncio.run(serve(args.system, args.database_url))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,527 @@
+"""Durable step cost end to end: the candor service against the durable options a user would pick instead (issue 12).
+
+Every system runs the same scripted loop (the model asks for one `step` tool call per response, a 200-byte
+result, then answers), in one benchmark run, in interleaved rounds (each round runs every system once, in a rotated
+order, so machine load hits all of them alike): `candor-service` on PostgreSQL and on SQLite (a real `candor
+serve --role control` process and a separate `--role worker` process, `worker.slots` = 16; runs posted over HTTP
+to `POST /v1/threads` on the control process, completion read from the database), bare Pydantic AI `Agent.run`
+and candor `Harness.run` without persistence, LangGraph with `PostgresSaver` / `SqliteSaver` (`durability="sync"`)
+and Pydantic AI's `DBOSAgent` (the run a DBOS workflow, each model request and each tool call a DBOS step) on
+PostgreSQL / SQLite; each in-process system in its own process (`bench/peers/step_server.py`; LangGraph and DBOS
+from the peers venv, `make bench-peers`). Workloads per round: one run at a time of 5, 20 and 80 steps
+(`--sequential-runs` runs each), and 16 concurrent runs of 20 steps whose model sleeps 20 ms per response.
+Figures: steps/s (steps / wall time, median over rounds), CPU ms per step of every process of the system (read
+from /proc: the worker and control processes for candor, the one process of a peer), committed transactions per
+step (PostgreSQL: `pg_stat_database.xact_commit` of the system's own scratch database over all rounds, read after
+its processes exited; read-only transactions that commit count too, rollbacks do not), bytes stored per run
+(database size growth / runs), and for candor the time from a run's acceptance (`runs.created_at`) to its first
+claim (`run_attempts.created_at`) over the sequential runs, where the worker is idle and must be woken. Ratios are
+taken per round and their median reported: the machine may be shared, absolute figures move, same-round ratios
+are what count.
+
+    python -m bench.service_steps [--rounds 3] [--sequential-steps 5,20,80] [--concurrent 16x20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+from sqlalchemy import select
+
+from candor.service import operator
+from candor.service.core import Service
+from candor.service.errors import StoreUnavailable
+from candor.service.store.engine import read_transaction
+from candor.service.store.migrate import migrate
+from candor.service.store.tables import run_attempts, runs
+
+from . import _cli, _service, _store
+
+QUICK_ARGS = ["--rounds", "1", "--sequential-steps", "2", "--sequential-runs", "1", "--concurrent", "2x2",
+              "--systems", "pydantic-ai,candor-service+sqlite"]
+"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests)."""
+STEP_SERVER = Path(__file__).resolve().parent / "peers" / "step_server.py"
+SYSTEMS = ("pydantic-ai", "harness", "candor-service+postgresql", "candor-service+sqlite", "langgraph+postgresql",
+           "langgraph+sqlite", "dbos+postgresql", "dbos+sqlite")
+BASELINE_SYSTEMS = ("candor-baseline+postgresql", "candor-baseline+sqlite")
+MODEL_SECONDS_CONCURRENT = 0.02
+
+
+def cpu_ms(pid: int) -> float:
+    """User + system CPU time of process `pid` so far, in ms (from /proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    steps: int
+    runs: int
+    concurrency: int
+    model_seconds: float
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps * self.runs
+
+
+@dataclass
+class Database:
+    kind: str  # postgresql | sqlite
+    url: str  # the URL the system is given
+    name: str | None = None  # PostgreSQL database name
+    path: Path | None = None  # SQLite file
+
+    async def size(self, server_url: str) -> int:
+        if self.path is not None:
+            with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as conn:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # count pages in the file, not in the WAL
+            return self.path.stat().st_size
+        conn = await asyncpg.connect(_store.dsn(server_url))
+        try:
+            return int(await conn.fetchval("SELECT pg_database_size($1)", self.name))
+        finally:
+            await conn.close()
+
+    async def commits(self, server_url: str) -> int | None:
+        if self.name is None:
+            return None
+        conn = await asyncpg.connect(_store.dsn(server_url))
+        try:
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            return int(await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = $1", self.name))
+        finally:
+            await conn.close()
+
+
+@asynccontextmanager
+async def scratch_database(kind: str, server_url: str, tmp: Path, label: str) -> AsyncIterator[Database]:
+    if kind == "sqlite":
+        path = tmp / f"{label}.db"
+        yield Database(kind, f"sqlite:///{path}", path=path)
+        return
+    async with _store.scratch_postgres(server_url, prefix="candor_bench_steps") as url:
+        yield Database(kind, url, name=url.rsplit("/", 1)[1])
+
+
+@dataclass
+class Measured:
+    """One workload of one system in one round."""
+
+    seconds: float
+    cpu_ms: dict[str, float]
+
+
+@dataclass
+class System:
+    name: str
+    database: Database | None
+    pids: dict[str, int] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    results: dict[str, list[Measured]] = field(default_factory=dict)
+    commits_before: int | None = None
+    size_before: int = 0
+    claim_ms: list[float] = field(default_factory=list)
+    retried: int = 0
+    runs_done: int = 0
+    steps_done: int = 0
+
+    async def run(self, workload: Workload) -> float:
+        raise NotImplementedError
+
+    async def measure(self, workload: Workload) -> None:
+        before = {role: cpu_ms(pid) for role, pid in self.pids.items()}
+        seconds = await self.run(workload)
+        used = {role: cpu_ms(pid) - before[role] for role, pid in self.pids.items()}
+        self.results.setdefault(workload.name, []).append(Measured(seconds, used))
+        self.runs_done += workload.runs
+        self.steps_done += workload.total_steps
+
+
+class PeerSystem(System):
+    """A system inside one `step_server.py` process."""
+
+    def __init__(self, name: str, database: Database | None, python: Path, system: str) -> None:
+        super().__init__(name, database)
+        command = [str(python), str(STEP_SERVER), "--system", system]
+        if database is not None:
+            command += ["--database-url", database.url]
+        env = _service.process_environment({})
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True, env=env, cwd=STEP_SERVER.parent)
+        ready = self._read()
+        self.versions = ready.get("versions", {})
+        self.pids = {"process": self.process.pid}
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"{self.name}: step server exited (status {self.process.poll()})")
+            if line.startswith("{"):
+                return dict(json.loads(line))
+
+    async def run(self, workload: Workload) -> float:
+        assert self.process.stdin is not None
+        command = {"steps": workload.steps, "runs": workload.runs, "concurrency": workload.concurrency,
+                   "model_seconds": workload.model_seconds}
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        answer = await asyncio.to_thread(self._read)
+        return float(answer["seconds"])
+
+    async def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.write('{"quit": true}\n')
+            self.process.stdin.flush()
+            try:
+                await asyncio.to_thread(self.process.wait, 60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                await asyncio.to_thread(self.process.wait)
+
+
+class ServiceSystem(System):
+    """Real `candor serve` control and worker processes on one database; runs posted over HTTP."""
+
+    def __init__(self, name: str, database: Database, stack: AsyncExitStack, log_dir: Path) -> None:
+        super().__init__(name, database)
+        self.stack, self.log_dir = stack, log_dir
+        self.counter = 0
+        self.source: Path | None = None
+        """Another candor source tree the processes import instead of this one (`--baseline-src`)."""
+
+    async def start(self) -> None:
+        assert self.database is not None
+        env = _service.settings_environment(self.database.url, worker={"slots": 16})
+        settings = _service.bench_settings(env)
+        await migrate(self.database.url, lock_timeout=30)
+        self.secret = (await operator.bootstrap(settings))["secret"]
+        self.service = await Service.open(settings)
+        self.stack.push_async_callback(self.service.close)
+        saved = os.environ.get("PYTHONPATH")
+        if self.source is not None:  # ahead of the installed (editable) candor in the processes' import path
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.source), saved]))
+        try:
+            self.processes = [_service.ServiceProcess(role, env, self.log_dir).start() for role in ("control", "worker")]
+        finally:
+            if self.source is not None and saved is None:
+                del os.environ["PYTHONPATH"]
+            elif self.source is not None:
+                os.environ["PYTHONPATH"] = saved
+        self.stack.push_async_callback(self.stop)
+        await asyncio.gather(*(p.wait_ready() for p in self.processes))
+        self.pids = {p.role: p.pid for p in self.processes}
+        self.client = httpx.AsyncClient(base_url=self.processes[0].base_url, timeout=60,
+                                        headers={"Authorization": f"Bearer {self.secret}"})
+        self.stack.push_async_callback(self.client.aclose)
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(p.stop() for p in self.processes), return_exceptions=True)
+
+    async def _post(self, options: dict[str, Any]) -> str:
+        """`POST /v1/threads`; a 503 (the database was busy, e.g. SQLite's writer lock under 16 posts at once) is
+        retried with the same idempotency key, as a client would, and counted."""
+        self.counter += 1
+        key = f"steps-{self.counter}"
+        for attempt in range(20):
+            response = await self.client.post("/v1/threads", headers={"Idempotency-Key": key},
+                                              json={"agent": _service.AGENT, "input": _service.PROMPT, "options": options})
+            if response.status_code != 503:
+                break
+            self.retried += 1
+            await asyncio.sleep(0.05 * (attempt + 1))
+        response.raise_for_status()
+        return str(response.json()["run"]["id"])
+
+    async def _sealed(self, run_ids: list[str]) -> bool:
+        # A read transaction (deferred BEGIN on SQLite): polling must not take the writer lock from the worker.
+        async with read_transaction(self.service.engine) as conn:
+            query = select(runs.c.status).where(runs.c.id.in_(run_ids))
+            statuses = (await conn.execute(query)).scalars().all()
+        return sum(status in _service.SEALED for status in statuses) >= len(run_ids)
+
+    async def _wait(self, run_ids: list[str]) -> None:
+        deadline = time.monotonic() + 600
+        while not await self._sealed_or_busy(run_ids):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: runs not sealed after 600 s")
+            await asyncio.sleep(0.005)
+
+    async def run(self, workload: Workload) -> float:
+        options = {"script": "loop", "steps": workload.steps, "model_seconds": workload.model_seconds}
+        started = time.perf_counter()
+        if workload.concurrency == 1:
+            run_ids = []
+            for _ in range(workload.runs):
+                run_ids.append(await self._post(options))
+                await self._wait(run_ids[-1:])
+            seconds = time.perf_counter() - started
+            self.claim_ms += await self._claim_waits(run_ids)
+            return seconds
+        run_ids = list(await asyncio.gather(*(self._post(options) for _ in range(workload.runs))))
+        await self._wait(run_ids)
+        return time.perf_counter() - started
+
+    async def _sealed_or_busy(self, run_ids: list[str]) -> bool:
+        try:
+            return await self._sealed(run_ids)
+        except StoreUnavailable:  # a busy database: poll again
+            return False
+
+    async def _claim_waits(self, run_ids: list[str]) -> list[float]:
+        query = (
+            select(runs.c.created_at, run_attempts.c.created_at.label("claimed_at"))
+            .join(run_attempts, (run_attempts.c.run_id == runs.c.id) & (run_attempts.c.number == 1))
+            .where(runs.c.id.in_(run_ids))
+        )
+        async with read_transaction(self.service.engine) as conn:
+            rows = (await conn.execute(query)).all()
+        return [(float(r.claimed_at) - float(r.created_at)) * 1000 for r in rows]
+
+    async def close(self) -> None:
+        await self.stop()
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def summarize(systems: list[System], workloads: list[Workload], rounds: int) -> dict[str, Any]:
+    results = []
+    for system in systems:
+        for workload in workloads:
+            measured = system.results.get(workload.name, [])
+            if not measured:
+                continue
+            per_step = {role: _median([m.cpu_ms[role] / workload.total_steps for m in measured])
+                        for role in system.pids}
+            results.append({
+                "system": system.name, "workload": workload.name,
+                "steps_per_s": _median([workload.total_steps / m.seconds for m in measured]),
+                "steps_per_s_by_round": [workload.total_steps / m.seconds for m in measured],
+                "cpu_ms_per_step": per_step, "cpu_ms_per_step_total": sum(per_step.values()),
+            })
+    storage = [{"system": s.name, "commits_per_step": s.__dict__.get("commits_per_step"),
+                "bytes_per_run": s.__dict__.get("bytes_per_run"),
+                "claim_ms_p50": _store.percentile(s.claim_ms, 0.5) if s.claim_ms else None,
+                "claim_ms_p99": _store.percentile(s.claim_ms, 0.99) if s.claim_ms else None,
+                "claims": len(s.claim_ms), "posts_retried_after_503": s.retried, "versions": s.versions}
+               for s in systems]
+    return {"bench": "service_steps", "rounds": rounds, "workloads": [w.__dict__ for w in workloads],
+            "results": results, "systems": storage}
+
+
+def _find(summary: dict[str, Any], system: str, workload: str) -> dict[str, Any] | None:
+    return next((r for r in summary["results"] if r["system"] == system and r["workload"] == workload), None)
+
+
+def _round_ratio(a: dict[str, Any], b: dict[str, Any]) -> float:
+    return statistics.median(x / y for x, y in zip(a["steps_per_s_by_round"], b["steps_per_s_by_round"]))
+
+
+def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    longest = max((w for w in summary["workloads"] if w["concurrency"] == 1), key=lambda w: w["steps"], default=None)
+    concurrent = next((w for w in summary["workloads"] if w["concurrency"] > 1), None)
+    for db in ("postgresql", "sqlite"):
+        candor = f"candor-service+{db}"
+        if longest is not None:
+            mine, bare = _find(summary, candor, longest["name"]), _find(summary, "pydantic-ai", longest["name"])
+            if mine and bare:
+                worker, base = mine["cpu_ms_per_step"]["worker"], bare["cpu_ms_per_step"]["process"]
+                out.append({"target": f"{candor}: worker CPU per step <= 2x bare Pydantic AI ({longest['name']})",
+                            "value": f"{worker / base:.2f}x ({worker:.2f} vs {base:.2f} ms)", "met": worker <= 2 * base})
+            for peer, factor in ((f"langgraph+{db}", 1.0), (f"dbos+{db}", 2.0)):
+                theirs = _find(summary, peer, longest["name"])
+                if mine and theirs:
+                    ratio = _round_ratio(mine, theirs)
+                    out.append({"target": f"{candor}: sequential steps/s >= {factor:g}x {peer} ({longest['name']})",
+                                "value": f"{ratio:.2f}x (median of per-round ratios)", "met": ratio >= factor})
+        if concurrent is not None:
+            mine, bare = _find(summary, candor, concurrent["name"]), _find(summary, "pydantic-ai", concurrent["name"])
+            if mine and bare:
+                ratio = _round_ratio(mine, bare)
+                out.append({"target": f"{candor}: concurrent steps/s >= 0.8x bare Pydantic AI ({concurrent['name']})",
+                            "value": f"{ratio:.2f}x (median of per-round ratios)", "met": ratio >= 0.8})
+        info = next((s for s in summary["systems"] if s["system"] == candor), None)
+        if info and info["claim_ms_p99"] is not None:
+            out.append({"target": f"{candor}: created -> first claim p99 <= 50 ms (separate worker process)",
+                        "value": f"{info['claim_ms_p99']:.1f} ms over {info['claims']} runs", "met": info["claim_ms_p99"] <= 50})
+        if info and info["commits_per_step"] is not None and longest is not None:
+            out.append({"target": f"{candor}: committed transactions per step (all processes, all rounds) <= 2 + overhead",
+                        "value": f"{info['commits_per_step']:.2f}", "met": info["commits_per_step"] <= 2.5})
+    return out
+
+
+async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[str, Any]:
+    workloads = [Workload(f"sequential {n} steps", n, args.sequential_runs, 1, 0.0) for n in args.sequential_steps]
+    count, steps = args.concurrent
+    workloads.append(Workload(f"{count} concurrent x {steps} steps, 20 ms model", steps, count, count,
+                              MODEL_SECONDS_CONCURRENT))
+    skipped: dict[str, str] = {}
+    peers = _store.peers_python()
+    pg_problem = await _service.postgres_or_skip(args.postgres_url)
+    systems: list[System] = []
+    async with AsyncExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="candor-bench-steps-")))
+        for name in args.systems:
+            kind = name.rpartition("+")[2] if "+" in name else None
+            if kind == "postgresql" and pg_problem:
+                skipped[name] = pg_problem
+                continue
+            if name.startswith(("langgraph", "dbos")) and not peers.exists():
+                skipped[name] = f"peers venv missing ({peers}): run `make bench-peers`"
+                continue
+            database = None
+            if kind is not None:
+                database = await stack.enter_async_context(
+                    scratch_database(kind, args.postgres_url, tmp, name.replace("+", "_")))
+            try:
+                if name.startswith(("candor-service", "candor-baseline")):
+                    assert database is not None
+                    service_system = ServiceSystem(name, database, stack, tmp)
+                    if name.startswith("candor-baseline"):
+                        service_system.source = args.baseline_src
+                    await service_system.start()
+                    system: System = service_system
+                else:
+                    python = Path(sys.executable) if name in ("pydantic-ai", "harness") else peers
+                    system = PeerSystem(name, database, python, name.partition("+")[0])
+                    stack.push_async_callback(system.close)  # type: ignore[attr-defined]
+            except Exception as exc:  # noqa: BLE001 - a system that cannot start is reported, the rest still run
+                skipped[name] = f"could not start: {type(exc).__name__}: {str(exc)[:300]}"
+                continue
+            # Warm-up (imports, compiled statements, first connections), not measured.
+            await system.run(Workload("warm-up", min(5, args.sequential_steps[0]), 2, 1, 0.0))
+            system.claim_ms.clear()
+            if database is not None:
+                system.commits_before = await database.commits(args.postgres_url)
+                system.size_before = await database.size(args.postgres_url)
+            systems.append(system)
+        for round_number in range(args.rounds):
+            order = systems[round_number % len(systems):] + systems[: round_number % len(systems)] if systems else []
+            for system in order:
+                for workload in workloads:
+                    await system.measure(workload)
+            console_lines.append(f"  round {round_number + 1}/{args.rounds} done")
+        for system in systems:
+            await system.close()  # type: ignore[attr-defined]
+        await asyncio.sleep(1.5)  # exited backends have flushed their statistics
+        for system in systems:
+            if system.database is not None:
+                grown = await system.database.size(args.postgres_url) - system.size_before
+                system.bytes_per_run = grown / max(1, system.runs_done)  # type: ignore[attr-defined]
+                after = await system.database.commits(args.postgres_url)
+                if after is not None and system.commits_before is not None:
+                    system.commits_per_step = (after - system.commits_before) / max(1, system.steps_done)  # type: ignore[attr-defined]
+    summary = summarize(systems, workloads, args.rounds)
+    summary["skipped"] = skipped
+    summary["verdicts"] = verdicts(summary)
+    return summary
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    lines = ["| System | Workload | Steps/s (median) | CPU ms per step | Processes |", "|---|---|---|---|---|"]
+    for r in summary["results"]:
+        roles = ", ".join(f"{role} {ms:.2f}" for role, ms in r["cpu_ms_per_step"].items())
+        lines.append(f"| {r['system']} | {r['workload']} | {r['steps_per_s']:.1f} | {r['cpu_ms_per_step_total']:.2f} "
+                     f"| {roles} |")
+    lines += ["", "| System | Committed transactions per step | Bytes stored per run | Created -> claim p50 ms "
+              "| p99 ms |", "|---|---|---|---|---|"]
+    for s in summary["systems"]:
+        commits = "-" if s["commits_per_step"] is None else f"{s['commits_per_step']:.2f}"
+        stored = "-" if s["bytes_per_run"] is None else f"{s['bytes_per_run']:.0f}"
+        p50 = "-" if s["claim_ms_p50"] is None else f"{s['claim_ms_p50']:.1f}"
+        p99 = "-" if s["claim_ms_p99"] is None else f"{s['claim_ms_p99']:.1f}"
+        lines.append(f"| {s['system']} | {commits} | {stored} | {p50} | {p99} |")
+    return lines
+
+
+def reading(summary: dict[str, Any]) -> list[str]:
+    out = [
+        f"{summary['rounds']} interleaved rounds; steps/s and CPU are medians over rounds, ratios are medians of "
+        "per-round ratios (the machine is shared with other work: compare systems within this run, not across runs).",
+        "CPU ms per step counts every process of a system: for the candor service the worker and the control "
+        "process (which also answers the HTTP posts and runs its sweeps); for a peer, its one process. The "
+        "benchmark's own process (posting runs, polling the database) and the database server are not counted.",
+        "Committed transactions per step include every commit on the system's scratch database: for candor the "
+        "worker's two boundary commits per step plus claims, attempt starts, seals, lease renewals and the control "
+        "process's sweeps; LangGraph's psycopg connection runs in autocommit, so its reads count as commits too. "
+        "SQLite has no per-database commit counter; the worker tests count the write transactions per step there "
+        "(`tests/service/worker/test_stream_writes.py`).",
+        "Bytes stored per run: growth of the database (PostgreSQL `pg_database_size`, the SQLite file after a WAL "
+        "checkpoint) over all "
+        "measured runs, divided by the runs; it includes indexes and free space in pages, so it is an upper bound.",
+    ]
+    out.extend(_cli.missed_lines(summary, why="; see docs/worker-cost.md for where the time goes and the floor"))
+    return out
+
+
+def report(summary: dict[str, Any]) -> str:
+    lines = ["service_steps: " + ", ".join(w["name"] for w in summary["workloads"]), *table(summary)]
+    lines += _cli.target_lines(summary)
+    return "\n".join(lines)
+
+
+def _concurrent(text: str) -> tuple[int, int]:
+    try:
+        count, steps = (int(part) for part in text.lower().split("x"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("RUNSxSTEPS, e.g. 16x20") from exc
+    if count < 1 or steps < 1:
+        raise argparse.ArgumentTypeError("RUNSxSTEPS, both >= 1")
+    return count, steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.service_steps", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
+    parser.add_argument("--sequential-steps", type=_cli.positive_ints, default=[5, 20, 80],
+                        help="steps per run of the sequential workloads (default: 5,20,80)")
+    parser.add_argument("--sequential-runs", type=int, default=1, help="runs per sequential workload (default: 1)")
+    parser.add_argument("--concurrent", type=_concurrent, default=(16, 20), help="RUNSxSTEPS (default: 16x20)")
+    parser.add_argument("--systems", type=lambda t: [s for s in t.split(",") if s], default=list(SYSTEMS),
+                        help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="a candor `src` directory (e.g. an export of an older commit): adds the systems "
+                             "candor-baseline+postgresql/sqlite, the service processes importing that code instead, "
+                             "for before/after figures in one run")
+    _cli.add_postgres_url(parser)
+    _cli.add_json(parser)
+    args = parser.parse_args(argv)
+    if args.baseline_src is not None:
+        args.systems += [name for name in BASELINE_SYSTEMS if name not in args.systems]
+    known = SYSTEMS + (BASELINE_SYSTEMS if args.baseline_src is not None else ())
+    unknown = sorted(set(args.systems) - set(known))
+    if unknown or args.rounds < 1 or args.sequential_runs < 1:
+        parser.error(f"unknown systems {unknown}" if unknown else "--rounds and --sequential-runs must be >= 1")
+    progress: list[str] = []
+    summary = asyncio.run(measure(args, progress))
+    for line in progress:
+        print(line, file=sys.stderr)
+    return _cli.emit(summary, report, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
