@@ -9,7 +9,6 @@ in call order (H-44), then goes on, ends the run with the restored output, or en
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any

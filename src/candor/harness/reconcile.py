@@ -268,7 +268,10 @@ def settle_reconciliation(
     call = decision.call
     if isinstance(verdict, Reconciled):
         return RecoveryDecision(
-            call=call, action="apply_answer", reason="reconciled", answer=(reconciled_result(call, verdict.result, key),)
+            call=call,
+            action="apply_answer",
+            reason="reconciled",
+            answer=(reconciled_result(call, verdict.result, key),),
         )
     if isinstance(verdict, NotDone):
         action, reason = decide_action(tool_def, "always", approved=approved)

@@ -10,10 +10,9 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-
+from .errors import NotFound
 from .runtime import Entropy, SystemEntropy
 from .settings import ServiceSettings
-from .errors import NotFound
 from .store import auth
 from .store.dialect import display_url
 from .store.engine import create_engine, read_transaction, write_transaction

@@ -30,7 +30,7 @@ from ..store import auth
 from ..store.auth import CreatedKey, PrincipalRow
 from ..store.engine import read_transaction, write_transaction
 from ._access import audit, recheck_admin
-from .rules import checked_limit, removes_last_admin
+from .rules import checked_limit, checked_name, removes_last_admin
 
 __all__ = ("list_keys_page", "create_key", "update_key", "KeyCreated", "idempotent_key_id")
 
@@ -98,7 +98,7 @@ async def _create_key_once(
         if key_id is not None:
             earlier = await auth.get_principal(conn, principal_id=key_id, workspace_id=principal.workspace_id)
             if earlier is not None:
-                if earlier.name != auth.checked_name(name) or sorted(earlier.permissions) != sorted(permissions):
+                if earlier.name != checked_name(name) or sorted(earlier.permissions) != sorted(permissions):
                     raise Conflict("idempotency_key_reused", kind="key", id=key_id)
                 return KeyCreated(principal=earlier, secret=None, created=False)
         created: CreatedKey = await auth.create_principal(

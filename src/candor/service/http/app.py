@@ -33,6 +33,7 @@ from ..core import Service
 from ..errors import ServiceError
 from ..metrics import HTTP_REQUEST_DURATION
 from ..runtime import Entropy
+from .edge import EdgeCheckMiddleware
 from .errors import (
     PayloadTooLarge,
     error_response,
@@ -41,7 +42,6 @@ from .errors import (
     handle_validation_error,
     internal_error_response,
 )
-from .edge import EdgeCheckMiddleware
 from .openapi import OPENAPI_URL, mount_docs, operation_id, shape_openapi
 from .readiness import Readiness, Role
 from .routes import console, inbox, keys, ops, run_lists, runs, subscriptions, threads

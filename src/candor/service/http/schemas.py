@@ -307,7 +307,7 @@ class RunView(BaseModel):
             trigger=row.trigger, lineage=row.lineage, parent_run_id=row.parent_run_id,
             wait_reason=row.wait_reason, pending=pending, output=row.output,
             failure=_failure(row.failure), attempts=row.attempts, max_attempts=row.max_attempts,
-            tool_recovery=row.tool_recovery,  # type: ignore[arg-type]
+            tool_recovery=row.tool_recovery,
             cancel_requested_at=_at(row.cancel_requested_at), current_attempt_id=row.current_attempt_id,
             checkpoint_seq=row.checkpoint_seq, usage=row.usage, created_at=_at(row.created_at),
             started_at=_at(row.started_at), sealed_at=_at(row.sealed_at), version=row.version,
@@ -322,7 +322,9 @@ class RunDetailView(RunView):
 
     @classmethod
     def detail(cls, row: RunRow, recovery: list[Any]) -> RunDetailView:
-        calls = [RecoveredCallView(tool_call_id=c.tool_call_id, tool_name=c.tool_name, outcome=c.outcome) for c in recovery]
+        calls = [
+            RecoveredCallView(tool_call_id=c.tool_call_id, tool_name=c.tool_name, outcome=c.outcome) for c in recovery
+        ]
         return cls(**RunView.of(row).model_dump(), recovery=calls)
 
 

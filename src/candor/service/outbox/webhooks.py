@@ -182,7 +182,8 @@ class WebhookClient:
         origin = (parts.scheme, parts.netloc)
         if origin not in self._proxy_by_origin:
             proxy = self._proxies.get(parts.scheme) or self._proxies.get("all")
-            if proxy and urllib.request.proxy_bypass_environment(parts.netloc, self._proxies):
+            bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # not in typeshed
+            if proxy and bypass(parts.netloc, self._proxies):
                 proxy = None
             self._proxy_by_origin[origin] = proxy or None
         return self._proxy_by_origin[origin]

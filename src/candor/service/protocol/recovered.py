@@ -38,7 +38,9 @@ def recovered_calls(messages: Iterable[Mapping[str, Any]]) -> list[RecoveredCall
             if outcome is not None:
                 found.append(
                     RecoveredCall(
-                        tool_call_id=str(part.get("tool_call_id")), tool_name=str(part.get("tool_name")), outcome=outcome
+                        tool_call_id=str(part.get("tool_call_id")),
+                        tool_name=str(part.get("tool_name")),
+                        outcome=outcome,
                     )
                 )
     return found

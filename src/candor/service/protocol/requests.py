@@ -16,10 +16,10 @@ from pydantic_ai import ModelMessagesTypeAdapter
 from ..errors import Forbidden, InvalidArgument
 from .authority import Permission, Principal
 from .client_tools import ClientToolsProblem, validate_client_tools
-from .tool_recovery import TOOL_RECOVERY_FIELD, tool_recovery_problem
 from .idempotency import KeyProblem, canonical_json, validate_idempotency_key
 from .pending import resume_shape_problem
 from .resume import ResumeAnswers
+from .tool_recovery import TOOL_RECOVERY_FIELD, tool_recovery_problem
 
 __all__ = (
     "checked_limit",

@@ -99,8 +99,8 @@ class ResumeAnswers(BaseModel):
         return body
 
     def to_results(self) -> DeferredToolResults:
-        """S-132, §8.6: `approve` → `ToolApproved()` (`override_args` with edited arguments), `deny` → `ToolDenied(reason or the default)`, `returned` → the
-        plain value, `failed` → `ToolFailed(message)`."""
+        """S-132, §8.6: `approve` → `ToolApproved()` (`override_args` with edited arguments), `deny` →
+        `ToolDenied(reason or the default)`, `returned` → the plain value, `failed` → `ToolFailed(message)`."""
         results = DeferredToolResults()
         for call_id, approval in self.approvals.items():
             match approval:
@@ -108,7 +108,7 @@ class ResumeAnswers(BaseModel):
                     results.approvals[call_id] = ToolApproved()
                 case Approve(arguments=arguments):
                     # Edited arguments (an addition to §8.6 for the approvals console) become `override_args`.
-                    results.approvals[call_id] = ToolApproved(override_args=dict(arguments))
+                    results.approvals[call_id] = ToolApproved(override_args=dict(arguments or {}))
                 case Deny(reason=reason):
                     # An absent, null or empty reason gets pydantic-ai's default denial message.
                     results.approvals[call_id] = ToolDenied(reason) if reason else ToolDenied()

@@ -5,9 +5,9 @@ committed checkpoint in the checkpoint commit itself (`insert_stream_entries`), 
 its own and the `boundary` entry exists exactly when its checkpoint does, also for the final commit that seals the
 run (after which the lease is gone and a separate fenced append would be refused). Deltas that wait longer than
 `worker.stream_coalesce_seconds` for a boundary are appended on their own (`append_stream_entries`). Every write
-is fenced with the attempt's lease (thread → run → attempt, S-20), so a worker that lost its lease writes nothing. Because the fence locks the
-thread row first, a thread's entries are inserted one transaction at a time, and their ids increase in commit
-order on both backends.
+is fenced with the attempt's lease (thread → run → attempt, S-20), so a worker that lost its lease writes nothing.
+Because the fence locks the thread row first, a thread's entries are inserted one transaction at a time, and
+their ids increase in commit order on both backends.
 
 Each stored payload carries `prev`, the id of the thread's entry written just before it (null for the first):
 a reader that has seen entry `n` and next receives an entry whose `prev` is not `n` knows that entries in

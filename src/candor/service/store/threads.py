@@ -15,8 +15,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import exc as sa_exc
 from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import RaceLost

@@ -49,8 +49,8 @@ from ..store.seals import (
 )
 from ..store.streams import NewStreamEntry, append_stream_entries
 from .children import child_toolsets
-from .deltas import DeltaBuffer
 from .client_tools import CLIENT_TOOL_CONFLICT, agent_tool_names, client_tools_of, client_toolsets
+from .deltas import DeltaBuffer
 from .handle import AttemptHandle
 from .inputs import deferred_json, input_content, resume_batch, resume_input, start_state, usage_delta, usage_json
 
@@ -269,7 +269,8 @@ class _Attempt:
         return self.stream_sequence
 
     def _delta(self, event: Any) -> None:
-        entry = NewStreamEntry(type="delta", sequence=self._next_sequence(), event=to_jsonable_python(event, fallback=str))
+        event_json = to_jsonable_python(event, fallback=str)
+        entry = NewStreamEntry(type="delta", sequence=self._next_sequence(), event=event_json)
         self.deltas.add(entry)
 
     async def _write_deltas(self, entries: list[NewStreamEntry]) -> None:
@@ -372,9 +373,8 @@ class _Attempt:
 
     async def _settle(self, finished: _Finished) -> tuple[str, str]:
         decision = classify_outcome(finished.outcome, output_limit=self.settings.worker.output_bytes)
-        if not isinstance(decision, Seal) or not decision.final_commit:
-            if not isinstance(decision, NoSeal):
-                await self._flush_deltas()  # the final commit carries them; other settling writes do not
+        if (not isinstance(decision, Seal) or not decision.final_commit) and not isinstance(decision, NoSeal):
+            await self._flush_deltas()  # the final commit carries them; other settling writes do not
         failpoints.hit(failpoints.BEFORE_SEAL)
         match decision:
             case Seal(final_commit=True):
