@@ -10,7 +10,9 @@ import pytest
 from http_support import app_for, client_for, error_of
 from pydantic_ai import ToolApproved
 
-from candor.service.protocol.pending import resume_body_to_results
+from pydantic import ValidationError
+
+from candor.service.protocol.resume import ResumeAnswers
 
 
 async def test_console_page_and_assets(api: Any) -> None:
@@ -38,13 +40,14 @@ async def test_a_worker_process_serves_no_console(db: Any) -> None:
 
 
 def test_approve_with_edited_arguments_maps_to_override_args() -> None:
-    results = resume_body_to_results({"approvals": {"a": {"action": "approve", "arguments": {"amount": 40}},
-                                                    "b": {"action": "approve", "arguments": None},
-                                                    "c": {"action": "approve"}}, "calls": {}})  # fmt: skip
+    answers = ResumeAnswers.model_validate({"approvals": {"a": {"action": "approve", "arguments": {"amount": 40}},
+                                                          "b": {"action": "approve", "arguments": None},
+                                                          "c": {"action": "approve"}}, "calls": {}})  # fmt: skip
+    results = answers.to_results()
     assert results.approvals["a"] == ToolApproved(override_args={"amount": 40})
     assert results.approvals["b"] == ToolApproved() and results.approvals["c"] == ToolApproved()
-    with pytest.raises(ValueError, match="JSON object"):
-        resume_body_to_results({"approvals": {"a": {"action": "approve", "arguments": [1]}}, "calls": {}})
+    with pytest.raises(ValidationError, match="arguments"):
+        ResumeAnswers.model_validate({"approvals": {"a": {"action": "approve", "arguments": [1]}}, "calls": {}})
 
 
 async def test_resume_refuses_arguments_that_are_not_an_object(api: Any) -> None:
