@@ -56,7 +56,7 @@ def test_serve_runs_on_the_configured_loop() -> None:
 
     seen: list[bool] = []
 
-    async def fake_serve(settings: Any, role: Any) -> None:
+    async def fake_serve(settings: Any, role: Any, **_: Any) -> None:
         seen.append(isinstance(asyncio.get_running_loop(), uvloop.Loop))
 
     original = process.serve

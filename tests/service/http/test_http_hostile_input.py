@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from candor.service import signing_keys
 from candor.service.core import Service
 from candor.service.http import create_app
 from candor.service.http.edge import MAX_JSON_DEPTH, body_problems, header_problems, media_type_ok
@@ -106,16 +105,13 @@ class World:
         return f'"{parts[3]}:1"' if len(parts) > 3 else '"x:1"'
 
 
-@pytest.fixture(autouse=True)
-def _key_ring() -> Iterator[None]:
-    signing_keys.configure([Fernet.generate_key().decode("ascii")])
-    yield
-    signing_keys.configure(())
+SIGNING_KEYS = {"keys": [Fernet.generate_key().decode("ascii")]}
+"""The service's webhook signing-key ring: subscriptions (a write route) need one."""
 
 
 @pytest.fixture
 async def world(db: Any) -> AsyncIterator[World]:
-    service = make_service(db, control={"webhook_allow_insecure": True})
+    service = make_service(db, control={"webhook_allow_insecure": True}, security=SIGNING_KEYS)
     async with client_for(create_app(service, role="all")) as client:
         admin = await new_key(service)
         created = (await create_thread(client, admin, idempotency_key="setup")).json()
@@ -298,7 +294,7 @@ async def test_errors_never_echo_unbounded_ids(world: World) -> None:
 async def test_message_larger_than_the_inbox_is_413(db: Any) -> None:
     """S-73 refined by issue 14: one message larger than `control.inbox_bytes` can never fit → 413 (not 429
     forever), on a post, a thread create and an edit; nothing is written."""
-    service = make_service(db, control={"inbox_bytes": 70 * 1024}, worker={"output_bytes": 4096})
+    service = make_service(db, control={"inbox_bytes": 70 * 1024}, worker={"output_bytes": 4096}, security=SIGNING_KEYS)
     async with client_for(create_app(service, role="all")) as client:
         key = await new_key(service)
         thread = (await create_thread(client, key, idempotency_key="t")).json()["thread"]["id"]

@@ -128,6 +128,7 @@ class Row:
     authority: dict[str, Any] = field(default_factory=lambda: {"permissions": ["run"]})
     options: dict[str, Any] = field(default_factory=lambda: {"o": 1})
     checkpoint_id: str | None = "chk_9"
+    tool_recovery: str = "never"
     pending: Any = field(default_factory=lambda: {"approvals": [], "calls": [
         {"tool_call_id": "c1", "tool_name": "t", "arguments": {}, "kind": "external", "metadata": {}}]})
 
@@ -205,7 +206,8 @@ def test_coverage_refusal_lists_the_missing_and_unexpected_ids() -> None:
     refusal = resume_refusal(Thread(), WAITING, Facts(), UNCOVERED)
     assert isinstance(refusal, InvalidArgument)
     assert refusal.details == {"field": "calls", "reason": "pending_coverage_mismatch", "missing": ["c1"],
-                               "unexpected": []}  # fmt: skip
+                               "unexpected": [], "misplaced": [],
+                               "by_field": {"calls": {"missing": ["c1"], "unexpected": []}}}  # fmt: skip
 
 
 def test_successor_of_continues_the_waiting_run() -> None:
@@ -218,6 +220,7 @@ def test_successor_of_continues_the_waiting_run() -> None:
         "demo", "key_1", {"o": 1}, {"permissions": ["run"]})
     assert (new.resume, new.resumed_by_id, new.request_key, new.request_digest, new.max_attempts) == (
         COVERED.stored_json(), "key_2", "r", "d" * 64, 4)
+    assert new.tool_recovery == "never"  # the same logical run continues: its recovery mode stays
     assert new.options is not WAITING.options  # a copy: the successor's options never alias the waiting run's
 
 

@@ -281,6 +281,59 @@ _ASYNC_DRIVERS: Mapping[str, str] = {
 }
 
 
+def sqlite_database_file(url: str | URL) -> str | None:
+    """The database file of a SQLite URL, or None (PostgreSQL, or an in-memory database)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file::memory:") or "mode=memory" in database:
+        return None
+    return database
+
+
+def pool_options(url: URL, *, pool_size: int | None, max_overflow: int | None) -> dict[str, Any]:
+    """Connection pool sizing for `create_async_engine`: PostgreSQL only (SQLite's pool is per file, unsized)."""
+    if url.get_backend_name() == "sqlite":
+        return {}
+    sizes = (("pool_size", pool_size), ("max_overflow", max_overflow))
+    return {name: value for name, value in sizes if value is not None}
+
+
+async def allocate_stream_ids(conn: AsyncConnection, thread_id: str, count: int) -> tuple[int | None, list[int]]:
+    """The thread's last stream entry id and `count` new, increasing ids (store/streams.py). PostgreSQL takes them
+    from the table's sequence; SQLite, whose `AUTOINCREMENT` never reuses ids, from above both the highest id ever
+    handed out and the highest present."""
+    if conn.dialect.name == "postgresql":
+        rows = (await conn.execute(_PG_ALLOCATE_STREAM_IDS, {"thread_id": thread_id, "count": count})).all()
+        return _int_or_none(rows[0].last), sorted(int(row.id) for row in rows)
+    row = (await conn.execute(_SQLITE_ALLOCATE_STREAM_IDS, {"thread_id": thread_id})).one()
+    return _int_or_none(row.last), list(range(int(row.top) + 1, int(row.top) + 1 + count))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+_PG_ALLOCATE_STREAM_IDS = text(
+    "SELECT nextval(pg_get_serial_sequence('stream_entries', 'id')) AS id, "
+    "(SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last "
+    "FROM generate_series(1, :count)"
+)
+_SQLITE_ALLOCATE_STREAM_IDS = text(
+    "SELECT (SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last, "
+    "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'stream_entries'), 0), "
+    "coalesce((SELECT max(id) FROM stream_entries), 0)) AS top"
+)
+
+
+def json_with_key_sql(dialect: str, *, json_param: str, key: str, value_sql: str) -> str:
+    """SQL for the JSON object bound as `:json_param` with `key` set to the value of `value_sql`."""
+    if dialect == "postgresql":
+        return f"CAST(:{json_param} AS jsonb) || jsonb_build_object('{key}', {value_sql})"
+    return f"json_insert(:{json_param}, '$.{key}', {value_sql})"
+
+
 def display_url(url: str) -> str:
     """The database URL as an operator may see it in output: the password hidden (`***`)."""
     return make_url(url).render_as_string(hide_password=True)

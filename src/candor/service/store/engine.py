@@ -29,6 +29,7 @@ from .dialect import (
     engine_options,
     install_connection_hooks,
     needs_transaction_for_reads,
+    pool_options,
     writes_as_ctes,
 )
 
@@ -99,9 +100,7 @@ def create_engine(
     """
     resolved = async_url(url)
     kwargs = engine_options(resolved, timeout=timeout)
-    if resolved.get_backend_name() != "sqlite":
-        kwargs.update({name: value for name, value in (("pool_size", pool_size), ("max_overflow", max_overflow))
-                       if value is not None})  # fmt: skip
+    kwargs.update(pool_options(resolved, pool_size=pool_size, max_overflow=max_overflow))
     # Statement parameters hold message text and secret hashes: driver errors and logs show the SQL only.
     kwargs["hide_parameters"] = True
     kwargs.update(options)

@@ -30,7 +30,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .dialect import has_listen_notify, is_postgresql_url
+from .dialect import has_listen_notify, is_postgresql_url, sqlite_database_file
 from .local_wake import LocalWakeups
 
 __all__ = ("CHANNEL", "Notifier", "listen_for_wakeups", "is_postgres_url", "plain_postgres_dsn")
@@ -41,17 +41,6 @@ log = logging.getLogger("candor.notify")
 
 def is_postgres_url(url: str | URL) -> bool:
     return is_postgresql_url(url)
-
-
-def sqlite_file(url: str | URL) -> str | None:
-    """The database file of a SQLite URL, or None (PostgreSQL, or an in-memory database)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return None
-    database = parsed.database or ""
-    if database in ("", ":memory:") or database.startswith("file::memory:") or "mode=memory" in database:
-        return None
-    return database
 
 
 def plain_postgres_dsn(url: str | URL) -> str:
@@ -66,7 +55,7 @@ class Notifier:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._enabled = has_listen_notify(engine)
-        path = sqlite_file(engine.url)
+        path = sqlite_database_file(engine.url)
         self._local = LocalWakeups(path) if path is not None else None
         self._task: asyncio.Task[None] | None = None
         self._again = False
@@ -118,7 +107,7 @@ async def listen_for_wakeups(
     reconnects with doubling backoff capped at `max_retry_seconds`. On a SQLite file the same through this
     process's socket in the wake-up directory; returns at once for an in-memory SQLite database.
     """
-    path = sqlite_file(url)
+    path = sqlite_database_file(url)
     if path is not None:
         await _listen_locally(LocalWakeups(path), on_wake, on_connected, retry_seconds, max_retry_seconds)
         return

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..protocol.fencing import Lease
-from .dialect import db_now
+from .dialect import allocate_stream_ids, db_now, json_with_key_sql
 from .engine import read_transaction, write_transaction
 from .runs import Fenced, lock_fenced, read_now
 from .tables import stream_entries
@@ -111,7 +111,7 @@ async def insert_stream_entries(
     # Several (deltas riding in a boundary commit): allocate their ids and read the previous one in one round
     # trip, then insert them all in one. Under the thread row lock (and on SQLite the single writer lock) nobody
     # else takes ids for this thread meanwhile, so the chain of `prev` ids is the commit order, as above.
-    last, ids = await _allocate_ids(conn, lease.thread_id, len(entries))
+    last, ids = await allocate_stream_ids(conn, lease.thread_id, len(entries))
     rows = []
     for entry, new_id in zip(entries, ids, strict=True):
         rows.append(params | _entry_values(entry, last) | {"id": new_id})
@@ -129,42 +129,13 @@ def _entry_values(entry: NewStreamEntry, prev: int | None) -> dict[str, Any]:
     return {"sequence": entry.sequence, "type": entry.type, "payload": payload}
 
 
-async def _allocate_ids(conn: AsyncConnection, thread_id: str, count: int) -> tuple[int | None, list[int]]:
-    """The thread's last entry id and `count` new, increasing ids (PostgreSQL: from the table's sequence; SQLite,
-    whose `AUTOINCREMENT` never reuses ids: above both the highest id ever handed out and the highest present)."""
-    if conn.dialect.name == "postgresql":
-        rows = (await conn.execute(_PG_ALLOCATE, {"thread_id": thread_id, "count": count})).all()
-        return _int_or_none(rows[0].last), sorted(int(row.id) for row in rows)
-    row = (await conn.execute(_SQLITE_ALLOCATE, {"thread_id": thread_id})).one()
-    return _int_or_none(row.last), list(range(int(row.top) + 1, int(row.top) + 1 + count))
-
-
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-_PG_ALLOCATE = text(
-    "SELECT nextval(pg_get_serial_sequence('stream_entries', 'id')) AS id, "
-    "(SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last "
-    "FROM generate_series(1, :count)"
-)
-_SQLITE_ALLOCATE = text(
-    "SELECT (SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last, "
-    "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'stream_entries'), 0), "
-    "coalesce((SELECT max(id) FROM stream_entries), 0)) AS top"
-)
-
-
 @cache
 def _insert_one(dialect: Dialect) -> TextClause:
     """One entry whose payload is `rest` plus `prev`, the thread's last entry id read by the same statement (each
     statement of a READ COMMITTED transaction sees every entry committed before it, and the caller holds the
     thread's row lock, so none can be committed meanwhile). Built once per dialect."""
     last = "(SELECT max(id) FROM stream_entries WHERE thread_id = :prev_thread_id)"
-    if dialect.name == "postgresql":
-        payload = f"CAST(:rest AS jsonb) || jsonb_build_object('prev', {last})"
-    else:
-        payload = f"json_insert(:rest, '$.prev', {last})"
+    payload = json_with_key_sql(dialect.name, json_param="rest", key="prev", value_sql=last)
     now = str(db_now().compile(dialect=dialect))
     return text(
         "INSERT INTO stream_entries (workspace_id, thread_id, run_id, attempt, sequence, type, payload, created_at) "
