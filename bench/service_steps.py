@@ -496,7 +496,7 @@ def _concurrent(text: str) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.service_steps", description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default: 2)")
     parser.add_argument("--sequential-steps", type=_cli.positive_ints, default=[5, 20, 80],
                         help="steps per run of the sequential workloads (default: 5,20,80)")
     parser.add_argument("--sequential-runs", type=int, default=1, help="runs per sequential workload (default: 1)")
