@@ -2,9 +2,9 @@
 phase) the PostgreSQL server itself restarts (issue 15, item 2).
 
 Phase "kills": one `candor serve --role control` and `--workers` (3) `candor serve --role worker` processes on a
-scratch database; `--runs` runs are submitted (at most `--in-flight` unsealed at a time). Every `--kill-every`
-seconds (counted from the moment the previous replacement is ready) a random worker gets SIGKILL and a fresh one
-is started in its place; once, half-way, one gets SIGTERM
+scratch database; `--runs` runs are submitted (at most `--in-flight` unsealed at a time). As soon as a run is
+running, and then every `--kill-every` seconds (counted from the moment the previous replacement is ready), a random
+worker gets SIGKILL and a fresh one is started in its place; once, half-way, one gets SIGTERM
 (a drain handoff, §7.11) and is replaced too. Phase "pg restart": the same with `--restart-runs` runs and no kills,
 on a private PostgreSQL server (initdb'd for the bench in a temporary directory, so that restarting it disturbs no
 one else) that is restarted (`pg_ctl restart -m fast`) while the runs are in flight; the processes must reconnect
@@ -206,7 +206,10 @@ async def phase(name: str, postgres_url: str, *, runs: int, workers: int, in_fli
                     pool[victim].signal(signal.SIGTERM)
                     events.append(f"SIGTERM (drain) to worker {pool[victim].pid} at +{elapsed:.1f} s")
                     pool[victim] = db.process("worker")
-                if kill_every is not None and time.monotonic() - last >= kill_every:
+                # The first kill lands as soon as a run is running (a short phase would otherwise seal every run
+                # before `kill_every` passes, and test no failover); later ones every `kill_every`.
+                if kill_every is not None and (time.monotonic() - last >= kill_every if kills
+                                               else await _retrying(lambda: _running(db)) > 0):
                     victim = rng.randrange(len(pool))
                     kills.append(time.time())
                     pool[victim].signal(signal.SIGKILL)
@@ -283,6 +286,10 @@ async def _unsealed(db: _service.ServiceDatabase, run_ids: list[str]) -> int:
     async with db.service.engine.connect() as conn:
         rows = (await conn.execute(select(runs.c.id).where(runs.c.status.in_(_service.SEALED)))).all()
     return len(set(run_ids) - {r.id for r in rows})
+
+
+async def _running(db: _service.ServiceDatabase) -> int:
+    return await db.count_runs("running")
 
 
 async def _figures(db: _service.ServiceDatabase, run_ids: list[str], kills: list[float],
