@@ -279,7 +279,7 @@ def test_soak_tiny_run_loses_nothing(tmp_path: Path, postgres_server: str) -> No
     """Issue 15 item 2 (tiny): workers SIGKILLed and restarted, one drained, then a private PostgreSQL server
     restarted mid-phase: no run lost, no non-retry-safe effect duplicated (S-28, S-29)."""
     stdout, data = run_service_bench("soak", tmp_path, "--runs", "12", "--restart-runs", "6", "--kill-every", "2",
-                                     "--max-seconds", "40", "--settle-seconds", "60", "--in-flight", "6")
+                                     "--steps", "10", "--max-seconds", "40", "--settle-seconds", "60", "--in-flight", "6")
     phases = {p["phase"]: p for p in data["phases"]}
     assert set(phases) == {"kills", "pg restart"}
     for phase in phases.values():
