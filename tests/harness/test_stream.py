@@ -8,18 +8,18 @@ result/outcome), H-104 (steering), H-105 (cancel). Every behaviour is checked wi
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from scripted import boundaries, calls, canonical, consume, make_agent, script, text, tool_call
 from pydantic import JsonValue
 from pydantic_ai import Agent, Tool
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.messages import (
     FunctionToolCallEvent,
     FunctionToolResultEvent,
+    ModelMessage,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -27,10 +27,13 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from candor import BoundaryEvent, Harness, HarnessState, RunBindings, RunResultEvent, RunStream
 from candor.errors import RunError, StateError
 from candor.tools import UNKNOWN_OUTCOME_CONTENT, recovery_retryable
+
+from scripted import boundaries, calls, canonical, consume, make_agent, script, text, tool_call
 
 STREAMING = pytest.mark.parametrize("stream_model", [False, True], ids=["request", "streamed"])
 
@@ -218,7 +221,7 @@ def echo_value(value: str) -> str:
 
 
 def _assert_append_only(states: list[HarnessState]) -> None:
-    for earlier, later in zip(states, states[1:]):
+    for earlier, later in itertools.pairwise(states):
         before = canonical(earlier.message_history)
         after = canonical(later.message_history)
         assert after[: len(before)] == before
