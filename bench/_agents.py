@@ -73,8 +73,9 @@ def factory(options: dict[str, Any]) -> Harness[Any]:
     if script == "loop":
         steps = int(options.get("steps", 5))
         # Room for every tool call plus the answer (pydantic-ai's default request_limit is 50).
-        return Harness(loop_agent(steps, float(options.get("step_seconds", 0.0)), float(options.get("model_seconds", 0.0))),
-                       usage_limits=UsageLimits(request_limit=steps + 10))
+        step_seconds, model_seconds = float(options.get("step_seconds", 0.0)), float(options.get("model_seconds", 0.0))
+        limits = UsageLimits(request_limit=steps + 10)
+        return Harness(loop_agent(steps, step_seconds, model_seconds), usage_limits=limits)
     if script == "approval":
         return Harness(approval_agent())
     raise ValueError(f"unknown bench script {script!r}")

@@ -37,7 +37,9 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 
 def target_lines(summary: dict[str, Any]) -> list[str]:
     """Console lines: each target with its verdict, then what was skipped and why."""
-    lines = [f"  target: {v['target']}: {v['value']} -> {'meets' if v['met'] else 'MISSES'}" for v in summary["verdicts"]]
+    lines = [
+        f"  target: {v['target']}: {v['value']} -> {'meets' if v['met'] else 'MISSES'}" for v in summary["verdicts"]
+    ]
     lines += [f"  {name}: SKIPPED ({reason})" for name, reason in summary["skipped"].items()]
     return lines
 
@@ -45,7 +47,9 @@ def target_lines(summary: dict[str, Any]) -> list[str]:
 def missed_lines(summary: dict[str, Any], *, why: str = "") -> list[str]:
     """Reading lines: each missed target (with `why`, a pointer to the explanation) and each unmeasured part."""
     lines = [f"Missed: {v['target']} (measured {v['value']}){why}." for v in summary["verdicts"] if not v["met"]]
-    lines += [f"{name}: not measured ({reason}); no figure is given for it." for name, reason in summary["skipped"].items()]
+    lines += [
+        f"{name}: not measured ({reason}); no figure is given for it." for name, reason in summary["skipped"].items()
+    ]
     return lines
 
 

@@ -41,7 +41,7 @@ def new_id(prefix: str) -> str:
 def percentile(values: list[float], q: float) -> float:
     """The nearest-rank `q` quantile (0..1) of `values` (p50 = `percentile(v, 0.5)`); `values` must not be empty."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def dsn(url: str) -> str:

@@ -206,8 +206,8 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"history (`encode_history_reusing`) before the commit takes {small['encode_ms_median']:.2f} ms at "
             f"{small['size']} messages and {large['encode_ms_median']:.2f} ms at {large['size']}, so the boundary "
             f"as a whole grows x{v['boundary_time_ratio']:.2f}; at {large['size']} messages the encoding costs "
-            f"{large['encode_ms_median'] / large['commit_ms_median']:.1f}x the commit (only the messages added since the "
-            "previous checkpoint are encoded; the rest is the identity check of the kept prefix)."
+            f"{large['encode_ms_median'] / large['commit_ms_median']:.1f}x the commit (only the messages added since "
+            "the previous checkpoint are encoded; the rest is the identity check of the kept prefix)."
         )
     for backend, reason in summary["skipped"].items():
         out.append(f"{backend}: not measured ({reason}).")

@@ -12,9 +12,9 @@ the run `completed`), on PostgreSQL and on SQLite, each run a fresh thread and r
 written at step k (stored bytes once the k-th tool result is durable minus once the (k-1)-th was), both read back
 by SQL from one extra untimed run. For candor the output also splits a boundary's cost: `commit ms`, the mean time
 inside one `commit_checkpoint` call, and `encode ms`, the mean time exporting the state and encoding history and
-envelope before it (medians over the timed runs). Targets: candor on PostgreSQL >= 0.8x bare Pydantic AI and >= 1.5x LangGraph +
-PostgresSaver (steps/s, 80 steps); candor stores <= 1/20 of LangGraph's bytes for an 80-step run (PostgreSQL), and
-its write at step 80 is <= 2x its write at step 5.
+envelope before it (medians over the timed runs). Targets: candor on PostgreSQL >= 0.8x bare Pydantic AI and
+>= 1.5x LangGraph + PostgresSaver (steps/s, 80 steps); candor stores <= 1/20 of LangGraph's bytes for an 80-step
+run (PostgreSQL), and its write at step 80 is <= 2x its write at step 5.
 
     python -m bench.durable_steps [--steps 5,20,80] [--runs 5] [--backends sqlite,postgresql] [--no-langgraph]
 """
@@ -173,7 +173,9 @@ class CandorSide:
                 "prepare_ms": statistics.median(self.prepare_ms[1:] or self.prepare_ms)}
 
 
-def _langgraph(steps: list[int], runs: int, postgres_url: str, backends: list[str]) -> tuple[dict[str, Any] | None, str]:
+def _langgraph(
+    steps: list[int], runs: int, postgres_url: str, backends: list[str]
+) -> tuple[dict[str, Any] | None, str]:
     python = _store.peers_python()
     if not python.exists():
         return None, f"peers venv missing: {python} does not exist (build it with `make bench-peers`)"
@@ -272,7 +274,8 @@ def verdicts(rows: list[dict[str, Any]], steps_list: list[int]) -> list[dict[str
     """The issue's targets, at the largest step count measured; only those whose inputs were measured."""
     top, low = max(steps_list), min(steps_list)
     out: list[dict[str, Any]] = []
-    pg, bare, lg = _row(rows, "candor+postgresql", top), _row(rows, "pydantic-ai", top), _row(rows, "langgraph+postgresql", top)
+    pg, bare = _row(rows, "candor+postgresql", top), _row(rows, "pydantic-ai", top)
+    lg = _row(rows, "langgraph+postgresql", top)
     if pg and bare:
         ratio = pg["steps_per_s"] / bare["steps_per_s"]
         out.append({"target": f"candor+postgresql steps/s >= {TARGET_VS_BARE}x pydantic-ai ({top} steps)",
@@ -391,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.durable_steps",
         description="Durable step throughput and storage: candor vs bare Pydantic AI vs LangGraph checkpointers.",
     )
-    parser.add_argument("--steps", type=_cli.positive_ints, default=[5, 20, 80], help="steps per run (default: 5,20,80)")
+    parser.add_argument(
+        "--steps", type=_cli.positive_ints, default=[5, 20, 80], help="steps per run (default: 5,20,80)"
+    )
     parser.add_argument("--runs", type=int, default=5, help="timed runs per variant and step count (default: 5)")
     parser.add_argument("--backends", type=_backends, default=list(_store.BACKENDS),
                         help="stores for candor and LangGraph: sqlite,postgresql (default: both)")

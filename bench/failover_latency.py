@@ -334,7 +334,8 @@ def reading(summary: dict[str, Any]) -> list[str]:
     if drain:
         c = drain["components_median"]
         out.append(
-            f"Drain ({drain['trials']} trials from {drain['signals']} SIGTERMs): the median handoff takes {drain['p50'] * 1000:.0f} ms from SIGTERM to the continuation's first "
+            f"Drain ({drain['trials']} trials from {drain['signals']} SIGTERMs): the median handoff takes "
+            f"{drain['p50'] * 1000:.0f} ms from SIGTERM to the continuation's first "
             f"checkpoint: the draining attempt yields at {c.get('first_attempt_ended', float('nan')) * 1000:.0f} ms "
             f"(after the {summary['options']['step_seconds'] * 1000:.0f} ms step in flight and the yielding commit), "
             f"the standby claims the run at {c.get('claimed', float('nan')) * 1000:.0f} ms; no lease is waited out."

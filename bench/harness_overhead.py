@@ -85,7 +85,7 @@ async def measure(steps: int, reps: int, warmup: int) -> dict[str, Any]:
             harness_times.append(await _timed(harnessed))
             bare_times.append(await _timed(bare))
 
-    ratios = [h / b for h, b in zip(harness_times, bare_times)]
+    ratios = [h / b for h, b in zip(harness_times, bare_times, strict=True)]
     median_ratio = statistics.median(ratios)
     return {
         "bench": "harness_overhead",
@@ -98,7 +98,9 @@ async def measure(steps: int, reps: int, warmup: int) -> dict[str, Any]:
         "harness_min_ms": min(harness_times) * 1000,
         "median_ratio": median_ratio,
         "ratio_of_medians": statistics.median(harness_times) / statistics.median(bare_times),
-        "per_step_overhead_ms": (statistics.median(harness_times) - statistics.median(bare_times)) * 1000 / max(steps, 1),
+        "per_step_overhead_ms": (
+            (statistics.median(harness_times) - statistics.median(bare_times)) * 1000 / max(steps, 1)
+        ),
         "target_ratio": TARGET_RATIO,
         "meets_target": median_ratio <= TARGET_RATIO,
     }

@@ -32,7 +32,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
 
 from candor.service.outbox.delivery import DeliveryLoop
-
 from candor.service.store.outbox import enqueue_once
 from candor.service.store.tables import outbox
 
@@ -204,7 +203,6 @@ def reading(summary: dict[str, Any]) -> list[str]:
     out: list[str] = []
     if "deliveries_per_s" in summary:
         policy = summary["policy"]
-        per_pass = summary["rows_per_pass_mean"] / (summary["pass_seconds_mean"] + summary["scan_seconds"])
         cpu_ms = summary["cpu_seconds"] * 1000 / summary["rows"]
         out.append(
             f"{summary['deliveries_per_s']:,.0f} deliveries/s with batch {policy['batch']} and parallel "

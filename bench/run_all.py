@@ -172,7 +172,8 @@ def _summary_table(summary: dict[str, Any]) -> list[str]:
             "| Metric | Value |",
             "|---|---|",
             f"| Steps per run (one tool call each) | {summary['steps']} |",
-            f"| Timed runs per variant (alternating) | {summary['reps']} (after {summary['warmup']} warm-up runs each) |",
+            f"| Timed runs per variant (alternating) | {summary['reps']} "
+            f"(after {summary['warmup']} warm-up runs each) |",
             f"| Bare `Agent.run`, median | {summary['bare_median_ms']:.2f} ms |",
             f"| `Harness.run`, median | {summary['harness_median_ms']:.2f} ms |",
             f"| **Median ratio Harness/bare (per pair)** | **{summary['median_ratio']:.3f}** |",
@@ -182,7 +183,8 @@ def _summary_table(summary: dict[str, Any]) -> list[str]:
         ]
     if summary.get("bench") == "checkpoint_cost":
         lines = [
-            "| Backend | History (messages) | Bytes per commit | Read back by SQL | Commit ms p50 | p90 | Encode ms p50 |",
+            "| Backend | History (messages) | Bytes per commit | Read back by SQL | Commit ms p50 | p90 "
+            "| Encode ms p50 |",
             "|---|---|---|---|---|---|---|",
         ]
         for r in summary["results"]:
@@ -191,7 +193,8 @@ def _summary_table(summary: dict[str, Any]) -> list[str]:
                 f"{r['commit_ms_median']:.2f} | {r['commit_ms_p90']:.2f} | {r['encode_ms_median']:.2f} |"
             )
         lines += _verdict_lines([
-            (f"{v['backend']}: bytes at {v['large']} <= 2x at {v['small']}", f"{v['bytes_ratio']:.2f}x", v["meets_bytes"])
+            (f"{v['backend']}: bytes at {v['large']} <= 2x at {v['small']}", f"{v['bytes_ratio']:.2f}x",
+             v["meets_bytes"])
             for v in summary["verdicts"]
         ] + [
             (f"{v['backend']}: commit time at {v['large']} <= 2x at {v['small']}", f"{v['commit_time_ratio']:.2f}x",
@@ -201,8 +204,8 @@ def _summary_table(summary: dict[str, Any]) -> list[str]:
         return lines
     if summary.get("bench") == "durable_steps":
         lines = [
-            "| Variant | Steps | Median run ms | Steps/s | Stored bytes per run | Bytes written at step 1 | at last step "
-            "| Commit ms | Encode ms |",
+            "| Variant | Steps | Median run ms | Steps/s | Stored bytes per run | Bytes written at step 1 "
+            "| at last step | Commit ms | Encode ms |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in summary["rows"]:
@@ -251,7 +254,7 @@ def _targets(run: BenchRun) -> list[tuple[str, str, bool | None]]:
 
 
 def render_report(runs: list[BenchRun], *, argv: list[str], total_seconds: float) -> str:
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Benchmarks",
         "",
@@ -312,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run_all", description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_REPORT, help=f"report file (default: {DEFAULT_REPORT})")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (each bench's QUICK_ARGS), for smoke tests")
-    parser.add_argument("--only", action="append", default=None, metavar="NAME", help="run only this bench (repeatable)")
+    parser.add_argument(
+        "--only", action="append", default=None, metavar="NAME", help="run only this bench (repeatable)"
+    )
     args = parser.parse_args(argv)
     raw_argv = list(argv if argv is not None else sys.argv[1:])
 
@@ -326,8 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     runs: list[BenchRun] = []
     started = time.perf_counter()
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console) as progress:
+    columns = (
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
         task = progress.add_task("benchmarks", total=len(names))
         for name in names:
             progress.update(task, description=f"running bench.{name}")

@@ -223,7 +223,9 @@ class ServiceSystem(System):
         if self.source is not None:  # ahead of the installed (editable) candor in the processes' import path
             os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.source), saved]))
         try:
-            self.processes = [_service.ServiceProcess(role, env, self.log_dir).start() for role in ("control", "worker")]
+            self.processes = [
+                _service.ServiceProcess(role, env, self.log_dir).start() for role in ("control", "worker")
+            ]
         finally:
             if self.source is not None and saved is None:
                 del os.environ["PYTHONPATH"]
@@ -245,8 +247,8 @@ class ServiceSystem(System):
         self.counter += 1
         key = f"steps-{self.counter}"
         for attempt in range(20):
-            response = await self.client.post("/v1/threads", headers={"Idempotency-Key": key},
-                                              json={"agent": _service.AGENT, "input": _service.PROMPT, "options": options})
+            body = {"agent": _service.AGENT, "input": _service.PROMPT, "options": options}
+            response = await self.client.post("/v1/threads", headers={"Idempotency-Key": key}, json=body)
             if response.status_code != 503:
                 break
             self.retried += 1
@@ -337,7 +339,7 @@ def _find(summary: dict[str, Any], system: str, workload: str) -> dict[str, Any]
 
 
 def _round_ratio(a: dict[str, Any], b: dict[str, Any]) -> float:
-    return statistics.median(x / y for x, y in zip(a["steps_per_s_by_round"], b["steps_per_s_by_round"]))
+    return statistics.median(x / y for x, y in zip(a["steps_per_s_by_round"], b["steps_per_s_by_round"], strict=False))
 
 
 def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -351,7 +353,8 @@ def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
             if mine and bare:
                 worker, base = mine["cpu_ms_per_step"]["worker"], bare["cpu_ms_per_step"]["process"]
                 out.append({"target": f"{candor}: worker CPU per step <= 2x bare Pydantic AI ({longest['name']})",
-                            "value": f"{worker / base:.2f}x ({worker:.2f} vs {base:.2f} ms)", "met": worker <= 2 * base})
+                            "value": f"{worker / base:.2f}x ({worker:.2f} vs {base:.2f} ms)",
+                            "met": worker <= 2 * base})
             for peer, factor in ((f"langgraph+{db}", 1.0), (f"dbos+{db}", 2.0)):
                 theirs = _find(summary, peer, longest["name"])
                 if mine and theirs:
@@ -367,9 +370,11 @@ def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
         info = next((s for s in summary["systems"] if s["system"] == candor), None)
         if info and info["claim_ms_p99"] is not None:
             out.append({"target": f"{candor}: created -> first claim p99 <= 50 ms (separate worker process)",
-                        "value": f"{info['claim_ms_p99']:.1f} ms over {info['claims']} runs", "met": info["claim_ms_p99"] <= 50})
+                        "value": f"{info['claim_ms_p99']:.1f} ms over {info['claims']} runs",
+                        "met": info["claim_ms_p99"] <= 50})
         if info and info["commits_per_step"] is not None and longest is not None:
-            out.append({"target": f"{candor}: committed transactions per step (all processes, all rounds) <= 2 + overhead",
+            out.append({"target": f"{candor}: committed transactions per step (all processes, all rounds) "
+                                  "<= 2 + overhead",
                         "value": f"{info['commits_per_step']:.2f}", "met": info["commits_per_step"] <= 2.5})
     return out
 

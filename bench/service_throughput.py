@@ -173,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.service_throughput",
         description="Completed runs per second with 1, 2 and 4 real worker processes on PostgreSQL, and queue wait.",
     )
-    parser.add_argument("--workers", type=_cli.positive_ints, default=[1, 2, 4], help="worker process counts (default: 1,2,4)")
+    parser.add_argument(
+        "--workers", type=_cli.positive_ints, default=[1, 2, 4], help="worker process counts (default: 1,2,4)"
+    )
     parser.add_argument("--runs", type=int, default=120, help="measured runs per worker count (default: 120)")
     parser.add_argument("--steps", type=int, default=5, help="tool steps per run (default: 5)")
     _cli.add_postgres_url(parser)

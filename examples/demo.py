@@ -293,7 +293,9 @@ async def run_crash(mode: str, workdir: Path) -> CrashOutcome:
         stale.unlink(missing_ok=True)
     child = crash_child(state_file, ledger_file)
     if child.returncode != -signal.SIGKILL or not state_file.exists():
-        raise RuntimeError(f"the crash child did not die as planned (rc={child.returncode}):\n{child.stdout}\n{child.stderr}")
+        raise RuntimeError(
+            f"the crash child did not die as planned (rc={child.returncode}):\n{child.stdout}\n{child.stderr}"
+        )
     saved = HarnessState.model_validate_json(state_file.read_text(encoding="utf-8"))
     ledger_after_crash = read_ledger(ledger_file)
     harness = Harness(support_agent())
@@ -338,7 +340,9 @@ async def act2(out_dir: Path, console: Console, modes: tuple[str, ...] = MODES) 
             Group(
                 Text(f"charges on the ledger: {declared.charges}  (charge_card was not run again)"),
                 Text(f"lookup_order was retry-safe and ran again: {declared.ran_again('lookup_order')}"),
-                Text("the model received for charge_card: ").append(describe_return(declared.returns.get("charge_card"), 200)),
+                Text("the model received for charge_card: ").append(
+                    describe_return(declared.returns.get("charge_card"), 200)
+                ),
                 Text(f"\nmodel: {declared.answer}", style="bold cyan"),
             ),
             title="declared (the default)",
@@ -541,8 +545,8 @@ async def run_demo(out_dir: Path, console: Console) -> dict[str, Any]:
     return facts
 
 
-from examples.service_demo import act4  # noqa: E402 - the service act lives in its own module
 from examples.reconcile_demo import act5  # noqa: E402 - so does the reconcile act
+from examples.service_demo import act4  # noqa: E402 - the service act lives in its own module
 
 
 def main(argv: list[str] | None = None) -> int:

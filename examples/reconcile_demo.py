@@ -80,7 +80,8 @@ class PaymentAPI:
         data["requests"] += 1
         charges = data["charges"]
         if idempotency_key not in charges:
-            charges[idempotency_key] = {"charge_id": f"ch_{len(charges) + 1:04d}", "order_id": order_id, "amount": amount}
+            charge_id = f"ch_{len(charges) + 1:04d}"
+            charges[idempotency_key] = {"charge_id": charge_id, "order_id": order_id, "amount": amount}
         self._save(data)
         return charges[idempotency_key]
 
@@ -178,7 +179,10 @@ def _crash_child(api_file: Path, state_file: Path, timeout: float = 60.0) -> sub
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return subprocess.run(
-        [sys.executable, "-m", "examples.reconcile_demo", "--child", "--api", str(api_file), "--state", str(state_file)],
+        [
+            sys.executable, "-m", "examples.reconcile_demo",
+            "--child", "--api", str(api_file), "--state", str(state_file),
+        ],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False,
     )
 
@@ -205,7 +209,9 @@ async def run_scenario(name: str, workdir: Path) -> Scenario:
     if name == "charged, then killed":
         child = _crash_child(api_file, state_file)
         if child.returncode != -signal.SIGKILL or not state_file.exists():
-            raise RuntimeError(f"the child did not die as planned (rc={child.returncode}):\n{child.stdout}{child.stderr}")
+            raise RuntimeError(
+                f"the child did not die as planned (rc={child.returncode}):\n{child.stdout}{child.stderr}"
+            )
         saved = HarnessState.model_validate_json(state_file.read_text(encoding="utf-8"))
         crash_key = child.stdout.split("with key ")[1].split("…")[0]
     else:

@@ -22,10 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from candor import BoundaryEvent, Harness, HarnessState, RunBindings  # noqa: E402
-from candor.tools import UNKNOWN_OUTCOME_CONTENT, unknown_outcome_result  # noqa: E402
 from examples import demo  # noqa: E402
 from examples.agents import SupportDeps, count_ledger, read_ledger, support_agent  # noqa: E402
+
+from candor import BoundaryEvent, Harness, HarnessState, RunBindings  # noqa: E402
+from candor.tools import UNKNOWN_OUTCOME_CONTENT, unknown_outcome_result  # noqa: E402
 
 RUN_ID = re.compile(r"^run_[0-9a-f]{32}$")
 
@@ -191,9 +192,9 @@ def test_support_agent_factory_is_reusable() -> None:
     """The factory builds a fresh, independent agent each call, with the declared tool surface."""
     first, second = support_agent(), support_agent()
     assert first is not second
-    names = set(first._function_toolset.tools)  # noqa: SLF001 - a quick look at the registered tools
+    names = set(first._function_toolset.tools)  # a quick look at the registered tools
     assert names == {"lookup_order", "charge_card", "refund_order", "ask_user"}
-    tools = first._function_toolset.tools  # noqa: SLF001
+    tools = first._function_toolset.tools
     assert tools["lookup_order"].metadata == {"candor.recovery_retry_safe": True}
     assert not (tools["charge_card"].metadata or {}).get("candor.recovery_retry_safe")
     assert tools["refund_order"].requires_approval

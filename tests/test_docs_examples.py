@@ -37,7 +37,7 @@ def run_block(relative: str, line: int, source: str) -> None:
     # Pad so that line numbers in tracebacks are the Markdown file's own.
     code = compile("\n" * (line - 1) + source, str(ROOT / relative), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     namespace: dict[str, object] = {"__name__": "__doc_example__"}
-    outcome = eval(code, namespace)  # noqa: S307 - executing our own documentation
+    outcome = eval(code, namespace)  # executing our own documentation
     if inspect.iscoroutine(outcome):
         asyncio.run(outcome)
 

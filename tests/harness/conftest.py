@@ -7,4 +7,4 @@ not from this file). They are re-exported here for convenience.
 from __future__ import annotations
 
 from scripted import *  # noqa: F403
-from scripted import __all__ as __all__  # noqa: PLE0605
+from scripted import __all__ as __all__

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from scripted import calls, consume, make_agent, script, text, tool_call
 from pydantic import BaseModel, ConfigDict, JsonValue
 from pydantic_ai import CallDeferred, Tool
 from pydantic_ai.capabilities import AbstractCapability
@@ -22,6 +21,8 @@ import candor
 from candor import BoundaryEvent, CapabilityState, Harness, HarnessState, RunBindings
 from candor.errors import StateError
 from candor.harness.capability_store import CapabilityStore
+
+from scripted import calls, consume, make_agent, script, text, tool_call
 
 
 class Counter(BaseModel):

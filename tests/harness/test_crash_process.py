@@ -17,11 +17,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from scripted import returns
 from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
 from candor import Harness, HarnessState
 from candor.tools import unknown_outcome_result
+
+from scripted import returns
 
 pytestmark = pytest.mark.crash
 

@@ -8,7 +8,6 @@ import threading
 from typing import Any
 
 import pytest
-from scripted import deferred_call as call, deferred_history as history
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
@@ -32,6 +31,9 @@ from candor.harness.deferred import (
     pending_ids,
 )
 from candor.harness.errors import RunError
+
+from scripted import deferred_call as call
+from scripted import deferred_history as history
 
 
 def mixed_batch(*, recovery: bool = False) -> DeferredToolResume:
@@ -198,7 +200,7 @@ def test_remaining_is_none_when_a_later_response_superseded_the_batch() -> None:
     messages.append(ModelResponse(parts=[TextPart("all done")]))
     assert mixed_batch().remaining(messages) is None
     # Even calls still open in an earlier response do not count once another response follows.
-    stale = history(*MIXED_CALLS) + [ModelRequest(parts=[UserPromptPart("?")]), ModelResponse(parts=[call("x9")])]
+    stale = [*history(*MIXED_CALLS), ModelRequest(parts=[UserPromptPart("?")]), ModelResponse(parts=[call("x9")])]
     assert mixed_batch().remaining(stale) is None
 
 

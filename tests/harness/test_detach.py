@@ -4,7 +4,7 @@ H-11), and a run's history stays immune to later changes of the objects pydantic
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_ai import Agent, RunContext
@@ -25,7 +25,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from candor import BoundaryEvent, Harness, HarnessState
 from candor.harness._detach import detached, detached_all
 
-EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _SHARED_OK = (str, int, float, bool, type(None), bytes, datetime)
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from scripted import ScriptedModel, is_unknown, returns, text, tool_calls
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, Tool
 from pydantic_ai.messages import (
     ModelMessage,
@@ -30,7 +29,9 @@ from candor.errors import RunCleanupError
 from candor.harness.candidates import normalize_candidate
 from candor.tools import unknown_outcome_result
 
-EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+from scripted import ScriptedModel, is_unknown, returns, text, tool_calls
+
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 # ----------------------------------------------------------------------------------------------- helpers
 

@@ -11,7 +11,6 @@ import re
 from typing import Any
 
 import pytest
-from scripted import calls, canonical, consume, make_agent, script, stable, text, tool_call
 from pydantic import BaseModel
 from pydantic_ai import Tool
 from pydantic_ai.exceptions import ModelConnectionError, ModelHTTPError, ModelRequestTimeout, ModelRetry
@@ -29,6 +28,8 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from candor import Harness, HarnessState, RunResult
 from candor.errors import StateError
 from candor.tools import UNKNOWN_OUTCOME_CONTENT, recovery_retryable, unknown_outcome_result
+
+from scripted import calls, canonical, consume, make_agent, script, stable, text, tool_call
 
 RUN_ID = re.compile(r"^run_[0-9a-f]{32}$")
 THREAD_ID = re.compile(r"^thr_[0-9a-f]{32}$")

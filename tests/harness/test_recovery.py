@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -46,7 +46,7 @@ from candor.harness.recovery_tools import (
 )
 
 MODES = ("declared", "never", "always")
-EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 # ----------------------------------------------------------------------------------------------- builders
@@ -110,7 +110,7 @@ def only(plan: RecoveryPlan) -> RecoveryDecision:
 def test_validate_tool_recovery_accepts_the_three_literals(value: str) -> None:
     """H-61: the three literals are accepted and returned unchanged."""
     assert validate_tool_recovery(value) == value
-    assert TOOL_RECOVERY_MODES == frozenset(MODES)
+    assert frozenset(MODES) == TOOL_RECOVERY_MODES
 
 
 @pytest.mark.parametrize("value", ["", "Declared", "ALWAYS", " never", "auto", None, True, 1, ["never"], b"never", object()])

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from scripted import ScriptedModel, external, is_unknown, returns, text
 from pydantic_ai import (
     Agent,
     DeferredToolRequests,
@@ -36,6 +35,8 @@ from pydantic_ai.models.function import FunctionModel
 from candor import BoundaryEvent, DeferredToolResume, Harness, HarnessState, RunBindings, RunResultEvent
 from candor.errors import RunError
 from candor.tools import recovery_retryable
+
+from scripted import ScriptedModel, external, is_unknown, returns, text
 
 # ----------------------------------------------------------------------------------------------- helpers
 
@@ -118,7 +119,7 @@ def test_non_native_batch_parts_raise_type_error() -> None:
 
 async def test_partially_incorporated_batch_applies_only_what_is_missing() -> None:
     """H-89, H-93, H-91: the external answer already in history is not written again; only the rest is applied."""
-    agent, script, ran = agent_with(safe=False)
+    agent, _script, ran = agent_with(safe=False)
     written = ModelRequest(parts=[ToolReturnPart("ext", "answer", tool_call_id="c2")])
     state = suspended_state(written)
     batch = full_batch(c1=False)
@@ -283,7 +284,7 @@ async def test_fresh_batch_pending_input_is_reported_as_recovery() -> None:
 
 async def test_incorporated_batch_is_treated_as_no_batch() -> None:
     """H-91, H-93: a recovery batch re-offered on the state it already produced changes nothing: no second return."""
-    agent, script, ran = agent_with(safe=False)
+    agent, _script, ran = agent_with(safe=False)
     batch = full_batch(c1=False)
     first = await Harness(agent).run(previous_state=suspended_state(), deferred_resume=batch, bindings=BINDINGS)
     assert first.status == "completed"
@@ -380,7 +381,7 @@ async def test_accepted_answers_are_written_once_in_every_mode(answer: Any, outc
 
 async def test_tool_return_content_is_added_once_in_a_recovery_batch() -> None:
     """H-93, H-79, H-83: a ToolReturn's content enters history once, after the returns and before new input."""
-    agent, script, _ = agent_with(safe=False)
+    agent, _script, _ = agent_with(safe=False)
     batch = full_batch(c1=False, c2=ToolReturn("v", content="extra context", metadata={"m": 1}))
 
     result = await Harness(agent).run("next", previous_state=suspended_state(), deferred_resume=batch, bindings=BINDINGS)
@@ -446,7 +447,7 @@ async def test_asked_again_approval_can_be_answered_after_other_answers_were_wri
 async def test_approval_is_closed_with_unknown_outcome_when_not_replayable(safe: bool, mode: str, approval: Any) -> None:
     """H-94, H-93: under "never", or when the tool is not marked, an approved call of a recovery batch is closed with
     an unknown-outcome result; the effect is not performed again; the batch's other answers are still written."""
-    agent, script, ran = agent_with(safe=safe)
+    agent, _script, ran = agent_with(safe=safe)
     batch = full_batch(c1=approval)
 
     result = await Harness(agent).run(previous_state=suspended_state(), deferred_resume=batch, tool_recovery=mode, bindings=BINDINGS)

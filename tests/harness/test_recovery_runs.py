@@ -11,11 +11,10 @@ import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from scripted import canonical, consume
 from pydantic_ai import (
     Agent,
     ApprovalRequired,
@@ -54,9 +53,11 @@ from candor.tools import (
     unknown_outcome_result,
 )
 
+from scripted import canonical, consume
+
 SAFE = RECOVERY_RETRY_SAFE_METADATA_KEY
 THREAD = "thr_recovery"
-FIXED_TS = datetime(2020, 1, 1, tzinfo=timezone.utc)
+FIXED_TS = datetime(2020, 1, 1, tzinfo=UTC)
 EXT_SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 
 # -- helpers ------------------------------------------------------------------------------------------------
@@ -270,7 +271,7 @@ async def test_recovery_run_boundaries() -> None:
         ("BoundaryEvent", "model"),
     ]
     assert ledger.ids() == ["c1", "n1"]
-    for earlier, later in zip([state, *snapshots], [*snapshots, stream.outcome.state]):
+    for earlier, later in zip([state, *snapshots], [*snapshots, stream.outcome.state], strict=True):
         assert_prefix(earlier, later)  # H-39
     assert [e.index for e in events if isinstance(e, BoundaryEvent)] == [1, 2, 3]
 
@@ -329,7 +330,7 @@ async def test_unknown_outcome_results_exact_shape_in_one_request_in_call_order(
     request = new[0]
     assert isinstance(request, ModelRequest)
     assert [p.tool_call_id for p in request.parts] == ["z9", "m5", "a1"]
-    for part, original in zip(request.parts, calls):
+    for part, original in zip(request.parts, calls, strict=True):
         if original.tool_name == "a":
             assert is_unknown_for(part, original)
             assert part.content == UNKNOWN_OUTCOME_CONTENT

@@ -15,11 +15,12 @@ from pydantic_ai import Agent, ModelRetry, RunContext, Tool
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.tools import ToolDefinition
-from scripted import ScriptedModel, is_unknown, returns, text
 
 from candor import Harness, HarnessState
 from candor.harness.recovery import calls_in_order, unanswered_output_calls
 from candor.tools import recovery_retryable
+
+from scripted import ScriptedModel, is_unknown, returns, text
 
 THREAD = "thr_restoredoutput"
 FINAL_RESULT_PROCESSED = "Final result processed."  # pydantic-ai's return for the winning output-tool call

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from scripted import deferred_call as call, deferred_history as history
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied, ToolReturn
@@ -32,6 +31,9 @@ from candor.harness.deferred import (
 )
 from candor.harness.errors import DefinitionError, RunError
 from candor.harness.resume_check import ResumeCheck, check_resume, check_surface
+
+from scripted import deferred_call as call
+from scripted import deferred_history as history
 
 NAN, INF = float("nan"), float("inf")
 
@@ -366,7 +368,7 @@ def test_pending_id_not_in_final_response_is_missing() -> None:
     """H-70: a pending id absent from the final response (even if an earlier response had it) → missing."""
     batch = Batch()
     assert code_of(batch.resume(), history(call("a1"))) == "deferred_request_missing"
-    earlier = batch.history() + [ModelRequest(parts=[UserPromptPart("more")]), ModelResponse(parts=[TextPart("hi")])]
+    earlier = [*batch.history(), ModelRequest(parts=[UserPromptPart("more")]), ModelResponse(parts=[TextPart("hi")])]
     assert code_of(batch.resume(), earlier) == "deferred_request_missing"
     output_call = ToolCallPart(tool_name="tool", args={"n": 1}, tool_call_id="e1", tool_kind="output")
     assert code_of(batch.resume(), history(call("a1"), output_call)) == "deferred_request_missing"
@@ -384,7 +386,7 @@ def test_already_answered_is_completed() -> None:
     batch = Batch()
     assert code_of(batch.resume(), batch.history(answered=("e1",))) == "deferred_request_completed"
     legacy = RetryPromptPart(content="x", tool_name="tool", tool_call_id="a1")
-    retried = batch.history() + [ModelRequest(parts=[legacy])]
+    retried = [*batch.history(), ModelRequest(parts=[legacy])]
     assert code_of(batch.resume(), retried) == "deferred_request_completed"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ from pydantic_ai.messages import (
 from candor import CapabilityState, HarnessState
 from candor.tools import unknown_outcome_result
 
-EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 THREAD_ID = re.compile(r"^thr_[0-9a-f]{32}$")
 
 

@@ -8,18 +8,18 @@ result/outcome), H-104 (steering), H-105 (cancel). Every behaviour is checked wi
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from scripted import boundaries, calls, canonical, consume, make_agent, script, text, tool_call
 from pydantic import JsonValue
 from pydantic_ai import Agent, Tool
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.messages import (
     FunctionToolCallEvent,
     FunctionToolResultEvent,
+    ModelMessage,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -27,10 +27,13 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from candor import BoundaryEvent, Harness, HarnessState, RunBindings, RunResultEvent, RunStream
 from candor.errors import RunError, StateError
 from candor.tools import UNKNOWN_OUTCOME_CONTENT, recovery_retryable
+
+from scripted import boundaries, calls, canonical, consume, make_agent, script, text, tool_call
 
 STREAMING = pytest.mark.parametrize("stream_model", [False, True], ids=["request", "streamed"])
 
@@ -218,7 +221,7 @@ def echo_value(value: str) -> str:
 
 
 def _assert_append_only(states: list[HarnessState]) -> None:
-    for earlier, later in zip(states, states[1:]):
+    for earlier, later in itertools.pairwise(states):
         before = canonical(earlier.message_history)
         after = canonical(later.message_history)
         assert after[: len(before)] == before
@@ -371,20 +374,25 @@ async def test_concurrent_next_raises() -> None:
     assert stream.outcome.output == "done"  # type: ignore[union-attr]
 
 
+async def _assert_refused_before_model_work(code: str, *args: Any, **options: Any) -> None:
+    """stream(*args, **options) raises RunError(code) at once, run() raises it too, and no model request is made."""
+    model = script(text("never"))
+    harness = Harness(make_agent(model))
+    with pytest.raises(RunError) as info:
+        harness.stream(*args, **options)
+    assert info.value.code == code
+    with pytest.raises(RunError) as info:
+        await harness.run(*args, **options)
+    assert info.value.code == code
+    assert model.seen == []  # type: ignore[attr-defined]
+
+
 async def test_input_and_input_factory_conflict() -> None:
     """H-97: both input and input_factory → input_source_conflict, raised by run() and stream() at once."""
     async def factory() -> str:
         return "lazy"
 
-    model = script(text("never"))
-    harness = Harness(make_agent(model))
-    with pytest.raises(RunError) as info:
-        harness.stream("eager", input_factory=factory)
-    assert info.value.code == "input_source_conflict"
-    with pytest.raises(RunError) as info:
-        await harness.run("eager", input_factory=factory)
-    assert info.value.code == "input_source_conflict"
-    assert model.seen == []  # type: ignore[attr-defined]
+    await _assert_refused_before_model_work("input_source_conflict", "eager", input_factory=factory)
 
 
 async def test_input_factory_supplies_the_input_lazily() -> None:
@@ -443,15 +451,7 @@ class NotAProvider:
 )
 async def test_invalid_bindings(bindings: Any) -> None:
     """H-97: invalid bindings → RunError(run_bindings_invalid), from stream() and run(), before model work."""
-    model = script(text("never"))
-    harness = Harness(make_agent(model))
-    with pytest.raises(RunError) as info:
-        harness.stream("go", bindings=bindings)
-    assert info.value.code == "run_bindings_invalid"
-    with pytest.raises(RunError) as info:
-        await harness.run("go", bindings=bindings)
-    assert info.value.code == "run_bindings_invalid"
-    assert model.seen == []  # type: ignore[attr-defined]
+    await _assert_refused_before_model_work("run_bindings_invalid", "go", bindings=bindings)
 
 
 async def test_steer_on_inactive_stream() -> None:

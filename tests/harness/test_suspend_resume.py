@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from scripted import ScriptedModel, external, returns, text, tool_calls
 from pydantic_ai import (
     Agent,
     ApprovalRequired,
@@ -41,6 +40,8 @@ from pydantic_ai.tools import ToolDefinition
 from candor import CapabilityState, DeferredToolResume, Harness, HarnessState, RunBindings
 from candor.errors import DefinitionError, RunError
 from candor.tools import UNKNOWN_OUTCOME_CONTENT, recovery_retryable
+
+from scripted import ScriptedModel, external, returns, text, tool_calls
 
 FUNCTION_ID_KEY = "candor.deferred_function_id"
 

@@ -84,7 +84,7 @@ def postgres_database() -> Iterator[_PostgresDatabase]:
     name = f"candor_test_{os.getpid()}_{secrets.token_hex(4)}"
     try:
         _run_in_thread(_admin(f'CREATE DATABASE "{name}"'))
-    except (OSError, asyncio.TimeoutError, asyncpg.PostgresError) as exc:
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
         message = f"PostgreSQL not reachable at {make_url(POSTGRES_URL)!r}: {type(exc).__name__}: {exc}"
         if REQUIRE_POSTGRES:
             pytest.fail(message + " (CANDOR_REQUIRE_POSTGRES=1)", pytrace=False)

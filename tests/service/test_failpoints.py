@@ -29,14 +29,14 @@ def _disarmed():
 
 def test_named_points():
     """Issue "Failpoints for tests": the named points, spelled as the variable spells them."""
-    assert POINTS == {
+    assert {
         "after_model_response",
         "before_tool",
         "checkpoint_before_commit",
         "checkpoint_after_commit",
         "before_seal",
         "outbox_before_settle",
-    }
+    } == POINTS
     assert failpoints.AFTER_MODEL_RESPONSE == "after_model_response"
     assert failpoints.BEFORE_TOOL == "before_tool"
     assert failpoints.CHECKPOINT_BEFORE_COMMIT == "checkpoint_before_commit"

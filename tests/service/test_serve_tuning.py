@@ -7,8 +7,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 import uvloop
+from pydantic import ValidationError
 
 from candor.service.core import Service
 from candor.service.process import loop_factory

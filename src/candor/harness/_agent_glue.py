@@ -7,7 +7,6 @@ pydantic-ai-slim has one place to look at.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -282,7 +281,3 @@ def skipped_after_final_result(call: ToolCallPart) -> ToolReturnPart:
 def replace_request(node: Any, request: Any) -> Any:
     """A copy of a `ModelRequestNode` that will send `request` instead."""
     return dataclasses.replace(node, request=request)
-
-
-def surface_kinds(surface: Mapping[str, ToolDefinition]) -> dict[str, str]:
-    return {name: tool_def.kind for name, tool_def in surface.items()}

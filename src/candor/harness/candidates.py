@@ -17,10 +17,12 @@ from pydantic_ai.messages import (
     ToolCallPart,
 )
 
+from .deferred import DeferredToolResume
+from .errors import RunError
 from .history import unanswered_calls
 from .recovery_tools import unknown_outcome_result
 
-__all__ = ("normalize_candidate", "is_complete_call")
+__all__ = ("normalize_candidate", "is_complete_call", "pending_answer_ids")
 
 
 def is_complete_call(part: ToolCallPart) -> bool:
@@ -92,3 +94,17 @@ def normalize_candidate(
     if open_calls:
         result.append(ModelRequest(parts=[unknown_outcome_result(call) for call in open_calls]))
     return result
+
+
+def pending_answer_ids(batch: DeferredToolResume | None, messages: Sequence[ModelMessage]) -> frozenset[str]:
+    """The ids of the calls in `messages` that `batch` still holds accepted answers for (kept open, H-103)."""
+    if batch is None:
+        return frozenset()
+    try:
+        remaining = batch.remaining(messages)
+    except RunError:
+        return frozenset()
+    if remaining is None:
+        return frozenset()
+    requests = remaining.requests
+    return frozenset(c.tool_call_id for c in (*requests.calls, *requests.approvals))

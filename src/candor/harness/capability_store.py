@@ -118,10 +118,3 @@ class CapabilityStore:
 
     def _activate(self) -> Token[CapabilityStore | None]:
         return _current_store.set(self)
-
-    @staticmethod
-    def _deactivate(token: Token[CapabilityStore | None]) -> None:
-        try:
-            _current_store.reset(token)
-        except ValueError:  # reset from another context: fall back to clearing
-            _current_store.set(None)

@@ -6,27 +6,24 @@ import copy
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.messages import UserContent
 from pydantic_ai.usage import RunUsage, UsageLimits
 
+from ._usage_state import stored_usage
 from .bindings import RunBindings, validate_bindings
 from .deferred import DeferredToolResume
-from .errors import RunError, StateError
+from .errors import RunError
 from .recovery import validate_tool_recovery
 from .results import RunResult
 from .resume_check import check_resume
 from .state import HarnessState
-from .stream import USAGE_CAPABILITY_ID, RunStream
+from .stream import RunStream
 
 OutputT = TypeVar("OutputT")
 InputValue = str | Sequence[UserContent] | None
 
 __all__ = ("Harness",)
-
-_usage_adapter: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
-
 
 class Harness(Generic[OutputT]):
     """Wraps an agent so a conversation can stop in one process and continue in another.
@@ -78,7 +75,7 @@ class Harness(Generic[OutputT]):
             check_resume(deferred_resume, state._history_ref(), has_previous_state=previous_state is not None)
         start_usage = copy.deepcopy(usage) if usage is not None else RunUsage()
         if resume_usage:
-            start_usage = _stored_usage(state)  # H-33
+            start_usage = stored_usage(state)  # H-33
         return RunStream(
             self,
             input=input,
@@ -92,12 +89,3 @@ class Harness(Generic[OutputT]):
             usage_limits=usage_limits if usage_limits is not None else self.usage_limits,
         )
 
-
-def _stored_usage(state: HarnessState) -> RunUsage:
-    stored = state._capabilities_ref().get(USAGE_CAPABILITY_ID)
-    if stored is None:
-        raise StateError("the state holds no usage to resume from", code="usage_state_missing")
-    try:
-        return _usage_adapter.validate_python(stored.data)
-    except ValidationError as exc:
-        raise StateError("the stored usage is unreadable", code="usage_state_missing") from exc

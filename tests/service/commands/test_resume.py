@@ -12,16 +12,15 @@ from sqlalchemy import select
 from candor.service import commands
 from candor.service.errors import Conflict, Disabled, Forbidden, InvalidArgument, NotFound, RaceLost
 from candor.service.protocol.pending import Pending, pending_problem
+from candor.service.protocol.resume import ResumeAnswers, resume_refusal, split_resume_lookup, successor_of
 from candor.service.store import auth
 from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.protocol.resume import ResumeAnswers, resume_refusal, split_resume_lookup, successor_of
 from candor.service.store.resume import find_resume_and_run
 from candor.service.store.tables import runs
 from candor.service.store.threads import start_run
 
-from store.test_round_trips import statements
-
 from .helpers import TEXT, count, make_service, new_key, pending_of, run_row, seal_run, text, thread_row
+from store.test_round_trips import statements
 
 ANSWERS = {"approvals": {"a1": {"action": "approve"}}, "calls": {"c1": {"status": "returned", "value": 42}}}
 

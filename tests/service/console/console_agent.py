@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic_ai import Agent, CallDeferred, Tool
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from candor import Harness
+
+from e2e.agents import latest_returns
 
 __all__ = ("FACTORY", "factory")
 
@@ -24,18 +26,8 @@ FACTORY = f"{__name__}:factory"
 TOOLS = ("refund_order", "delete_file", "ask_currency")
 
 
-def _returns(messages: list[ModelMessage]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for message in messages:
-        if isinstance(message, ModelRequest):
-            for part in message.parts:
-                if isinstance(part, ToolReturnPart):
-                    found[part.tool_name] = part.content
-    return found
-
-
 def _respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    returns = _returns(messages)
+    returns = latest_returns(messages)
     if all(tool in returns for tool in TOOLS):
         summary = "; ".join(f"{tool}: {returns[tool]}" for tool in TOOLS)
         return ModelResponse(parts=[TextPart(f"done. {summary}")])

@@ -26,6 +26,6 @@ def test_client_doc_examples_run(server: Any, monkeypatch: pytest.MonkeyPatch) -
     assert len(blocks) >= 5
     for line, source in blocks:
         code = compile("\n" * (line - 1) + source, str(DOC), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        outcome = eval(code, {"__name__": "__doc_example__"})  # noqa: S307 - our own documentation
+        outcome = eval(code, {"__name__": "__doc_example__"})  # our own documentation
         if inspect.iscoroutine(outcome):
             asyncio.run(outcome)

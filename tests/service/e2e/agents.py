@@ -27,7 +27,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from candor import Harness
 from candor.tools import recovery_retryable
 
-__all__ = ("FACTORY", "WORKER_ENV", "factory", "tool_lines")
+__all__ = ("FACTORY", "WORKER_ENV", "factory", "latest_returns", "tool_lines")
 
 FACTORY = f"{__name__}:factory"
 WORKER_ENV = "E2E_WORKER"
@@ -49,7 +49,7 @@ def _record(workdir: Path, tool: str, tool_call_id: str) -> int:
     return before
 
 
-def _returns(messages: list[ModelMessage]) -> dict[str, Any]:
+def latest_returns(messages: list[ModelMessage]) -> dict[str, Any]:
     """Tool name → the content of its latest return in the history."""
     found: dict[str, Any] = {}
     for message in messages:
@@ -61,7 +61,7 @@ def _returns(messages: list[ModelMessage]) -> dict[str, Any]:
 
 
 def _respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    returns = _returns(messages)
+    returns = latest_returns(messages)
     if "slow_step" in returns:
         weather = returns["get_weather"]
         return ModelResponse(parts=[TextPart(f"weather {weather}; {returns['delete_file']}; {returns['slow_step']}")])

@@ -29,9 +29,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from test_serve import CANDOR, free_port, wait_ready
-
 from .agents import FACTORY, WORKER_ENV, tool_lines
+from test_serve import CANDOR, free_port, wait_ready
 
 pytestmark = [pytest.mark.crash, pytest.mark.postgres]
 

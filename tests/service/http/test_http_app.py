@@ -7,7 +7,6 @@ import re
 from typing import Any
 
 import pytest
-from http_support import REQUEST_ID, TEXT, app_for, client_for, create_thread, error_of
 
 from candor.service import commands
 from candor.service.agents import AgentRegistry
@@ -15,6 +14,8 @@ from candor.service.core import Service
 from candor.service.http import create_app
 from candor.service.settings import ServiceSettings
 from candor.service.store.engine import create_engine
+
+from http_support import REQUEST_ID, TEXT, app_for, client_for, create_thread, error_of
 
 
 async def test_every_response_has_a_server_generated_request_id(api: Any) -> None:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from http_support import TEXT, create_thread, error_of
-
 from candor.service.store import auth
 from candor.service.store.engine import write_transaction
 
 from commands.helpers import pending_of, seal_run
+from http_support import TEXT, create_thread, error_of
 
 ANSWERS = {"approvals": {"a1": {"action": "approve"}}, "calls": {"c1": {"status": "returned", "value": 1}}}
 
@@ -91,7 +90,7 @@ async def test_other_workspaces_look_unknown(api: Any) -> None:
     thread_id, run_id = created["thread"]["id"], created["run"]["id"]
     unknown_thread, unknown_run = "thr_" + "0" * 32, "run_" + "0" * 32
 
-    def shape(response: Any, id: str) -> dict[str, Any]:  # noqa: A002
+    def shape(response: Any, id: str) -> dict[str, Any]:
         error = error_of(response)
         assert error["details"].pop("id") == id
         return {"status": response.status_code, **error, "request_id": None}

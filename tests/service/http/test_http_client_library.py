@@ -9,8 +9,6 @@ from typing import Any
 
 import httpx
 import pytest
-from http_support import BASE_URL, error_of
-from test_http_stream import RUN, add_entries
 
 from candor.client import (
     AsyncCandorClient,
@@ -26,6 +24,8 @@ from candor.service.http.stream import StreamTiming
 from candor.service.store.tables import runs
 
 from commands.helpers import count, pending_of, seal_run
+from http_support import BASE_URL, error_of
+from test_http_stream import RUN, add_entries
 
 
 def client_of(api: Any, secret: str) -> AsyncCandorClient:

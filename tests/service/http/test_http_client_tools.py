@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from http_support import TEXT, create_thread, error_of
 
 from candor.service.agents import AgentRegistry
 from candor.service.store.tables import runs, threads
 
 from commands.helpers import count, run_row
+from http_support import TEXT, create_thread, error_of
 
 WEATHER = {"name": "get_weather", "description": "Local weather.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip

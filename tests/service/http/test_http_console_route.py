@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from http_support import app_for, client_for, error_of
+from pydantic import ValidationError
 from pydantic_ai import ToolApproved
 
-from pydantic import ValidationError
-
 from candor.service.protocol.resume import ResumeAnswers
+
+from http_support import app_for, client_for, error_of
 
 
 async def test_console_page_and_assets(api: Any) -> None:

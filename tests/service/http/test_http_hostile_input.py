@@ -10,14 +10,13 @@ row count and version sum are unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 from cryptography.fernet import Fernet
-from http_support import TEXT, Key, client_for, create_thread, error_of, new_key, text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
@@ -30,6 +29,7 @@ from candor.service.store.engine import read_transaction
 from candor.service.store.tables import metadata
 
 from commands.helpers import make_service, seal_run
+from http_support import TEXT, Key, client_for, create_thread, error_of, new_key, text
 
 HUGE = "\u2063huge\u2063"
 """Stands for the literal `1e400` (a number JSON allows and a double cannot hold) in generated bodies."""

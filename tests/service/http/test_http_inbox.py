@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from http_support import TEXT, app_for, client_for, create_thread, error_of, new_key, text
-
 from commands.helpers import seal_run
+from http_support import TEXT, app_for, client_for, create_thread, error_of, new_key, text
 
 ENTRY_FIELDS = {"id", "thread_id", "kind", "delivery", "position", "status", "agent", "assigned_run_id", "failure",
                 "created_at", "finished_at"}  # fmt: skip

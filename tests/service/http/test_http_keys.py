@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from http_support import Key, create_thread, error_of
 from sqlalchemy import select
 
 from candor.service.store import auth
 from candor.service.store.engine import write_transaction
 from candor.service.store.tables import principals
+
+from http_support import Key, create_thread, error_of
 
 VIEW_FIELDS = {"id", "name", "permissions", "disabled", "disabled_at", "version", "created_at"}
 

@@ -6,10 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from http_support import app_for, client_for, error_of
 
-from candor.service.http import Readiness, readiness as readiness_module
+from candor.service.http import Readiness
+from candor.service.http import readiness as readiness_module
 from candor.service.store.migrate import SchemaStatus
+
+from http_support import app_for, client_for, error_of
 
 
 @pytest.mark.parametrize("role", ["all", "control", "worker"])

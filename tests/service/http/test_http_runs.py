@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
-
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
-from http_support import TEXT, create_thread, error_of, text
 from pydantic_ai import ModelMessagesTypeAdapter
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from candor.service.store.tables import runs
 
 from commands.helpers import claim_run, commit_history, count, pending_of, run_row, seal_run
+from http_support import TEXT, create_thread, error_of, text
 
 _T = datetime(2025, 1, 1, tzinfo=UTC)
 ANSWERS = {"approvals": {"a1": {"action": "approve"}}, "calls": {"c1": {"status": "returned", "value": 42}}}

@@ -7,7 +7,6 @@ import asyncio
 import json
 from typing import Any
 
-from http_support import TEXT, create_thread, error_of
 from sqlalchemy import delete, func, insert, select, update
 
 from candor.service.agents import AgentRegistry
@@ -19,6 +18,7 @@ from candor.service.store.streams import trim_streams as trim_stream_entries
 from candor.service.store.tables import principals, stream_entries
 from candor.service.worker import WorkerLoop
 
+from http_support import TEXT, create_thread, error_of
 from waiting import wait_until
 
 Event = dict[str, Any]
@@ -275,10 +275,10 @@ async def test_reset_after_a_recovered_attempt_end_to_end(api: Any, monkeypatch:
     """S-103 through the worker: attempt 1 writes entries, then its third checkpoint commit finds the database
     unavailable (transient: recovered as a failed attempt); the stream shows `reset` for the run right before
     attempt 2's first entry."""
-    from worker import support
-
     from candor.service.errors import StoreUnavailable
     from candor.service.worker import attempt as attempt_module
+
+    from worker import support
 
     support.reset_control()
     real_commit, calls = attempt_module.commit_checkpoint, []

@@ -13,19 +13,19 @@ from typing import Any
 import httpx
 import pytest
 from cryptography.fernet import Fernet
-from http_support import Key, client_for, create_thread, error_of, new_key
 from sqlalchemy import select
 
 from candor.service.core import Service
 from candor.service.http import create_app
 from candor.service.outbox.delivery import deliver_outbox
 from candor.service.outbox.webhooks import verify_signature
-from candor.service.store import auth
 from candor.service.signing_keys import KeyRing
+from candor.service.store import auth
 from candor.service.store.engine import bind_key_ring, write_transaction
 from candor.service.store.tables import subscriptions
 
 from commands.helpers import make_service
+from http_support import Key, client_for, create_thread, error_of, new_key
 from outbox.support import KEY, KEY_RING, Receiver, outbox_row, outbox_rows
 
 VIEW_FIELDS = {"id", "name", "url", "events", "filter", "enabled", "version", "created_by_id", "updated_by_id",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from http_support import TEXT, app_for, client_for, create_thread, error_of, new_key, text
 
 from commands.helpers import seal_run
+from http_support import TEXT, app_for, client_for, create_thread, error_of, new_key, text
 
 
 async def test_create_thread(api: Any) -> None:

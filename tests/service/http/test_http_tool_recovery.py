@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from http_support import TEXT, create_thread, error_of
 
 from candor.service.settings import ServiceSettings
 from candor.service.store.tables import runs, threads
 
 from commands.helpers import count, run_row
+from http_support import TEXT, create_thread, error_of
 
 
 def _with_agent_modes(api: Any, **modes: str) -> None:

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/service: m
 
 from candor.service.core import Service
 from candor.service.worker import WorkerLoop
+
 from model_provider.support import provider_settings
 
 

@@ -6,9 +6,9 @@ import secrets
 from typing import Any
 
 import pytest
-from worker import support
 
 from .support import KEY_ENV
+from worker import support
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker.support import add_thread_run, attempt_rows, make_due, run_row, wait_for
 
 from candor.service.control.sweeps import expire_leases
 from candor.service.store.streams import read_stream
@@ -30,6 +29,7 @@ from candor.tools import UNKNOWN_OUTCOME_CONTENT
 from .agents import AGENT, WORKER_ENV, charges
 from .scripted_openai import Reply, Request, ScriptedOpenAI, ToolCall, tool_results
 from .support import KEY_ENV, provider_service
+from worker.support import add_thread_run, attempt_rows, make_due, run_row, wait_for
 
 pytestmark = [pytest.mark.crash]
 

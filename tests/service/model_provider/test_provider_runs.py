@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select, text
-from worker.support import add_thread_run, attempt_rows, content, make_due, run_row
 
 from candor.service import commands
 from candor.service.protocol.authority import Principal
@@ -25,6 +24,7 @@ from candor.service.worker import WorkerLoop
 from .agents import AGENT, charges
 from .scripted_openai import Reply, Request, ScriptedOpenAI, ToolCall, in_order, tool_results
 from .support import provider_service
+from worker.support import add_thread_run, attempt_rows, content, make_due, run_row
 
 FINAL_TEXT = "Your card was charged 42 euros. Anything else?"
 

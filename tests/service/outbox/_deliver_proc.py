@@ -13,9 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/service: makes `outbox.support` importable
 
-from candor.service.core import Service  # noqa: E402
-from candor.service.outbox.delivery import deliver_outbox  # noqa: E402
-from outbox.support import make_settings  # noqa: E402
+from candor.service.core import Service
+from candor.service.outbox.delivery import deliver_outbox
+
+from outbox.support import make_settings
 
 
 async def main(url: str) -> None:

@@ -11,9 +11,8 @@ from candor.service import failpoints
 from candor.service.runtime import FakeClock
 from candor.service.store.engine import bind_key_ring
 
-from worker import support as worker_support
-
 from . import support
+from worker import support as worker_support
 
 
 @pytest.fixture(autouse=True)

@@ -11,11 +11,11 @@ from cryptography.fernet import Fernet
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from candor.service.signing_keys import KeyRing
 from candor.service.agents import AgentRegistry
 from candor.service.core import Service
 from candor.service.runtime import FakeClock, SeededEntropy
 from candor.service.settings import ServiceSettings
+from candor.service.signing_keys import KeyRing
 from candor.service.store.dialect import db_now
 from candor.service.store.outbox import enqueue_once, new_outbox_id
 from candor.service.store.tables import outbox, subscriptions

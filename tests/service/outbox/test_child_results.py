@@ -19,10 +19,9 @@ from candor.service.store.outbox import enqueue_once
 from candor.service.store.tables import inbox_entries, outbox, threads
 from candor.service.worker import WorkerLoop
 
-from worker.support import RunRef, Tenant, add_thread_run, new_id, run_row
-
 from . import support
 from .support import make_due, outbox_rows
+from worker.support import RunRef, Tenant, add_thread_run, new_id, run_row
 
 _HANDLERS = {"child_result": handle_child_result}
 

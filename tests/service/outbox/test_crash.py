@@ -17,9 +17,8 @@ from candor.service.store.dialect import db_now
 from candor.service.store.outbox import stage_run_event
 from candor.service.store.tables import outbox
 
-from worker.support import add_thread_run
-
 from . import support
+from worker.support import add_thread_run
 
 PROC = Path(__file__).with_name("_deliver_proc.py")
 

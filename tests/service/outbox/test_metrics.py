@@ -11,18 +11,18 @@ from prometheus_client import REGISTRY
 
 from candor.service import commands
 from candor.service.control.sweeps import Sweep, run_sweep, sweep_table
+from candor.service.metrics import attempt_status_label
 from candor.service.outbox.delivery import deliver_outbox
 from candor.service.runtime import FakeClock
 from candor.service.store.engine import write_transaction
-from candor.service.metrics import attempt_status_label
 from candor.service.worker import WorkerLoop
 from candor.service.worker.loop import slot_counts
 
-from commands.helpers import TEXT, make_service as command_service, new_key
+from . import support
+from commands.helpers import TEXT, new_key
+from commands.helpers import make_service as command_service
 from worker import support as worker_support
 from worker.support import add_thread_run
-
-from . import support
 
 
 def _value(name: str, **labels: str) -> float:

@@ -23,10 +23,9 @@ from candor.service.store.outbox_claims import claim_rows, settle
 from candor.service.store.tables import checkpoints, outbox, subscriptions
 from candor.service.worker import WorkerLoop
 
-from worker.support import add_thread_run, run_row
-
 from . import support
 from .support import add_subscription, make_due, outbox_row, outbox_rows
+from worker.support import add_thread_run, run_row
 
 
 async def _stage_one(db: Any, tenant: Any, url: str) -> str:
@@ -347,10 +346,11 @@ async def test_checkpoint_cleanup_deletes_rows_shadowed_by_a_history_rewrite(db,
     """§9.6, S-47: after a rewrite (a later checkpoint keeps fewer messages than its base), the base's rows beyond
     `kept` are deleted and its envelope cleared; the run's current checkpoint still loads, and a checkpoint that is
     another run's start keeps everything."""
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+
     from candor.service.store.checkpoints import encode_message, load_state
     from candor.service.store.cleanup import cleanup_checkpoints
     from candor.service.store.tables import checkpoint_messages, runs
-    from pydantic_ai.messages import ModelRequest, UserPromptPart
 
     def message(text: str):
         return encode_message(ModelRequest(parts=[UserPromptPart(content=text)]))

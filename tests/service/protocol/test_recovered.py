@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.messages import ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 
 from candor.service.protocol.recovered import RecoveredCall, recovered_calls
 from candor.tools import unknown_outcome_result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -36,13 +36,13 @@ from candor.service.store.checkpoints import (
     load_state,
     plan_ranges,
 )
-from candor.service.store.engine import read_transaction, write_transaction
 from candor.service.store.dialect import db_now
+from candor.service.store.engine import read_transaction, write_transaction
 from candor.service.store.tables import checkpoint_messages, checkpoints, runs
 
 from .rows import add_run, add_thread, add_workspace
 
-T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 
 def step(i: int) -> list[ModelMessage]:
@@ -281,7 +281,7 @@ async def test_successor_extends_predecessor_checkpoint(db: Any) -> None:
 
 async def test_imported_history_is_checkpoint_zero(db: Any) -> None:
     """S-45: `message_history` of a new thread is stored once, as seq 0 without a run; the first run extends it."""
-    workspace_id, thread_id, run_id = await _thread_and_run(db)
+    _workspace_id, thread_id, run_id = await _thread_and_run(db)
     history = [prompt("imported"), *step(1)]
     async with write_transaction(db.engine) as conn:
         imported = await import_history(conn, thread_id, history)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
+from typing import Any
 
 import asyncpg
 import pytest
@@ -23,7 +22,6 @@ from candor.service.store.migrate import (
     require_current_schema,
 )
 from candor.service.store.tables import GUARDS, metadata
-
 
 
 async def _table_names(url: str) -> set[str]:

@@ -23,10 +23,9 @@ from candor.service.store.runs import claim_runs, lock_attempt, start_attempt
 from candor.service.store.seals import commit_checkpoint
 from candor.service.store.tables import checkpoint_messages, checkpoints, run_attempts, runs, usage_records
 
-from waiting import wait_until
-
 from .rows import add_run, add_thread, add_workspace
 from .test_checkpoints import prompt, step
+from waiting import wait_until
 
 COMMIT_STATEMENTS = {"postgresql": 2, "sqlite": 5}
 """PostgreSQL: the fence (locks + clock), then one statement with the checkpoint row, its new message rows and the

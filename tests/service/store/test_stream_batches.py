@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from candor.service.store.tables import threads
 from candor.service.store.streams import NewStreamEntry, append_stream_entries, read_stream
+from candor.service.store.tables import threads
 
 from .test_round_trips import _leased_run
 

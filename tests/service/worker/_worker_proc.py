@@ -14,10 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/service: makes `worker.support` importable
 
-from candor.service.core import Service  # noqa: E402
-from candor.service.worker import WorkerLoop  # noqa: E402
-from candor.service.worker.drain import install_sigterm  # noqa: E402
-from worker.support import make_settings  # noqa: E402
+from candor.service.core import Service
+from candor.service.worker import WorkerLoop
+from candor.service.worker.drain import install_sigterm
+
+from worker.support import make_settings
 
 
 async def main(url: str, worker_id: str) -> None:

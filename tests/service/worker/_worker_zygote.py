@@ -15,6 +15,7 @@ still run are killed). The forked worker runs `WorkerLoop.run_forever()` with on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -26,16 +27,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/service: makes `worker.support` importable
 
-from candor.service import failpoints  # noqa: E402
-from candor.service.agents import AgentRegistry  # noqa: E402
-from candor.service.core import Service  # noqa: E402
-from candor.service.worker import WorkerLoop  # noqa: E402
-from worker.support import FACTORY, crash_settings  # noqa: E402
-
 # The drivers are imported lazily by SQLAlchemy: import them here so that a forked child does not pay for it.
-import aiosqlite  # noqa: E402, F401
-import asyncpg  # noqa: E402, F401
-import pydantic_ai.models.function  # noqa: E402, F401
+import aiosqlite  # noqa: F401
+import asyncpg  # noqa: F401
+import pydantic_ai.models.function  # noqa: F401
+
+from candor.service import failpoints
+from candor.service.agents import AgentRegistry
+from candor.service.core import Service
+from candor.service.worker import WorkerLoop
+
+from worker.support import FACTORY, crash_settings
 
 
 async def _work(request: dict[str, Any]) -> None:
@@ -102,10 +104,8 @@ def main() -> None:
             _reap(children)
     finally:
         for pid in children:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 if __name__ == "__main__":

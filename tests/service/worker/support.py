@@ -51,9 +51,9 @@ from candor.service.runtime import SeededEntropy
 from candor.service.settings import ServiceSettings
 from candor.service.store.dialect import db_now
 from candor.service.store.tables import inbox_entries, principals, run_attempts, runs, threads, workspaces
-from waiting import wait_until
-
 from candor.tools import NotDone, Reconciled, ReconcileRequest, call_key, recovery_retryable, with_reconciler
+
+from waiting import wait_until
 
 FACTORY = f"{__name__}:factory"
 

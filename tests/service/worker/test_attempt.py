@@ -13,9 +13,9 @@ from candor.service.store.dialect import db_now
 from candor.service.store.tables import (
     checkpoint_messages,
     checkpoints,
-    run_attempts,
     inbox_entries,
     principals,
+    run_attempts,
     runs,
     threads,
     usage_records,

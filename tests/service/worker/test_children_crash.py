@@ -18,16 +18,16 @@ import pytest
 if __name__ == "__main__":  # the crashing worker process: make `worker.*` importable like pytest does
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import select  # noqa: E402
+from sqlalchemy import select
 
-from candor.service.control.sweeps import expire_leases  # noqa: E402
-from candor.service.core import Service  # noqa: E402
-from candor.service.store.tables import runs, threads  # noqa: E402
-from candor.service.worker import WorkerLoop  # noqa: E402
+from candor.service.control.sweeps import expire_leases
+from candor.service.core import Service
+from candor.service.store.tables import runs, threads
+from candor.service.worker import WorkerLoop
 
-from worker import support  # noqa: E402
-from worker.support import add_thread_run, attempt_rows, run_row  # noqa: E402
-from worker.test_children import make_registry, make_service  # noqa: E402
+from worker import support
+from worker.support import add_thread_run, attempt_rows, run_row
+from worker.test_children import make_registry, make_service
 
 pytestmark = [pytest.mark.crash, pytest.mark.postgres]
 

@@ -57,6 +57,6 @@ async def test_a_lasting_outage_is_told_to_the_model(monkeypatch: pytest.MonkeyP
         raise StoreUnavailable("database unavailable: OSError")
 
     monkeypatch.setattr(children, "spawn_child", down)
-    with pytest.raises(ModelRetry, match="^child_start_unavailable: "):
+    with pytest.raises(ModelRetry, match=r"^child_start_unavailable: "):
         await children._spawn_with_retries(_service(), object(), SPAWN)
     assert calls == len(children.SPAWN_RETRY_DELAYS) + 1

@@ -16,16 +16,15 @@ from candor.service.store import runs as store_runs
 from candor.service.store.checkpoints import CheckpointEnvelope, insert_checkpoint
 from candor.service.store.dialect import db_now
 from candor.service.store.engine import create_engine
-from candor.service.store.runs import claim_runs
 from candor.service.store.recovery import recover_attempt
+from candor.service.store.runs import claim_runs
 from candor.service.store.tables import checkpoints, run_attempts, runs
 from candor.service.worker import WorkerLoop
 from candor.service.worker import loop as loop_module
 
-from waiting import wait_until
-
 from . import support
 from .support import add_thread_run, attempt_rows, run_row
+from waiting import wait_until
 
 
 async def _claim(engine: Any, *, limit: int = 10, agents: tuple[str, ...] = ("scripted",), worker_id: str = "w1",

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import update
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+from sqlalchemy import update
 
 from candor.service import failpoints
 from candor.service.agents import AgentRegistry

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
+from candor.service.control.sweeps import ExpiryCursor, expire_leases
 from candor.service.errors import LeaseLost
 from candor.service.protocol.outcomes import Requeue, SealAfterRecovery
 from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope
@@ -19,10 +20,9 @@ from candor.service.store.recovery import recover_attempt
 from candor.service.store.runs import claim_runs, start_attempt
 from candor.service.store.seals import SealRequest, commit_checkpoint, failure, seal_run
 from candor.service.store.tables import checkpoints, inbox_entries, run_attempts, runs, threads, usage_records
-from candor.service.control.sweeps import ExpiryCursor, expire_leases
+from candor.service.worker import supervisor as supervisor_module
 from candor.service.worker.handle import AttemptHandle
 from candor.service.worker.supervisor import Supervisor
-from candor.service.worker import supervisor as supervisor_module
 
 from .support import add_thread_run, attempt_rows, new_id, run_row
 

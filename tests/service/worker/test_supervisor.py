@@ -9,20 +9,19 @@ import pytest
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 from sqlalchemy import select, update
 
+from candor.service.control.sweeps import expire_leases
 from candor.service.store.checkpoints import load_state
 from candor.service.store.dialect import db_now
-from candor.service.store.tables import checkpoints, principals, runs, workspaces
-from candor.service.control.sweeps import expire_leases
 from candor.service.store.runs import claim_runs
+from candor.service.store.tables import checkpoints, principals, runs, workspaces
 from candor.service.worker import WorkerLoop, drain
 from candor.service.worker.attempt import run_attempt
 from candor.service.worker.handle import AttemptHandle
 from candor.tools import UNKNOWN_OUTCOME_CONTENT
 
-from waiting import wait_until
-
 from . import support
 from .support import add_thread_run, attempt_rows, run_row
+from waiting import wait_until
 
 
 async def _start(worker: WorkerLoop) -> asyncio.Task[None]:

@@ -46,7 +46,7 @@ async def test_failed_pass_is_logged_and_retried_next_period(caplog) -> None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     failed = [r for r in caplog.records if r.getMessage() == "Sweep failed"]
-    assert [getattr(r, "sweep") for r in failed] == ["demo", "demo"]
+    assert [r.sweep for r in failed] == ["demo", "demo"]
 
 
 async def test_sweep_names_must_be_unique(db) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from candor.service.store.dialect import sqlite_database_file as sqlite_file
 from candor.service.store.engine import create_engine
 from candor.service.store.local_wake import wake_directory
-from candor.service.store.dialect import sqlite_database_file as sqlite_file
 from candor.service.store.notify import CHANNEL, Notifier, listen_for_wakeups, plain_postgres_dsn
 
 
