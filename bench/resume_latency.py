@@ -234,13 +234,15 @@ def report(summary: dict[str, Any]) -> str:
         f"{'control CPU ms/req':>20}{'net of idle':>13}{'machine busy':>14}",
     ]
     for r in summary["results"]:
-        lines.append(f"  {r.get('system', 'candor'):<10}{r['clients']:>8}{r['requests']:>10}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}"
+        lines.append(f"  {r.get('system', 'candor'):<10}{r['clients']:>8}{r['requests']:>10}"
+                     f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}"
                      f"{r['requests_per_s']:>12.1f}{r['control_cpu_ms']:>20.2f}{r.get('control_net_cpu_ms', 0):>13.2f}"
                      f"{r['machine_busy']:>14.0%}")
     for name, rate in summary.get("control_idle_cpu_ms_per_s", {}).items():
         lines.append(f"  {name} control process with no request: {rate:.1f} ms CPU per second")
     if "load_average" in summary:
-        lines.append("  load average at the end (1, 5, 15 min): " + ", ".join(f"{v:.2f}" for v in summary["load_average"]))
+        averages = ", ".join(f"{v:.2f}" for v in summary["load_average"])
+        lines.append(f"  load average at the end (1, 5, 15 min): {averages}")
     lines.extend(_cli.target_lines(summary))
     return "\n".join(lines)
 
@@ -270,9 +272,10 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"{top['p50_ms']:.1f} ms: the clients send closed loop (each waits for its answer before sending the "
             f"next), so past the point where the process is busy extra clients only queue and latency is about "
             f"clients / throughput ({top['clients']} x {1000 / top['requests_per_s']:.1f} ms). Each resume is one "
-            "statement outside any transaction to authenticate, then one write transaction (read the replay and the "
-            "run together, lock and read the thread, re-check authority, insert the successor returning its row, "
-            "point the thread at it, look for webhook subscriptions), plus JSON validation and the response; on a "
+            "statement outside any transaction to authenticate, then one write transaction of four statements (read "
+            "the replay and the run together; lock the thread; read it with the key's authority and whether the "
+            "workspace has webhook subscriptions; insert the successor returning its row with the thread's update "
+            "as a CTE), plus JSON validation and the response; on a "
             "shared machine every database round trip also waits for a CPU. The machine's CPUs were "
             f"{top['machine_busy']:.0%} busy during the {top['clients']}-client level (other work included)."
         )
@@ -283,15 +286,12 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"{top['clients']} closed-loop clients then wait at least {top['clients'] * cpu_ms:.0f} ms per request "
             f"(p50), and a p99 of {TARGET_P99_MS:.0f} ms would need {top['clients'] / (TARGET_P99_MS / 1000):,.0f} "
             f"resumes/s, i.e. at most {TARGET_P99_MS / top['clients']:.2f} ms of control CPU per resume, with "
-            "PostgreSQL and the clients sharing the same 2 cores. Where the control process's time goes (py-spy, "
-            "2026-12-03, 32 clients): ~45% in the resume command (two thirds of it SQLAlchemy and asyncpg running "
-            "its statements), ~20% authenticating the key (its own statement and connection checkout), the rest "
-            "FastAPI/Starlette/uvicorn request handling, body validation, middlewares and the response. Already "
-            "done: uvloop and httptools (`server.event_loop`, `server.http_parser`), a connection pool sized by "
-            "`database.pool_size`/`max_overflow`, the successor's INSERT built once and returning its row (no "
-            "read-back). Further gains need more than one control process (they share nothing but the database) "
-            "or fewer statements per resume; key lookups are deliberately not cached (a disabled key answers 401 "
-            "from its next request, docs/operations.md)."
+            "PostgreSQL and the clients sharing the same 2 cores. Where the control process's time goes, what was "
+            "cut (7 statements per resume transaction down to 4, a one-round-trip wake-up NOTIFY) and what is left: "
+            "docs/control-cost.md (`--profile DIR` records it with py-spy, `--baseline-src DIR` measures another "
+            "candor source side by side). Further gains need more than one control process (they share nothing "
+            "but the database) or fewer round trips per resume; key lookups are deliberately not cached (a "
+            "disabled key answers 401 from its next request, docs/operations.md)."
         )
     out.extend(_cli.missed_lines(summary))
     return out
