@@ -196,6 +196,15 @@ def test_resume_latency_resumes_waiting_runs_over_http(tmp_path: Path, postgres_
     assert "p99 ms" in stdout
 
 
+def test_baseline_src_must_hold_the_candor_package(tmp_path: Path) -> None:
+    """A directory without `candor/` would import this checkout's candor and compare it with itself."""
+    proc = run("-m", "bench.resume_latency", "--baseline-src", str(ROOT))
+    assert proc.returncode == 2 and "holds no candor package" in proc.stderr
+    from bench import _cli
+
+    assert _cli.candor_source(str(ROOT / "src")) == (ROOT / "src").resolve()
+
+
 @pytest.mark.postgres
 def test_resume_latency_measures_a_baseline_source_side_by_side(tmp_path: Path, postgres_server: str) -> None:
     """`--baseline-src`: a second control process importing that source is measured at every client count, in
