@@ -11,7 +11,8 @@ from typing import Any
 
 from . import _store
 
-__all__ = ("positive_ints", "add_postgres_url", "add_json", "target_lines", "missed_lines", "emit")
+__all__ = ("positive_ints", "add_postgres_url", "add_json", "add_baseline_src", "candor_source", "target_lines",
+           "missed_lines", "emit")
 
 
 def positive_ints(text: str) -> list[int]:
@@ -33,6 +34,23 @@ def add_postgres_url(parser: argparse.ArgumentParser) -> None:
 
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this file")
+
+
+def candor_source(text: str) -> Path:
+    """An argparse type: a directory holding the `candor` package (a `src` directory). Anything else would
+    silently import this checkout's candor instead, measuring it against itself."""
+    path = Path(text).resolve()
+    if not (path / "candor" / "__init__.py").is_file():
+        raise argparse.ArgumentTypeError(f"{text} holds no candor package (give the `src` directory)")
+    return path
+
+
+def add_baseline_src(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--baseline-src DIR`: another candor `src` directory (e.g. `git archive main src | tar -x -C /tmp/base`)
+    whose code some service processes import instead of this checkout's, for before/after figures in one run."""
+    parser.add_argument("--baseline-src", type=candor_source, default=None,
+                        help=f"a candor `src` directory (e.g. an export of an older commit): {what}, for "
+                             "before/after figures in one run")
 
 
 def target_lines(summary: dict[str, Any]) -> list[str]:

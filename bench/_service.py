@@ -71,12 +71,14 @@ def settings_environment(database_url: str, **sections: Mapping[str, Any]) -> di
     return env
 
 
-def process_environment(settings_env: Mapping[str, str]) -> dict[str, str]:
+def process_environment(settings_env: Mapping[str, str], source: Path | None = None) -> dict[str, str]:
     """This process's environment minus every `CANDOR_` variable (a stray one would be refused, S-124), plus
-    `settings_env` and the repository root on `PYTHONPATH` (the agent factory lives in `bench/`)."""
+    `settings_env` and the repository root on `PYTHONPATH` (the agent factory lives in `bench/`); with `source`
+    (another candor `src` directory, `--baseline-src`) also that directory, ahead of the installed candor."""
     env = {key: value for key, value in os.environ.items() if not key.upper().startswith("CANDOR_")}
     env.update(settings_env)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    paths = [str(REPO_ROOT), None if source is None else str(source), os.environ.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     return env
 
 
@@ -89,6 +91,8 @@ class ServiceProcess:
     log_dir: Path
     port: int = field(default_factory=free_port)
     popen: subprocess.Popen[bytes] | None = None
+    source: Path | None = None
+    """Another candor `src` directory the process imports instead of this checkout's (`--baseline-src`)."""
 
     @property
     def pid(self) -> int:
@@ -104,7 +108,8 @@ class ServiceProcess:
         return self.log_dir / f"{self.role}-{self.port}.log"
 
     def start(self) -> ServiceProcess:
-        env = process_environment({**self.settings_env, "CANDOR_SERVER__LISTEN": f"127.0.0.1:{self.port}"})
+        env = process_environment({**self.settings_env, "CANDOR_SERVER__LISTEN": f"127.0.0.1:{self.port}"},
+                                  self.source)
         with open(self.log_path, "wb") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "candor.cli", "serve", "--role", self.role], cwd=REPO_ROOT, env=env,
@@ -216,9 +221,10 @@ class ServiceDatabase:
     log_dir: Path
     processes: list[ServiceProcess] = field(default_factory=list)
 
-    def process(self, role: str) -> ServiceProcess:
-        """A started (not yet ready) `candor serve --role ROLE` process on this database; stopped at the end."""
-        started = ServiceProcess(role, self.settings_env, self.log_dir).start()
+    def process(self, role: str, source: Path | None = None) -> ServiceProcess:
+        """A started (not yet ready) `candor serve --role ROLE` process on this database, importing candor from
+        `source` if given (`--baseline-src`); stopped at the end."""
+        started = ServiceProcess(role, self.settings_env, self.log_dir, source=source).start()
         self.processes.append(started)
         return started
 

@@ -10,7 +10,13 @@ with a fresh `Idempotency-Key`. Every answer must be 201 (a new successor run). 
 time of one request, from sending to the full response. `--warmup` resumes go first, untimed. Target: p99 <= 50 ms
 at 32 concurrent clients.
 
+With `--baseline-src DIR` (another candor `src`, e.g. `git archive main src | tar -x -C /tmp/base`) a second
+control process importing that code serves the same database, and every client count is measured on both, in
+`--rounds` interleaved rounds (alternating which goes first), so before/after figures share the machine's load.
+`--profile DIR` records the (non-baseline) control process with py-spy during the largest client count.
+
     python -m bench.resume_latency [--clients 1,8,32] [--requests 160] [--warmup 16]
+                                   [--baseline-src DIR] [--rounds 1] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +46,8 @@ TARGET_P99_MS = 50.0
 TARGET_CLIENTS = 32
 QUICK_ARGS = ["--clients", "1,2", "--requests", "4", "--warmup", "1"]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests)."""
+IDLE_SECONDS = 3.0
+"""How long the control processes' CPU is sampled with no request, to subtract their sweeps' share."""
 RESUME_BODY = {"approvals": {_agents.APPROVAL_CALL_ID: {"action": "approve"}}, "calls": {}}
 
 
@@ -108,55 +119,109 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def level_figures(clients: int, latencies: list[float], wall: float, control_cpu: float,
-                  machine_busy: float) -> dict[str, Any]:
+                  machine_busy: float, system: str = "candor", idle_cpu_per_s: float = 0.0) -> dict[str, Any]:
     """One client count's figures. `control_cpu_ms` (the control process's CPU per request) depends far less on
-    what else the machine runs than the latencies do; `machine_busy` says how loaded the machine was."""
-    return {"clients": clients, "requests": len(latencies), "p50_ms": _store.percentile(latencies, 0.5),
-            "p99_ms": _store.percentile(latencies, 0.99), "max_ms": max(latencies),
-            "requests_per_s": len(latencies) / wall, "control_cpu_ms": control_cpu * 1000 / len(latencies),
+    what else the machine runs than the latencies do; `machine_busy` says how loaded the machine was.
+    `control_net_cpu_ms` subtracts what the process spends with no request at all (its sweeps, `idle_cpu_per_s`
+    seconds per second, measured before the levels) over the level's wall time: on a loaded machine a level takes
+    longer and the sweeps' share of `control_cpu_ms` grows, the requests' own cost does not."""
+    return {"system": system, "clients": clients, "requests": len(latencies),
+            "p50_ms": _store.percentile(latencies, 0.5), "p99_ms": _store.percentile(latencies, 0.99),
+            "max_ms": max(latencies), "requests_per_s": len(latencies) / wall,
+            "control_cpu_ms": control_cpu * 1000 / len(latencies),
+            "control_net_cpu_ms": max(0.0, control_cpu - idle_cpu_per_s * wall) * 1000 / len(latencies),
             "machine_busy": machine_busy}
 
 
+async def idle_cpu_rates(pids: dict[str, int], seconds: float = IDLE_SECONDS) -> dict[str, float]:
+    """CPU seconds per second each process spends while no request arrives (its sweeps and timers)."""
+    before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    await asyncio.sleep(seconds)
+    return {name: (process_cpu_seconds(pid) - before[name]) / seconds for name, pid in pids.items()}
+
+
 def verdicts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    at = next((r for r in results if r["clients"] == TARGET_CLIENTS), None)
+    at = next((r for r in results if r["clients"] == TARGET_CLIENTS and r.get("system", "candor") == "candor"), None)
     if at is None:
         return []
     return [{"target": f"resume p99 <= {TARGET_P99_MS:.0f} ms at {TARGET_CLIENTS} concurrent clients",
              "value": f"{at['p99_ms']:.1f} ms", "met": at["p99_ms"] <= TARGET_P99_MS}]
 
 
+def start_profiler(pid: int, out_dir: Path, clients: int) -> subprocess.Popen[bytes]:
+    """py-spy recording process `pid` (raw collapsed stacks, idle frames left out) until `stop_profiler`."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"control-{clients}-clients.txt"
+    return subprocess.Popen([py_spy, "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", str(target)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
+    profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+    await asyncio.to_thread(profiler.wait, 60)
+
+
 async def measure(levels: list[int], requests: int, warmup: int, postgres_url: str, console: Console,
-                  database: dict[str, Any] | None = None) -> dict[str, Any]:
+                  database: dict[str, Any] | None = None, *, baseline: Path | None = None, rounds: int = 1,
+                  profile: Path | None = None) -> dict[str, Any]:
     summary: dict[str, Any] = {"bench": "resume_latency", "requests": requests, "warmup": warmup, "results": [],
-                               "skipped": {}, "verdicts": []}
+                               "skipped": {}, "verdicts": [], "rounds": rounds,
+                               "baseline_src": None if baseline is None else str(baseline)}
     reason = await _service.postgres_or_skip(postgres_url)
     if reason is not None:
         summary["skipped"]["resume_latency"] = reason
         return summary
     summary["postgres_version"] = await _store.postgres_version(postgres_url)
     summary["database_settings"] = database or {}
+    systems = {"candor": None} if baseline is None else {"candor": None, "baseline": baseline}
+    per_round = [requests // rounds + (1 if r < requests % rounds else 0) for r in range(rounds)]
     async with _service.service_database(postgres_url, **({"database": database} if database else {})) as db:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=console) as progress:
-            waiting = await prepare_waiting(db, warmup + requests * len(levels), progress)
-            control = db.process("control")
-            await control.wait_ready()
+            waiting = await prepare_waiting(db, len(systems) * (warmup + requests * len(levels)), progress)
+            controls = {name: db.process("control", source) for name, source in systems.items()}
+            await asyncio.gather(*(control.wait_ready() for control in controls.values()))
             await outbox_drained(db)
-            if warmup:
-                await resume_all(control.base_url, db.secret, waiting[:warmup], min(warmup, max(levels)))
-            task = progress.add_task("resume requests", total=requests * len(levels))
-            offset = warmup
+            offset = 0
+
+            def take(count: int) -> list[str]:
+                nonlocal offset
+                offset += count
+                return waiting[offset - count:offset]
+
+            for control in controls.values():
+                if warmup:
+                    await resume_all(control.base_url, db.secret, take(warmup), min(warmup, max(levels)))
+            idle = await idle_cpu_rates({name: control.pid for name, control in controls.items()})
+            summary["control_idle_cpu_ms_per_s"] = {name: rate * 1000 for name, rate in idle.items()}
+            task = progress.add_task("resume requests", total=requests * len(levels) * len(systems))
             for clients in levels:
-                batch = waiting[offset:offset + requests]
-                offset += requests
-                cpu, machine = process_cpu_seconds(control.pid), _service.machine_cpu_times()
-                started = time.perf_counter()
-                latencies = await resume_all(control.base_url, db.secret, batch, clients)
-                summary["results"].append(level_figures(
-                    clients, latencies, time.perf_counter() - started, process_cpu_seconds(control.pid) - cpu,
-                    _service.busy_fraction(machine, _service.machine_cpu_times()),
-                ))  # fmt: skip
-                progress.advance(task, len(batch))
+                totals = {name: {"latencies": [], "wall": 0.0, "cpu": 0.0, "busy": 0.0} for name in systems}
+                profiler = None
+                if profile is not None and clients == max(levels):
+                    profiler = start_profiler(controls["candor"].pid, profile, clients)
+                for round_index, count in enumerate(per_round):
+                    order = list(systems) if round_index % 2 == 0 else list(reversed(systems))
+                    for name in order:
+                        control, batch = controls[name], take(count)
+                        cpu, machine = process_cpu_seconds(control.pid), _service.machine_cpu_times()
+                        started = time.perf_counter()
+                        latencies = await resume_all(control.base_url, db.secret, batch, clients)
+                        total = totals[name]
+                        total["wall"] += time.perf_counter() - started
+                        total["cpu"] += process_cpu_seconds(control.pid) - cpu
+                        total["busy"] += _service.busy_fraction(machine, _service.machine_cpu_times()) * count
+                        total["latencies"] += latencies
+                        progress.advance(task, len(batch))
+                if profiler is not None:
+                    await stop_profiler(profiler)
+                for name, total in totals.items():
+                    summary["results"].append(level_figures(
+                        clients, total["latencies"], total["wall"], total["cpu"], total["busy"] / requests, name,
+                        idle[name],
+                    ))  # fmt: skip
+            summary["load_average"] = os.getloadavg()
     summary["verdicts"] = verdicts(summary["results"])
     return summary
 
@@ -165,12 +230,19 @@ def report(summary: dict[str, Any]) -> str:
     lines = [
         f"resume_latency: POST /v1/runs/{{id}}/resume over HTTP to `candor serve --role control` on PostgreSQL, "
         f"{summary['requests']} timed requests per level after {summary['warmup']} warm-up requests",
-        f"  {'clients':>8}{'requests':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'requests/s':>12}"
-        f"{'control CPU ms/req':>20}{'machine busy':>14}",
+        f"  {'system':<10}{'clients':>8}{'requests':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'requests/s':>12}"
+        f"{'control CPU ms/req':>20}{'net of idle':>13}{'machine busy':>14}",
     ]
     for r in summary["results"]:
-        lines.append(f"  {r['clients']:>8}{r['requests']:>10}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}"
-                     f"{r['requests_per_s']:>12.1f}{r['control_cpu_ms']:>20.2f}{r['machine_busy']:>14.0%}")
+        lines.append(f"  {r.get('system', 'candor'):<10}{r['clients']:>8}{r['requests']:>10}"
+                     f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}"
+                     f"{r['requests_per_s']:>12.1f}{r['control_cpu_ms']:>20.2f}{r.get('control_net_cpu_ms', 0):>13.2f}"
+                     f"{r['machine_busy']:>14.0%}")
+    for name, rate in summary.get("control_idle_cpu_ms_per_s", {}).items():
+        lines.append(f"  {name} control process with no request: {rate:.1f} ms CPU per second")
+    if "load_average" in summary:
+        averages = ", ".join(f"{v:.2f}" for v in summary["load_average"])
+        lines.append(f"  load average at the end (1, 5, 15 min): {averages}")
     lines.extend(_cli.target_lines(summary))
     return "\n".join(lines)
 
@@ -179,14 +251,19 @@ def table(summary: dict[str, Any]) -> list[str]:
     """The figures as a Markdown table, for docs/benchmarks.md (targets are added by `bench.run_all`)."""
     lines = ["| Concurrent clients | Requests | p50 ms | p99 ms | max ms | Requests/s |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['clients']} | {r['requests']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} | "
-              f"{r['requests_per_s']:.1f} |" for r in summary["results"]]
+              f"{r['requests_per_s']:.1f} |" for r in candor_results(summary)]
     return lines
+
+
+def candor_results(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The figures of this checkout's control process (not the `--baseline-src` one)."""
+    return [r for r in summary["results"] if r.get("system", "candor") == "candor"]
 
 
 def reading(summary: dict[str, Any]) -> list[str]:
     """A short reading of the figures, for docs/benchmarks.md (derived from the data, so it stays true)."""
     out: list[str] = []
-    results = summary["results"]
+    results = candor_results(summary)
     if results:
         one, top = results[0], results[-1]
         out.append(
@@ -195,9 +272,10 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"{top['p50_ms']:.1f} ms: the clients send closed loop (each waits for its answer before sending the "
             f"next), so past the point where the process is busy extra clients only queue and latency is about "
             f"clients / throughput ({top['clients']} x {1000 / top['requests_per_s']:.1f} ms). Each resume is one "
-            "statement outside any transaction to authenticate, then one write transaction (read the replay and the "
-            "run together, lock and read the thread, re-check authority, insert the successor returning its row, "
-            "point the thread at it, look for webhook subscriptions), plus JSON validation and the response; on a "
+            "statement outside any transaction to authenticate, then one write transaction of four statements (read "
+            "the replay and the run together; lock the thread; read it with the key's authority and whether the "
+            "workspace has webhook subscriptions; insert the successor returning its row with the thread's update "
+            "as a CTE), plus JSON validation and the response; on a "
             "shared machine every database round trip also waits for a CPU. The machine's CPUs were "
             f"{top['machine_busy']:.0%} busy during the {top['clients']}-client level (other work included)."
         )
@@ -208,15 +286,12 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"{top['clients']} closed-loop clients then wait at least {top['clients'] * cpu_ms:.0f} ms per request "
             f"(p50), and a p99 of {TARGET_P99_MS:.0f} ms would need {top['clients'] / (TARGET_P99_MS / 1000):,.0f} "
             f"resumes/s, i.e. at most {TARGET_P99_MS / top['clients']:.2f} ms of control CPU per resume, with "
-            "PostgreSQL and the clients sharing the same 2 cores. Where the control process's time goes (py-spy, "
-            "2026-12-03, 32 clients): ~45% in the resume command (two thirds of it SQLAlchemy and asyncpg running "
-            "its statements), ~20% authenticating the key (its own statement and connection checkout), the rest "
-            "FastAPI/Starlette/uvicorn request handling, body validation, middlewares and the response. Already "
-            "done: uvloop and httptools (`server.event_loop`, `server.http_parser`), a connection pool sized by "
-            "`database.pool_size`/`max_overflow`, the successor's INSERT built once and returning its row (no "
-            "read-back). Further gains need more than one control process (they share nothing but the database) "
-            "or fewer statements per resume; key lookups are deliberately not cached (a disabled key answers 401 "
-            "from its next request, docs/operations.md)."
+            "PostgreSQL and the clients sharing the same 2 cores. Where the control process's time goes, what was "
+            "cut (7 statements per resume transaction down to 4, a one-round-trip wake-up NOTIFY) and what is left: "
+            "docs/control-cost.md (`--profile DIR` records it with py-spy, `--baseline-src DIR` measures another "
+            "candor source side by side). Further gains need more than one control process (they share nothing "
+            "but the database) or fewer round trips per resume; key lookups are deliberately not cached (a "
+            "disabled key answers 401 from its next request, docs/operations.md)."
         )
     out.extend(_cli.missed_lines(summary))
     return out
@@ -236,18 +311,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="database.pool_size of the processes (default: the service default)")
     parser.add_argument("--max-overflow", type=int, default=None,
                         help="database.max_overflow of the processes (default: the service default)")
+    _cli.add_baseline_src(parser, "a second control process importing that code is measured at every client count")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="interleaved rounds per client count, each --requests / rounds resumes (default: 1)")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="record the control process with py-spy during the largest client count, into this "
+                             "directory (raw collapsed stacks)")
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)
-    if args.requests < 1 or args.warmup < 0:
-        parser.error("--requests must be >= 1 and --warmup >= 0")
+    if args.requests < 1 or args.warmup < 0 or not 1 <= args.rounds <= args.requests:
+        parser.error("--requests must be >= 1, --warmup >= 0 and --rounds between 1 and --requests")
     database = {name: value for name, value in (("pool_size", args.pool_size), ("max_overflow", args.max_overflow))
                 if value is not None}
     problem = _service.settings_problem(database=database) if database else None
     if problem is not None:
         parser.error(problem)
     summary = asyncio.run(measure(args.clients, args.requests, args.warmup, args.postgres_url, Console(stderr=True),
-                                  database))
+                                  database, baseline=args.baseline_src, rounds=args.rounds, profile=args.profile))
     return _cli.emit(summary, report, args.json)
 
 

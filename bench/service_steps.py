@@ -219,18 +219,8 @@ class ServiceSystem(System):
         self.secret = (await operator.bootstrap(settings))["secret"]
         self.service = await Service.open(settings)
         self.stack.push_async_callback(self.service.close)
-        saved = os.environ.get("PYTHONPATH")
-        if self.source is not None:  # ahead of the installed (editable) candor in the processes' import path
-            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.source), saved]))
-        try:
-            self.processes = [
-                _service.ServiceProcess(role, env, self.log_dir).start() for role in ("control", "worker")
-            ]
-        finally:
-            if self.source is not None and saved is None:
-                del os.environ["PYTHONPATH"]
-            elif self.source is not None:
-                os.environ["PYTHONPATH"] = saved
+        self.processes = [_service.ServiceProcess(role, env, self.log_dir, source=self.source).start()
+                          for role in ("control", "worker")]
         self.stack.push_async_callback(self.stop)
         await asyncio.gather(*(p.wait_ready() for p in self.processes))
         self.pids = {p.role: p.pid for p in self.processes}
@@ -508,10 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent", type=_concurrent, default=(16, 20), help="RUNSxSTEPS (default: 16x20)")
     parser.add_argument("--systems", type=lambda t: [s for s in t.split(",") if s], default=list(SYSTEMS),
                         help=f"comma-separated subset of {','.join(SYSTEMS)}")
-    parser.add_argument("--baseline-src", type=Path, default=None,
-                        help="a candor `src` directory (e.g. an export of an older commit): adds the systems "
-                             "candor-baseline+postgresql/sqlite, the service processes importing that code instead, "
-                             "for before/after figures in one run")
+    _cli.add_baseline_src(parser, "adds the systems candor-baseline+postgresql/sqlite, the service processes "
+                                  "importing that code instead")
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)

@@ -196,6 +196,31 @@ def test_resume_latency_resumes_waiting_runs_over_http(tmp_path: Path, postgres_
     assert "p99 ms" in stdout
 
 
+def test_baseline_src_must_hold_the_candor_package(tmp_path: Path) -> None:
+    """A directory without `candor/` would import this checkout's candor and compare it with itself."""
+    proc = run("-m", "bench.resume_latency", "--baseline-src", str(ROOT))
+    assert proc.returncode == 2 and "holds no candor package" in proc.stderr
+    from bench import _cli
+
+    assert _cli.candor_source(str(ROOT / "src")) == (ROOT / "src").resolve()
+
+
+@pytest.mark.postgres
+def test_resume_latency_measures_a_baseline_source_side_by_side(tmp_path: Path, postgres_server: str) -> None:
+    """`--baseline-src`: a second control process importing that source is measured at every client count, in
+    interleaved rounds; only this checkout's figures count for the target and docs/benchmarks.md's table."""
+    stdout, data = run_service_bench("resume_latency", tmp_path, "--clients", "2", "--requests", "4", "--warmup",
+                                     "1", "--rounds", "2", "--baseline-src", str(ROOT / "src"))
+    assert [(r["system"], r["clients"], r["requests"]) for r in data["results"]] == [("candor", 2, 4),
+                                                                                     ("baseline", 2, 4)]
+    assert all(r["control_net_cpu_ms"] <= r["control_cpu_ms"] for r in data["results"])
+    assert set(data["control_idle_cpu_ms_per_s"]) == {"candor", "baseline"}
+    assert "baseline" in stdout and "load average" in stdout
+    from bench import resume_latency
+
+    assert len(resume_latency.table(data)) == 3  # header, rule, this checkout's one level
+
+
 @pytest.mark.postgres
 def test_service_throughput_completes_every_run(tmp_path: Path, postgres_server: str) -> None:
     """S-12: one worker process with 4 slots completes every submitted run; runs/s and queue wait are reported."""

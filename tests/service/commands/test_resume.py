@@ -7,16 +7,17 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import insert, select
 
 from candor.service import commands
 from candor.service.errors import Conflict, Disabled, Forbidden, InvalidArgument, NotFound, RaceLost
 from candor.service.protocol.pending import Pending, pending_problem
 from candor.service.protocol.resume import ResumeAnswers, resume_refusal, split_resume_lookup, successor_of
 from candor.service.store import auth
+from candor.service.store.dialect import db_now
 from candor.service.store.engine import read_transaction, write_transaction
 from candor.service.store.resume import find_resume_and_run
-from candor.service.store.tables import runs
+from candor.service.store.tables import outbox, runs, subscriptions
 from candor.service.store.threads import start_run
 
 from .helpers import TEXT, count, make_service, new_key, pending_of, run_row, seal_run, text, thread_row
@@ -336,4 +337,32 @@ async def test_resume_sends_few_statements(db: Any) -> None:
     with statements(service.engine) as sent:
         await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
     by_key = [statement for statement, _ in sent if "request_key =" in statement and statement.startswith("SELECT")]
-    assert len(by_key) == 1 and len(sent) <= 8, sent
+    # Replay and run together; the thread lock; the thread, the key's authority and the workspace's subscriptions
+    # together after it; the successor INSERT with the thread UPDATE (a CTE on PostgreSQL, two on SQLite).
+    assert len(by_key) == 1 and len(sent) == (4 if db.kind == "postgresql" else 5), sent
+
+
+async def test_resume_stages_run_accepted_only_for_an_enabled_subscription(db: Any) -> None:
+    """S-106: the successor's `run.accepted` webhook is staged in the resume's transaction when the workspace has an
+    enabled subscription wanting it (read after the thread lock), and nothing is looked up or staged otherwise."""
+    service = make_service(db)
+    key = await new_key(service)
+    quiet = await _waiting(service, key)
+    await commands.resume_run(service, key, quiet.id, ANSWERS, key="r1")
+    assert await count(service, outbox, outbox.c.kind == "webhook") == 0
+    async with write_transaction(service.engine) as conn:
+        await conn.execute(insert(subscriptions).values(
+            id="sub_" + "1" * 32, workspace_id=key.workspace_id, name="hooks", url="http://127.0.0.1:9/h",
+            events=["run.accepted"], filter={}, enabled=True, signing_secret="not-decryptable", version=1,
+            created_by_id=key.id, updated_by_id=key.id, created_at=db_now(), updated_at=db_now(),
+        ))  # fmt: skip
+    accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k2")
+    watched = await seal_run(service, accepted.run.id, "waiting", pending=pending_of())
+    before = await count(service, outbox, outbox.c.kind == "webhook")
+    successor, created = await commands.resume_run(service, key, watched.id, ANSWERS, key="r2")
+    assert created
+    async with read_transaction(service.engine) as conn:
+        staged = (await conn.execute(select(outbox).where(outbox.c.kind == "webhook"))).mappings().all()
+    assert len(staged) == before + 1
+    assert [row["payload"]["data"]["run"]["id"] for row in staged if row["payload"]["type"] == "run.accepted"
+            and row["payload"]["data"]["run"]["id"] == successor.id] == [successor.id]

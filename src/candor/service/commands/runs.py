@@ -13,7 +13,7 @@ from ..protocol.requests import checked_input, checked_key, checked_options, che
 from ..protocol.resume import ResumeAnswers, resume_refusal, successor_of
 from ..store import auth, interrupts, threads, views
 from ..store.engine import write_transaction
-from ..store.resume import find_resume_and_run, find_resume_by_key
+from ..store.resume import find_resume_and_run, find_resume_by_key, lock_thread_for_resume
 from ..store.views import RunRow
 from .acceptance import (
     Accepted,
@@ -118,10 +118,9 @@ async def resume_run(
             waiting = lookup.target
             if waiting is None:
                 raise NotFound("run", run_id)
-            thread = await threads.lock_thread(conn, thread_id=waiting.thread_id, workspace_id=None)
-            assert thread is not None
-            facts = await auth.read_authority(conn, principal.id)
-            refusal = resume_refusal(thread, waiting, facts, answers)
+            locked = await lock_thread_for_resume(conn, thread_id=waiting.thread_id, principal_id=principal.id)
+            assert locked is not None
+            refusal = resume_refusal(locked.thread, waiting, locked.authority, answers)
             if refusal is not None:
                 # A racing twin may have committed while we waited for the lock: its successor is the answer
                 # (S-81), and its commit is what made the run refusable. Looked up only here, off the common path.
@@ -135,7 +134,9 @@ async def resume_run(
                 waiting, answers=answers, resumed_by_id=principal.id, key=key, digest=digest,
                 max_attempts=service.settings.worker.max_attempts,
             )  # fmt: skip
-            return await threads.start_run(conn, successor, entropy=service.entropy), True
+            started = await threads.start_run(conn, successor, entropy=service.entropy,
+                                              workspace_has_subscriptions=locked.workspace_has_subscriptions)
+            return started, True
 
     run, created = await answer(attempt)
     if created:

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Subquery
 
 from ..admin.rules import checked_name
 from ..errors import AlreadyBootstrapped, AlreadyExists, InvalidArgument, NotFound
@@ -56,6 +57,8 @@ __all__ = (
     "authenticate",
     "bootstrap",
     "read_authority",
+    "authority_facts",
+    "authority_subquery",
     "check_run_authority",
 )
 
@@ -397,14 +400,36 @@ async def bootstrap(conn: AsyncConnection, *, entropy: Entropy, name: str = "def
 async def read_authority(conn: AsyncConnection, principal_id: str) -> AuthorityFacts:
     """The facts of the §4.3 check: the principal, its permissions and its workspace, read without locks."""
     row = (await conn.execute(_READ_AUTHORITY, {"authority_principal_id": principal_id})).mappings().first()
-    if row is None:
+    return authority_facts(row)
+
+
+def authority_facts(row: Mapping[Any, Any] | None, prefix: str = "") -> AuthorityFacts:
+    """The facts from a row of `authority_columns(prefix)` (or `_READ_AUTHORITY`); `None`, or a row whose
+    principal columns are NULL (an outer join that found no principal), is a missing principal."""
+    if row is None or row[f"{prefix}workspace_id"] is None:
         return _MISSING
     return AuthorityFacts(
         principal_exists=True,
-        principal_disabled=row["disabled_at"] is not None,
-        permissions=frozenset(row["permissions"]),
-        workspace_id=row["workspace_id"],
-        workspace_archived=row["archived_at"] is not None,
+        principal_disabled=row[f"{prefix}disabled_at"] is not None,
+        permissions=frozenset(row[f"{prefix}permissions"]),
+        workspace_id=row[f"{prefix}workspace_id"],
+        workspace_archived=row[f"{prefix}archived_at"] is not None,
+    )
+
+
+def authority_subquery(prefix: str, principal_param: str) -> Subquery:
+    """`_READ_AUTHORITY` as a subquery whose columns carry `prefix`, for the principal bound as `principal_param`:
+    a statement that also reads other rows can read the §4.3 facts in the same round trip (`authority_facts`)."""
+    return (
+        select(
+            principals.c.workspace_id.label(f"{prefix}workspace_id"),
+            principals.c.permissions.label(f"{prefix}permissions"),
+            principals.c.disabled_at.label(f"{prefix}disabled_at"),
+            workspaces.c.archived_at.label(f"{prefix}archived_at"),
+        )
+        .join(workspaces, workspaces.c.id == principals.c.workspace_id)
+        .where(principals.c.id == bindparam(principal_param))
+        .subquery(f"{prefix}facts")
     )
 
 

@@ -36,6 +36,7 @@ from .local_wake import LocalWakeups
 __all__ = ("CHANNEL", "Notifier", "listen_for_wakeups", "is_postgres_url", "plain_postgres_dsn")
 
 CHANNEL = "candor_wake"
+_NOTIFY = text("SELECT pg_notify(:channel, '')")
 log = logging.getLogger("candor.notify")
 
 
@@ -77,8 +78,9 @@ class Notifier:
             self._again = False
             try:
                 async with self._engine.connect() as conn:
-                    await conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
-                    await conn.commit()
+                    # Autocommit: one round trip, delivered at once (no BEGIN and COMMIT around it).
+                    conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    await conn.execute(_NOTIFY, {"channel": CHANNEL})
             except Exception as exc:  # noqa: BLE001 - best effort: the workers' scans pick the run up anyway
                 log.debug("Wake-up notification not sent", extra={"error_type": type(exc).__name__})
             if not self._again:

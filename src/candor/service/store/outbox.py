@@ -97,14 +97,18 @@ async def stage_run_event(
     run_row_or_id: Mapping[str, Any] | Any,
     workspace_id: str | None = None,
     attempt_id: str | None = None,
+    has_subscriptions: bool | None = None,
 ) -> int:
     """S-106: stage one `webhook` row per enabled subscription of the run's workspace that wants `event_type`.
 
     Call it in the transaction that makes the transition, after the write, so the payload shows the new state.
     `run_attempt.*` events need `attempt_id`. The row copies the subscription's URL and encrypted secret (S-119);
     a secret that cannot be decrypted now is staged `dead` with `signing_secret_unavailable` (§9.4). Returns the
-    number of rows staged.
+    number of rows staged. `has_subscriptions=False`: the caller read, in this transaction, that the workspace has
+    no enabled subscription, so there is nothing to look up (a resume reads it with the thread it locks).
     """
+    if has_subscriptions is False:
+        return 0
     run_id = run_row_or_id if isinstance(run_row_or_id, str) else getattr(run_row_or_id, "id", None)
     if run_id is None:
         run_id = run_row_or_id["id"]
@@ -158,17 +162,19 @@ async def stage_run_transition(
     attempt_id: str | None = None,
     attempt_status: str | None = None,
     workspace_id: str | None = None,
+    has_subscriptions: bool | None = None,
 ) -> None:
-    """Stage `run.<run_status>` and/or `run_attempt.<attempt_status>` for one transition (S-106)."""
+    """Stage `run.<run_status>` and/or `run_attempt.<attempt_status>` for one transition (S-106);
+    `has_subscriptions` as for `stage_run_event`."""
     if run_status is not None:
         await stage_run_event(
             conn, event_type=f"run.{run_status}", run_row_or_id=run_id, workspace_id=workspace_id,
-            attempt_id=attempt_id,
+            attempt_id=attempt_id, has_subscriptions=has_subscriptions,
         )
     if attempt_status is not None and attempt_id is not None:
         await stage_run_event(
             conn, event_type=f"run_attempt.{attempt_status}", run_row_or_id=run_id, workspace_id=workspace_id,
-            attempt_id=attempt_id,
+            attempt_id=attempt_id, has_subscriptions=has_subscriptions,
         )
 
 

@@ -7,14 +7,17 @@ and the live-run index decide between racing resumes (S-83).
 
 from __future__ import annotations
 
-from sqlalchemy import and_, bindparam, or_, select
+from dataclasses import dataclass
+
+from sqlalchemy import and_, bindparam, exists, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..protocol.resume import ResumeLookup, split_resume_lookup
-from .tables import runs
-from .views import RunRow
+from .auth import AuthorityFacts, authority_facts, authority_subquery
+from .tables import runs, subscriptions, threads
+from .views import RunRow, ThreadRow, select_thread, thread_row
 
-__all__ = ("find_resume_by_key", "find_resume_and_run")
+__all__ = ("LockedThread", "find_resume_by_key", "find_resume_and_run", "lock_thread_for_resume")
 
 
 async def find_resume_by_key(conn: AsyncConnection, *, principal_id: str, key: str) -> RunRow | None:
@@ -45,3 +48,44 @@ async def find_resume_and_run(
               "lookup_run_id": run_id}  # fmt: skip
     found = [RunRow.from_mapping(row) for row in (await conn.execute(_RESUME_AND_RUN, params)).mappings()]
     return split_resume_lookup(found, principal_id=principal_id, key=key, workspace_id=workspace_id, run_id=run_id)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LockedThread:
+    """The thread a resume locked, read after the lock together with the facts the resume checks there."""
+
+    thread: ThreadRow
+    authority: AuthorityFacts
+    """The resuming principal's §4.3 facts (`auth.read_authority`)."""
+    workspace_has_subscriptions: bool
+    """Whether the thread's workspace has an enabled webhook subscription (`run.accepted` is staged for it)."""
+
+
+_LOCK_THREAD = select(threads.c.id).where(threads.c.id == bindparam("lock_thread_id")).with_for_update()
+_AUTHORITY = authority_subquery("authority_", "authority_principal_id")
+_THREAD_AND_FACTS = (
+    select_thread(workspace_id=None, thread_id=bindparam("load_thread_id"))  # type: ignore[arg-type]
+    .add_columns(
+        *_AUTHORITY.c,
+        exists()
+        .where(subscriptions.c.workspace_id == threads.c.workspace_id, subscriptions.c.enabled)
+        .label("workspace_has_subscriptions"),
+    )
+    .outerjoin(_AUTHORITY, true())
+)
+"""Built once: the thread with its state (`views.select_thread`), the principal's authority facts and whether the
+workspace has subscriptions, in one round trip instead of three."""
+
+
+async def lock_thread_for_resume(conn: AsyncConnection, *, thread_id: str, principal_id: str) -> LockedThread | None:
+    """Lock the thread row (`FOR UPDATE`; SQLite already holds the write lock), then read it with its state, the
+    principal's authority facts and the workspace's subscriptions, all after the lock (one statement: on
+    PostgreSQL it sees what committed while it waited). `None` if the thread does not exist."""
+    if await conn.scalar(_LOCK_THREAD, {"lock_thread_id": thread_id}) is None:
+        return None
+    params = {"load_thread_id": thread_id, "authority_principal_id": principal_id}
+    row = (await conn.execute(_THREAD_AND_FACTS, params)).mappings().first()
+    if row is None:
+        return None
+    return LockedThread(thread=thread_row(row), authority=authority_facts(row, "authority_"),
+                        workspace_has_subscriptions=bool(row["workspace_has_subscriptions"]))

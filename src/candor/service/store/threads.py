@@ -26,6 +26,7 @@ from ..runtime import Entropy, SystemEntropy
 from ..settings import ServiceSettings
 from .auth import get_workspace, new_id, read_authority
 from .dialect import db_now, violated_constraint
+from .engine import execute_together
 from .outbox import count_accepted, stage_run_transition
 from .tables import inbox_entries, runs, threads
 from .views import EntryRow, RunRow, ThreadRow, get_entry, load_run, load_thread
@@ -298,10 +299,14 @@ _START_ON_THREAD = (
 )
 
 
-async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> RunRow:
+async def start_run(
+    conn: AsyncConnection, run: NewRun, *, entropy: Entropy, workspace_has_subscriptions: bool | None = None
+) -> RunRow:
     """Insert an `accepted` run due now, make it the thread's current run and assign its source entry to it.
 
-    The thread is locked by the caller; the live-run index still decides if two starts race (S-1).
+    The thread is locked by the caller; the live-run index still decides if two starts race (S-1). The INSERT and
+    the thread's UPDATE go in one round trip (`execute_together`). `workspace_has_subscriptions=False` (read by
+    the caller in this transaction) skips the webhook subscription lookup of `run.accepted`.
     """
     run_id = new_id("run", entropy)
     values = {
@@ -313,13 +318,13 @@ async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> 
         "max_attempts": run.max_attempts, "tool_recovery": run.tool_recovery,
         "start_checkpoint_id": run.start_checkpoint_id,
     }  # fmt: skip
+    params = {f"new_{name}": value for name, value in values.items()}
+    params.update(start_thread_id=run.thread_id, start_run_id=run_id, start_agent=run.agent)
     try:
-        inserted = await conn.execute(_INSERT_RUN, {f"new_{name}": value for name, value in values.items()})
+        inserted = await execute_together(conn, (_START_ON_THREAD,), _INSERT_RUN, params)
         started = RunRow.from_mapping(inserted.mappings().one())
     except sa_exc.IntegrityError as exc:  # uq_runs_live_thread (S-1) or uq_runs_resume_request (S-83)
         raise _race(exc) from exc
-    await conn.execute(_START_ON_THREAD, {"start_thread_id": run.thread_id, "start_run_id": run_id,
-                                          "start_agent": run.agent})  # fmt: skip
     if run.source_entry_id is not None:
         await conn.execute(
             update(inbox_entries)
@@ -327,7 +332,8 @@ async def start_run(conn: AsyncConnection, run: NewRun, *, entropy: Entropy) -> 
             .values(status="assigned", assigned_run_id=run_id)
         )
     # S-106: `run.accepted` in the creating transaction.
-    await stage_run_transition(conn, run_id=run_id, run_status="accepted", workspace_id=run.workspace_id)
+    await stage_run_transition(conn, run_id=run_id, run_status="accepted", workspace_id=run.workspace_id,
+                               has_subscriptions=workspace_has_subscriptions)
     count_accepted(conn, trigger=run.trigger)
     return started
 

@@ -25,6 +25,7 @@ __all__ = (
     "RunRow",
     "AttemptRow",
     "select_thread",
+    "thread_row",
     "select_run",
     "select_entry",
     "select_runs",
@@ -227,7 +228,8 @@ def select_attempts(*, workspace_id: str, run_id: str) -> Select[Any]:
 # --- reads -------------------------------------------------------------------------------------------------------
 
 
-def _thread_row(row: Mapping[str, Any]) -> ThreadRow:
+def thread_row(row: Mapping[Any, Any]) -> ThreadRow:
+    """A `ThreadRow` from a row of `select_thread` (extra columns are ignored)."""
     archived_at = row["archived_at"]
     state = thread_state(
         archived_at=None if archived_at is None else datetime.fromtimestamp(archived_at, UTC),
@@ -240,13 +242,13 @@ def _thread_row(row: Mapping[str, Any]) -> ThreadRow:
 
 async def get_thread(conn: AsyncConnection, *, workspace_id: str, thread_id: str) -> ThreadRow | None:
     row = (await conn.execute(select_thread(workspace_id=workspace_id, thread_id=thread_id))).mappings().first()
-    return None if row is None else _thread_row(row)
+    return None if row is None else thread_row(row)
 
 
 async def load_thread(conn: AsyncConnection, *, thread_id: str) -> ThreadRow | None:
     """Unscoped: for internal paths (worker, sweeps) that already hold a trusted id."""
     row = (await conn.execute(select_thread(workspace_id=None, thread_id=thread_id))).mappings().first()
-    return None if row is None else _thread_row(row)
+    return None if row is None else thread_row(row)
 
 
 async def get_run(conn: AsyncConnection, *, workspace_id: str, run_id: str) -> RunRow | None:
