@@ -31,7 +31,7 @@ from ..protocol.fencing import (
     new_lease_token,
 )
 from .dialect import db_now
-from .engine import write_transaction
+from .engine import nothing_to_commit, write_transaction
 from .outbox import stage_run_transition
 from .tables import CHECKPOINT_FORMAT, checkpoints, run_attempts, runs, threads
 
@@ -68,6 +68,7 @@ __all__ = (
     "claim_runs",
     "read_now",
     "lock_fenced",
+    "fenced_from_row",
     "lock_for_expiry",
     "start_attempt",
 )
@@ -325,6 +326,8 @@ async def claim_runs(
     async with write_transaction(engine) as conn:
         now = await read_now(conn)
         rows = (await conn.execute(select_claimable(agents=agents, limit=limit, now=now))).mappings().all()
+        if not rows:
+            nothing_to_commit(conn)  # an empty scan: no committed transaction for it
         for row in rows:
             previous_row = (await conn.execute(select_previous_attempt(row["id"]))).mappings().one_or_none()
             previous = None if previous_row is None else PreviousAttempt(**previous_row)
@@ -411,6 +414,14 @@ async def lock_fenced(conn: AsyncConnection, lease: Lease) -> Fenced:
     """
     params = {"thread_id": lease.thread_id, "run_id": lease.run_id, "attempt_id": lease.attempt_id}
     row = (await conn.execute(lock_fenced_rows(), params)).mappings().one_or_none()
+    return fenced_from_row(row, lease)
+
+
+def fenced_from_row(row: Mapping[str, Any] | None, lease: Lease) -> Fenced:
+    """The fence predicate (S-20, S-21) over the one row of `lock_fenced_rows()` (None: no row); raises `LeaseLost`.
+
+    Shared by `lock_fenced` and the PostgreSQL commit path that runs the same statement on asyncpg directly.
+    """
     if row is None or row[_ATTEMPT_PREFIX + "run_id"] != lease.run_id:
         raise LeaseLost("attempt_not_current")
     run = {column.name: row[column.name] for column in _FENCE_RUN_COLUMNS}
