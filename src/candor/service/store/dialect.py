@@ -258,8 +258,8 @@ def writes_as_ctes(bind: AsyncConnection | AsyncEngine | Any) -> bool:
 
 
 def commits_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
-    """Whether a step's checkpoint commit runs on the driver directly, without SQLAlchemy (PostgreSQL's asyncpg,
-    `pg_commits.py`); SQLite's commits go through SQLAlchemy."""
+    """Whether a step's checkpoint commit runs on asyncpg directly as one statement (PostgreSQL, `pg_commits.py`);
+    otherwise in one call to the SQLite connection's thread (`sqlite_commits.py`)."""
     return dialect_name(bind) == "postgresql"
 
 

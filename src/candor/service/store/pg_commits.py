@@ -23,7 +23,9 @@ half-done transaction can go back to the pool.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -35,13 +37,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .. import failpoints
 from ..errors import LeaseLost, StoreUnavailable
-from ..protocol.fencing import Lease
+from ..protocol.fencing import Lease, hash_lease_token
 from .checkpoints import CheckpointWritten, EncodedEnvelope, EncodedMessage, common_prefix_length, new_checkpoint_id
 from .dialect import now_sql
 from .engine import UNAVAILABLE_SQLSTATE_PREFIXES, UNAVAILABLE_SQLSTATES, translate_errors
-from .runs import fenced_from_row, lock_fenced_rows
+from .runs import fence_rows, fenced_from_row
 from .streams import NewStreamEntry
-from .tables import CHECKPOINT_FORMAT
+from .tables import CHECKPOINT_FORMAT, LIVE_ATTEMPT_STATUSES
 
 __all__ = ("StepCommit", "commit_step")
 
@@ -54,57 +56,85 @@ class StepCommit:
     seq: int
 
 
-@cache
-def _fence_sql(dialect: Dialect) -> tuple[str, tuple[str, ...]]:
-    """`lock_fenced_rows()` as asyncpg SQL (`$n` parameters) and the names of its parameters in order."""
-    compiled = lock_fenced_rows().compile(dialect=dialect)
-    return compiled.string, tuple(compiled.positiontup or ())
-
-
 _NOW = now_sql("postgresql")
+_LIVE = ", ".join(f"'{status}'" for status in LIVE_ATTEMPT_STATUSES)
 
-_WRITE_SQL = f"""
-WITH ckp AS (
+_STEP_SQL = f"""
+WITH fence AS MATERIALIZED (
+    {{fence}}
+), checked AS MATERIALIZED (
+    SELECT fence.*, {_NOW} AS now FROM fence
+), gate AS MATERIALIZED (
+    SELECT c.workspace_id FROM checked c
+    WHERE c.status = 'running' AND c.current_attempt_id = {{attempt}} AND c.attempt_status IN ({_LIVE})
+      AND c.attempt_worker_id = $20::varchar
+      AND sha256(convert_to(c.attempt_lease_token_hash || $21::text, 'UTF8')) = $22::bytea
+      AND c.attempt_lease_expires_at > c.now AND c.checkpoint_seq = $19::integer
+      AND (c.thread_archived_at IS NOT NULL OR NOT EXISTS (
+          SELECT 1 FROM inbox_entries e
+          WHERE e.thread_id = {{thread}} AND e.status = 'pending' AND e.delivery = 'steer'))
+), ckp AS (
     INSERT INTO checkpoints (id, workspace_id, thread_id, run_id, seq, attempt, format, base_id, kept, count,
                              envelope, envelope_digest, created_at)
-    SELECT $1::varchar, t.workspace_id, $2::varchar, $3::varchar, $4::integer, $5::integer, {CHECKPOINT_FORMAT},
-           $6::varchar, $7::integer, $8::integer, $9::text, $10::varchar, {_NOW}
-    FROM threads t WHERE t.id = $2::varchar
+    SELECT $4::varchar, t.workspace_id, {{thread}}, {{run}}, $5::integer, $6::integer, {CHECKPOINT_FORMAT},
+           $7::varchar, $8::integer, $9::integer, $10::text, $11::varchar, {_NOW}
+    FROM threads t, gate WHERE t.id = {{thread}}
 ), msgs AS (
     INSERT INTO checkpoint_messages (checkpoint_id, "index", body, digest)
-    SELECT $1::varchar, m.i, m.b, m.d FROM unnest($11::integer[], $12::text[], $13::text[]) AS m(i, b, d)
+    SELECT $4::varchar, m.i, m.b, m.d FROM gate, unnest($12::integer[], $13::text[], $14::text[]) AS m(i, b, d)
 ), use_record AS (
     INSERT INTO usage_records (workspace_id, run_id, attempt_id, checkpoint_seq, usage, created_at)
-    SELECT $14::varchar, $3::varchar, $15::varchar, $4::integer, CAST($16::text AS jsonb), {_NOW}
-    WHERE $16::text IS NOT NULL
+    SELECT gate.workspace_id, {{run}}, {{attempt}}, $5::integer, CAST($15::text AS jsonb), {_NOW}
+    FROM gate WHERE $15::text IS NOT NULL
 ), ids AS (
     SELECT id, row_number() OVER (ORDER BY id) AS n
     FROM (SELECT nextval(pg_get_serial_sequence('stream_entries', 'id')) AS id
-          FROM generate_series(1, cardinality($18::integer[]))) AS allocated
+          FROM gate, generate_series(1, cardinality($16::integer[]))) AS allocated
 ), entries AS (
     SELECT ids.id, e.sequence, e.type, e.rest, lag(ids.id) OVER (ORDER BY e.n) AS prev_new
-    FROM unnest($18::integer[], $19::text[], $20::text[]) WITH ORDINALITY AS e(sequence, type, rest, n)
+    FROM unnest($16::integer[], $17::text[], $18::text[]) WITH ORDINALITY AS e(sequence, type, rest, n)
     JOIN ids ON ids.n = e.n
 ), stream AS (
     INSERT INTO stream_entries (id, workspace_id, thread_id, run_id, attempt, sequence, type, payload, created_at)
-    SELECT id, $14::varchar, $2::varchar, $3::varchar, $17::integer, sequence, type,
-           CAST(rest AS jsonb) || jsonb_build_object(
-               'prev', coalesce(prev_new, (SELECT max(s.id) FROM stream_entries s WHERE s.thread_id = $2::varchar))),
+    SELECT entries.id, gate.workspace_id, {{thread}}, {{run}}, $6::integer, entries.sequence, entries.type,
+           CAST(entries.rest AS jsonb) || jsonb_build_object(
+               'prev', coalesce(entries.prev_new,
+                                (SELECT max(s.id) FROM stream_entries s WHERE s.thread_id = {{thread}}))),
            {_NOW}
-    FROM entries
+    FROM gate, entries
+), moved AS (
+    UPDATE runs SET checkpoint_id = $4::varchar, checkpoint_seq = $5::integer
+    WHERE id = {{run}} AND EXISTS (SELECT 1 FROM gate)
+    RETURNING id
 )
-UPDATE runs SET checkpoint_id = $1::varchar, checkpoint_seq = $4::integer WHERE id = $3::varchar
-RETURNING EXISTS (
-    SELECT 1 FROM inbox_entries e WHERE e.thread_id = $2::varchar AND e.status = 'pending' AND e.delivery = 'steer'
+SELECT checked.*, EXISTS (SELECT 1 FROM gate) AS written, EXISTS (
+    SELECT 1 FROM inbox_entries e WHERE e.thread_id = {{thread}} AND e.status = 'pending' AND e.delivery = 'steer'
 ) AS pending_steer
+FROM checked
 """
-"""Parameters: 1 checkpoint id, 2 thread, 3 run, 4 seq, 5 attempt number, 6 base id, 7 kept, 8 count, 9 envelope,
-10 envelope digest, 11–13 the new message rows (index, body, digest), 14 the run's workspace, 15 attempt id,
-16 usage JSON (null: no usage record), 17 attempt number for the stream, 18–20 the stream entries (sequence, type,
-JSON payload without `prev`). Each statement of the CTEs sees the snapshot taken after the fence's locks were
-granted, so `max(id)` is the thread's last committed entry (the thread row lock keeps others out meanwhile), as
-in `streams.insert_stream_entries`; the sequence hands out the ids in increasing order, matched to the entries in
-order."""
+"""One statement, one implicit transaction. `fence` is `runs.fence_rows()` (thread → run → attempt locked in that
+order; its parameters are the thread, run and attempt ids), `checked` adds the clock read once the locks were
+granted, `gate` has its one row exactly when the fence predicate of §7.3 holds (`protocol.fencing.check_fence`,
+condition for condition; the token hash is compared blinded: SHA-256 of the stored hash and a fresh nonce against
+the same of the expected one, so the comparison's timing says nothing about the stored value), the run's
+`checkpoint_seq` is the one this attempt last committed (S-38) and no steer entry waits. Every write selects from
+`gate`: without its row nothing is written. Other parameters: 4 checkpoint id, 5 seq, 6 attempt number, 7 base
+id, 8 kept, 9 count, 10 envelope, 11 envelope digest, 12–14 the new message rows (index, body, digest), 15 usage
+JSON (null: no usage record), 16–18 the stream entries (sequence, type, JSON payload without `prev`), 19 the
+expected `checkpoint_seq`, 20 worker id, 21 nonce, 22 blinded hash. The stream ids come from the table's
+sequence in increasing order, matched to the entries in order, each `prev` the id before it and the first one's
+the thread's last entry, as `streams.insert_stream_entries` makes them (no other writer can add entries to the
+thread while this attempt's lease holds: every stream write is fenced)."""
+
+
+@cache
+def _step_sql(dialect: Dialect) -> str:
+    compiled = fence_rows().compile(dialect=dialect)
+    names = tuple(compiled.positiontup or ())
+    if names != ("thread_id", "run_id", "attempt_id"):
+        raise AssertionError(f"unexpected fence parameters {names}")
+    fence = compiled.string.replace("\n", "\n    ")
+    return _STEP_SQL.format(fence=fence, thread="$1::varchar", run="$2::varchar", attempt="$3::varchar")
 
 
 class _StreamEntryRows:
@@ -131,8 +161,9 @@ async def commit_step(
     usage: Mapping[str, Any] | None,
     stream_entries: Sequence[NewStreamEntry],
 ) -> StepCommit | None:
-    """§7.8 steps 1–3, 5, 7 in one fenced transaction; None (nothing written) when a steer entry is pending and the
-    thread is not archived, which the general path must assign (step 6)."""
+    """§7.8 steps 1–3, 5, 7 in one statement (its own transaction); raises `LeaseLost` when the fence or the
+    compare-and-swap fails; None (nothing written) when a steer entry is pending and the thread is not archived:
+    step 6 is the general path's."""
     if base_id is None and base_encoded:
         raise ValueError("base_encoded must be empty when there is no base checkpoint")
     checkpoint_id = new_checkpoint_id()
@@ -141,45 +172,40 @@ async def commit_step(
     fresh = new_encoded[kept:]
     written = len(envelope.text) + len(envelope.digest) + sum(len(m.body) + len(m.digest) for m in fresh)
     entries = _StreamEntryRows(stream_entries)
-    fence_sql, fence_names = _fence_sql(engine.dialect)
-    fence_values = {"thread_id": lease.thread_id, "run_id": lease.run_id, "attempt_id": lease.attempt_id}
+    nonce = secrets.token_hex(16)
+    blinded = hashlib.sha256((hash_lease_token(lease.token) + nonce).encode()).digest()
+    failpoints.hit(failpoints.CHECKPOINT_BEFORE_COMMIT)  # a crash here leaves nothing, as one inside the transaction
     with translate_errors():  # checkout and connection errors (SQLAlchemy's)
         async with engine.connect() as sa_conn:
             pg: asyncpg.Connection = (await sa_conn.get_raw_connection()).driver_connection
             try:
-                async with pg.transaction():
-                    row = await pg.fetchrow(fence_sql, *(fence_values[name] for name in fence_names))
-                    fenced = fenced_from_row(row, lease)
-                    if fenced.run["checkpoint_seq"] != expected_seq:
-                        raise LeaseLost("checkpoint_seq_changed")
-                    pending_steer = await pg.fetchval(
-                        _WRITE_SQL,
-                        checkpoint_id, lease.thread_id, lease.run_id, seq, lease.attempt_number, base_id, kept,
-                        len(new_encoded), envelope.text, envelope.digest,
-                        list(range(kept, len(new_encoded))), [m.body for m in fresh], [m.digest for m in fresh],
-                        fenced.run["workspace_id"], lease.attempt_id, json.dumps(dict(usage)) if usage else None,
-                        lease.attempt_number, entries.sequences, entries.types, entries.rests,
-                    )  # fmt: skip
-                    if pending_steer and not fenced.thread_archived:
-                        raise _SteerPending
-                    failpoints.hit(failpoints.CHECKPOINT_BEFORE_COMMIT)
-            except _SteerPending:
-                return None
+                row = await pg.fetchrow(
+                    _step_sql(engine.dialect),
+                    lease.thread_id, lease.run_id, lease.attempt_id, checkpoint_id, seq, lease.attempt_number,
+                    base_id, kept, len(new_encoded), envelope.text, envelope.digest,
+                    list(range(kept, len(new_encoded))), [m.body for m in fresh], [m.digest for m in fresh],
+                    json.dumps(dict(usage)) if usage else None,
+                    entries.sequences, entries.types, entries.rests,
+                    expected_seq, lease.worker_id, nonce, blinded,
+                )  # fmt: skip
             except (asyncpg.PostgresError, asyncpg.InterfaceError) as error:
                 if _unavailable(error):
                     raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
                 raise
             finally:
                 if not pg.is_closed() and pg.is_in_transaction():
-                    pg.terminate()  # left mid-transaction (cancelled): never hand it back to the pool half done
-    return StepCommit(
-        written=CheckpointWritten(id=checkpoint_id, kept=kept, count=len(new_encoded), bytes_written=written),
-        seq=seq,
-    )
-
-
-class _SteerPending(Exception):
-    """Rolls the transaction back: a steer entry waits, the general path commits this boundary instead."""
+                    pg.terminate()  # never hand a connection with an open transaction back to the pool
+    if row is not None and row["written"]:
+        return StepCommit(
+            written=CheckpointWritten(id=checkpoint_id, kept=kept, count=len(new_encoded), bytes_written=written),
+            seq=seq,
+        )
+    fenced = fenced_from_row(row, lease)  # nothing was written: say why (the fence, in its own order of checks)
+    if fenced.run["checkpoint_seq"] != expected_seq:
+        raise LeaseLost("checkpoint_seq_changed")
+    if row is not None and row["pending_steer"] and not fenced.thread_archived:
+        return None
+    raise LeaseLost("lease_expired")  # the database clock passed the expiry between the two comparisons
 
 
 def _unavailable(error: Exception) -> bool:

@@ -64,6 +64,7 @@ __all__ = (
     "lock_run",
     "lock_attempt",
     "lock_fenced_rows",
+    "fence_rows",
     "update_attempt_started",
     "claim_runs",
     "read_now",
@@ -266,7 +267,13 @@ def lock_fenced_rows() -> Select[Any]:
     row when the thread, run or attempt does not exist or they do not belong together. Built once: a constant
     statement keeps SQLAlchemy's compiled-statement cache warm without rebuilding and re-keying it at every commit.
     """
-    locked = (
+    return select(fence_rows().subquery("fenced"), db_now().label("now"))
+
+
+@cache
+def fence_rows() -> Select[Any]:
+    """The locking part of `lock_fenced_rows()` (without the clock): thread → run → attempt, one row or none."""
+    return (
         select(
             threads.c.archived_at.label("thread_archived_at"),
             *_FENCE_RUN_COLUMNS,
@@ -283,9 +290,7 @@ def lock_fenced_rows() -> Select[Any]:
             run_attempts.c.id == bindparam("attempt_id"),
         )
         .with_for_update(key_share=True, of=[threads, runs, run_attempts])
-        .subquery("fenced")
     )
-    return select(locked, db_now().label("now"))
 
 
 def update_attempt_started(*, attempt_id: str, harness_run_id: str, now: float) -> Update:

@@ -36,6 +36,7 @@ from .interrupts import RUN_ENDED_MESSAGE
 from .outbox import stage_seal_rows
 from .pg_commits import commit_step
 from .runs import Fenced, lock_fenced
+from .sqlite_commits import commit_step_sqlite
 from .streams import NewStreamEntry, insert_stream_entries
 from .tables import LIVE_ATTEMPT_STATUSES, inbox_entries, run_attempts, runs, threads, usage_records
 from .threads import advance_thread
@@ -327,10 +328,12 @@ async def commit_checkpoint(
     entries = list(stream_entries)
     if boundary_sequence is not None:
         entries.append(NewStreamEntry(type="boundary", sequence=boundary_sequence, checkpoint_seq=expected_seq + 1))
-    if seal is None and not incorporated_keys and not source_entry_consumed and commits_on_driver(engine):
-        # The usual step boundary on PostgreSQL: the same transaction on asyncpg directly (pg_commits.py); None when
-        # a steer entry is pending, which only the path below assigns.
-        step = await commit_step(
+    if seal is None and not incorporated_keys and not source_entry_consumed:
+        # The usual step boundary: on PostgreSQL one statement on asyncpg directly (pg_commits.py), on SQLite one
+        # call to the connection's thread (sqlite_commits.py); None when a steer entry is pending, which only the
+        # path below assigns.
+        commit_step_on_driver = commit_step if commits_on_driver(engine) else commit_step_sqlite
+        step = await commit_step_on_driver(
             engine, lease, expected_seq=expected_seq, base_id=base_id, base_encoded=base_encoded,
             new_encoded=new_encoded, envelope=envelope, usage=usage, stream_entries=entries,
         )  # fmt: skip
