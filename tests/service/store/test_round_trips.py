@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, func, select, update
+from sqlalchemy.engine.default import CacheStats
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from candor.service.errors import LeaseLost
@@ -37,11 +38,30 @@ one (no statement here for stream entries: the commit has none)."""
 
 
 @contextmanager
-def statements(engine: AsyncEngine) -> Iterator[list[str]]:
+def statements(engine: AsyncEngine) -> Iterator[list[tuple[str, CacheStats]]]:
+    """The SQL statements `engine` sends inside the block, each with whether SQLAlchemy found it compiled in its
+    cache; SQLite's `BEGIN IMMEDIATE` is left out (on PostgreSQL the driver sends BEGIN and COMMIT itself, so
+    neither backend counts them)."""
+    sent: list[tuple[str, CacheStats]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, _params: Any, context: Any, _many: bool) -> None:
+        if not statement.lstrip().upper().startswith("BEGIN"):
+            sent.append((statement, context.cache_hit))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+@contextmanager
+def driver_statements(engine: AsyncEngine) -> Iterator[list[str]]:
     """The SQL statements `engine`'s connections send inside the block, as the driver sees them: asyncpg's query log
     (its type introspection, once per connection, left out) or SQLite's trace callback. A step commit runs on the
-    driver directly (`store/pg_commits.py`, `store/sqlite_commits.py`), so SQLAlchemy's events do not see it.
-    BEGIN, COMMIT and ROLLBACK are left out (PostgreSQL's step commit has none: it is one statement)."""
+    driver directly (`store/pg_commits.py`, `store/sqlite_commits.py`), so SQLAlchemy's events (`statements`) do
+    not see it. BEGIN, COMMIT and ROLLBACK are left out (PostgreSQL's step commit has none: it is one statement).
+    Only connections checked out inside the block are observed."""
     sent: list[str] = []
 
     def record(text: str) -> None:
@@ -112,14 +132,14 @@ async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: i
         source_entry_consumed=True, usage={"requests": 1},
     )
     grown = [*base, *encode_history(step(steps_before + 1))]
-    with statements(db.engine) as sent:
+    with driver_statements(db.engine) as sent:
         second = await commit_checkpoint(
             db.engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=base, new_encoded=grown,
             envelope=envelope, usage={"requests": 1},
         )
     assert len(sent) == COMMIT_STATEMENTS[db.kind], "\n".join(statement[:50] for statement in sent)
     further = [*grown, *encode_history(step(steps_before + 2))]
-    with statements(db.engine) as again:  # same shape: every statement comes compiled from SQLAlchemy's cache
+    with driver_statements(db.engine) as again:  # same shape: the same constant statements
         third = await commit_checkpoint(
             db.engine, lease, expected_seq=2, base_id=second.checkpoint_id, base_encoded=grown,
             new_encoded=further, envelope=envelope, usage={"requests": 1},
