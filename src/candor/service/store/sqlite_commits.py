@@ -100,6 +100,8 @@ async def commit_step_sqlite(
     with translate_errors():
         async with engine.connect() as sa_conn:
             aio: Any = (await sa_conn.get_raw_connection()).driver_connection
+            if aio._connection is None:  # closed: as aiosqlite's own calls check, nothing would run the call
+                raise StoreUnavailable("database unavailable: the SQLite connection is closed")
             # aiosqlite's queue to its thread, as SQLAlchemy's own adapter uses it (`isolation_level`).
             done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             aio._tx.put_nowait((done, functools.partial(step.run, aio._conn)))
