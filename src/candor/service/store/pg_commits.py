@@ -1,24 +1,29 @@
-"""The checkpoint commit of a step (§7.8) on PostgreSQL, straight on asyncpg: four round trips, no SQLAlchemy.
+"""The checkpoint commit of a step (§7.8) on PostgreSQL, straight on asyncpg: one statement, one round trip.
 
 A durable step is two fenced commits; through SQLAlchemy each cost BEGIN, the fence, the combined writes, the
-stream entries (one or two statements) and COMMIT, plus SQLAlchemy's execution context per statement: about half
-of the worker's CPU per step (issue 12, docs/worker-cost.md). Here the same transaction is BEGIN, the fence, ONE
-statement and COMMIT on the pooled connection's asyncpg connection, whose prepared statements asyncpg caches:
+stream entries (one or two statements) and COMMIT, each a round trip plus SQLAlchemy's execution context: about
+half of the worker's CPU per step (issue 12, docs/worker-cost.md). Here the whole commit is ONE statement, its own
+implicit transaction (all or nothing, S-37), on the pooled connection's asyncpg connection, which keeps it
+prepared:
 
-1. the fence is `runs.lock_fenced_rows()` itself (compiled once for asyncpg), checked in Python by the same
-   `fenced_from_row` as every other fenced write (constant-time token comparison included), before anything is
-   written (S-20); the compare-and-swap on `checkpoint_seq` follows (S-38);
-2. the checkpoint row, its new message rows, the usage record, the stream entries (the buffered deltas and the
-   `boundary` entry, ids and `prev` chain as `streams.insert_stream_entries` makes them) and the run pointer are
-   data-modifying CTEs of one `UPDATE runs … RETURNING` whose value says whether a steer entry is pending.
+1. `fence` is `runs.fence_rows()` (thread → run → attempt locked in that order, as every fenced write); `checked`
+   reads the clock once the locks were granted;
+2. `gate` has its one row exactly when the §7.3 fence predicate holds (condition for condition with
+   `protocol.fencing.check_fence`; the token hash compared blinded, see `_STEP_SQL`), `checkpoint_seq` is the one
+   this attempt last committed (S-38) and no steer entry is pending;
+3. every write (checkpoint row, new message rows, usage record, the stream entries with their ids and `prev`
+   chain as `streams.insert_stream_entries` makes them, run pointer) selects from `gate`: without its row nothing
+   is written (S-20).
 
-It handles the usual boundary only: no seal, no inbox entry to consume, no steer entry to assign. `seals.
-commit_checkpoint` decides that up front, except for a pending steer entry, which only the write statement sees:
-then this transaction is rolled back whole and `None` returned, and the caller commits through the general path.
-A failed fence or compare-and-swap raises `LeaseLost` from a transaction that wrote nothing. Driver errors that
-mean "unavailable" become `StoreUnavailable` as `engine.translate_errors` does for SQLAlchemy's. If the block is
-left while asyncpg still has the transaction open (cancelled mid-statement), the connection is terminated, so no
-half-done transaction can go back to the pool.
+When nothing was written, `runs.fenced_from_row` over the returned row (the check every other fenced write makes)
+names the `LeaseLost` reason; a pending steer entry returns None and the caller commits through the general path,
+which assigns it (§7.8 step 6). It handles the usual boundary only: no seal, no inbox entry to consume
+(`seals.commit_checkpoint` decides that up front). One difference from a multi-statement transaction: the
+statement's snapshot is taken before it waits for its locks, so a steer entry committed while this commit waited
+for the thread lock is assigned by the attempt's next commit rather than this one (entries are assigned at "one of
+its next commits", S-66; the final commit always takes the general path). Driver errors that mean "unavailable"
+become `StoreUnavailable` as `engine.translate_errors` does for SQLAlchemy's; a connection left inside a
+transaction (it cannot be here, but a cancelled call must never hand one back to the pool) is terminated.
 """
 
 from __future__ import annotations
