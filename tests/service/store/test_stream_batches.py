@@ -7,9 +7,12 @@ from typing import Any
 
 from sqlalchemy import select
 
+from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
+from candor.service.store.seals import commit_checkpoint
 from candor.service.store.streams import NewStreamEntry, append_stream_entries, read_stream
-from candor.service.store.tables import threads
+from candor.service.store.tables import threads, usage_records
 
+from .test_checkpoints import prompt
 from .test_round_trips import _leased_run
 
 
@@ -33,3 +36,32 @@ async def test_batches_and_single_entries_chain_in_commit_order(db: Any) -> None
     assert [e.prev for e in stored] == [None, *ids[:-1]]
     assert [e.sequence for e in stored] == [1, 2, 3, 4, 5, 6]
     assert stored[3].type == "boundary" and stored[3].checkpoint_seq == 1 and stored[4].event == {"i": 5}
+
+
+async def test_entries_riding_in_step_commits_chain_with_appends(db: Any) -> None:
+    """§7.8 step 7, S-104: deltas and the `boundary` entry written by a step commit (on PostgreSQL in its single
+    statement on asyncpg) continue the chain of entries appended on their own, and the next append continues
+    theirs; the usage record and the checkpoint are written with them."""
+    lease = await _leased_run(db)
+    envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
+    alone = await append_stream_entries(db.engine, lease, _deltas(1, 2))
+    first = await commit_checkpoint(
+        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encode_history([prompt("go")]),
+        envelope=envelope, usage={"requests": 1}, stream_entries=_deltas(3, 3), boundary_sequence=6,
+    )
+    lone = await commit_checkpoint(
+        db.engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=encode_history([prompt("go")]),
+        new_encoded=encode_history([prompt("go")]), envelope=envelope, boundary_sequence=7,
+    )
+    after = await append_stream_entries(db.engine, lease, _deltas(8, 1))
+    async with db.engine.connect() as conn:
+        workspace_id = (await conn.execute(select(threads.c.workspace_id).where(threads.c.id == lease.thread_id))).scalar_one()
+        usage = (await conn.execute(select(usage_records.c.checkpoint_seq).where(usage_records.c.run_id == lease.run_id))).scalars().all()
+    stored = await read_stream(db.engine, workspace_id=workspace_id, thread_id=lease.thread_id, after=None)
+    ids = [e.id for e in stored]
+    assert ids == sorted(ids) and len(set(ids)) == 8 and ids[:2] == alone and ids[-1:] == after
+    assert [e.prev for e in stored] == [None, *ids[:-1]]
+    assert [e.sequence for e in stored] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [e.type for e in stored] == ["delta"] * 5 + ["boundary"] * 2 + ["delta"]
+    assert [e.checkpoint_seq for e in stored[5:7]] == [1, 2] and stored[3].event == {"i": 4}
+    assert (first.seq, lone.seq, usage) == (1, 2, [1])

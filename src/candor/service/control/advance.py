@@ -31,7 +31,7 @@ async def advance_threads(service: Service, *, batch: int | None = None) -> int:
             async with write_transaction(service.engine) as conn:
                 run_id = await advance_thread(
                     conn, thread_id=thread_id, settings=service.settings, agent_names=agent_names,
-                    entropy=service.entropy,
+                    entropy=service.entropy, alone=True,
                 )
             if run_id is not None:
                 started += 1

@@ -49,6 +49,7 @@ __all__ = (
     "guard_ddl",
     "dialect_name",
     "writes_as_ctes",
+    "commits_on_driver",
     "needs_transaction_for_reads",
     "has_listen_notify",
     "is_postgresql_url",
@@ -253,6 +254,12 @@ def dialect_name(bind: AsyncConnection | AsyncEngine | Any) -> DialectName:
 
 def writes_as_ctes(bind: AsyncConnection | AsyncEngine | Any) -> bool:
     """Whether several writes can go in one statement as data-modifying CTEs (PostgreSQL; SQLite has none)."""
+    return dialect_name(bind) == "postgresql"
+
+
+def commits_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
+    """Whether a step's checkpoint commit runs on asyncpg directly as one statement (PostgreSQL, `pg_commits.py`);
+    otherwise in one call to the SQLite connection's thread (`sqlite_commits.py`)."""
     return dialect_name(bind) == "postgresql"
 
 

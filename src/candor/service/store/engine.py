@@ -36,6 +36,7 @@ from .dialect import (
 __all__ = (
     "create_engine",
     "after_commit",
+    "nothing_to_commit",
     "bind_key_ring",
     "key_ring_of",
     "write_transaction",
@@ -45,6 +46,8 @@ __all__ = (
     "translate_errors",
     "is_unavailable",
     "DEFAULT_TIMEOUT",
+    "UNAVAILABLE_SQLSTATES",
+    "UNAVAILABLE_SQLSTATE_PREFIXES",
 )
 
 DEFAULT_TIMEOUT = 5.0
@@ -56,6 +59,16 @@ _AFTER_COMMIT = "candor_after_commit"
 def after_commit(conn: AsyncConnection, hook: Callable[[], None]) -> None:
     """Run `hook` once the `write_transaction` of `conn` has committed (dropped if it rolls back); for metrics."""
     conn.info.setdefault(_AFTER_COMMIT, []).append(hook)
+
+
+_NOTHING_TO_COMMIT = "candor_nothing_to_commit"
+
+
+def nothing_to_commit(conn: AsyncConnection) -> None:
+    """The `write_transaction` of `conn` wrote nothing (a claim or a renewal that found no row): end it with a
+    rollback instead of a commit. Same effect, but no committed transaction is counted for it (issue 12 counts
+    `pg_stat_database.xact_commit` per durable step). Call it only when no statement of the transaction wrote."""
+    conn.info[_NOTHING_TO_COMMIT] = True
 
 
 _KEY_RING = "candor_key_ring"
@@ -75,8 +88,8 @@ def key_ring_of(conn: AsyncConnection) -> KeyRing:
 
 
 # SQLSTATE classes and codes that mean "the database is not usable right now" rather than "your statement is wrong".
-_UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "53", "57P")
-_UNAVAILABLE_SQLSTATES = frozenset({"57014", "55P03", "40001", "40P01"})  # timeout, lock, serialization, deadlock
+UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "53", "57P")
+UNAVAILABLE_SQLSTATES = frozenset({"57014", "55P03", "40001", "40P01"})  # timeout, lock, serialization, deadlock
 
 
 Engine = AsyncEngine
@@ -119,7 +132,7 @@ def is_unavailable(error: BaseException) -> bool:
         if error.connection_invalidated:
             return True
         sqlstate = getattr(error.orig, "sqlstate", None) or ""
-        return sqlstate in _UNAVAILABLE_SQLSTATES or sqlstate.startswith(_UNAVAILABLE_SQLSTATE_PREFIXES)
+        return sqlstate in UNAVAILABLE_SQLSTATES or sqlstate.startswith(UNAVAILABLE_SQLSTATE_PREFIXES)
     return isinstance(error, (OSError, asyncio.TimeoutError, TimeoutError))
 
 
@@ -143,10 +156,13 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
     Keep it short (STYLE habit 6): open, write, commit, then do slow work.
     """
     with translate_errors():
-        async with engine.begin() as connection:
+        async with engine.connect() as connection, connection.begin() as transaction:
             connection.info.pop(_AFTER_COMMIT, None)  # left behind by a transaction that rolled back
+            connection.info.pop(_NOTHING_TO_COMMIT, None)
             yield connection
             hooks = connection.info.pop(_AFTER_COMMIT, ())
+            if connection.info.pop(_NOTHING_TO_COMMIT, False):
+                await transaction.rollback()
     for hook in hooks:  # committed: now count what happened (metrics)
         hook()
 

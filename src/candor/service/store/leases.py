@@ -19,7 +19,7 @@ from ..errors import StoreUnavailable
 from ..protocol.authority import AuthorityVerdict
 from ..protocol.fencing import Lease, hash_lease_token
 from .auth import check_run_authority
-from .engine import read_transaction, write_transaction
+from .engine import nothing_to_commit, read_transaction, write_transaction
 from .runs import read_now
 from .tables import LIVE_ATTEMPT_STATUSES, run_attempts, runs
 
@@ -101,6 +101,8 @@ async def renew_leases(engine: AsyncEngine, leases: Sequence[Lease], *, lease_se
         due = {row.id for row in rows if _token_matches(row.lease_token_hash, by_id[row.id])}
         if due:
             await conn.execute(update_leases(attempt_ids=due, now=now, lease_seconds=lease_seconds))
+        else:
+            nothing_to_commit(conn)  # most heartbeats renew nothing (a lease is due every lease_seconds / 3)
     return due
 
 

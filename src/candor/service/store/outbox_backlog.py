@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..errors import Conflict, NotFound
 from .dialect import db_now
-from .engine import key_ring_of, read_transaction, write_transaction
+from .engine import key_ring_of, nothing_to_commit, read_transaction, write_transaction
 from .tables import outbox, runs
 
 __all__ = ("BACKLOG_COUNT_CAP", "Backlog", "purge", "redeliver", "read_backlog", "read_runs_backlog", "has_dead")
@@ -51,6 +51,7 @@ async def purge(
             )
         ).scalars().all()
         if not ids:
+            nothing_to_commit(conn)  # the usual pass: nothing to purge, no committed transaction for it
             return 0
         result = await conn.execute(delete(outbox).where(o.id.in_(ids), o.status != "pending"))
     return int(result.rowcount or 0)

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ..protocol.backoff import is_unsettled_at_claim
 from ..protocol.fencing import hash_lease_token, new_lease_token
 from .dialect import db_now
-from .engine import write_transaction
+from .engine import nothing_to_commit, write_transaction
 from .tables import outbox
 
 __all__ = (
@@ -88,6 +88,8 @@ async def claim_rows(
                 .with_for_update(skip_locked=True)
             )
         ).mappings().all()
+        if not rows:
+            nothing_to_commit(conn)  # an empty poll (the usual pass): no committed transaction for it
         lapsed = {
             row["id"] for row in rows if is_unsettled_at_claim(attempts=row["attempts"], max_attempts=max_attempts)
         }

@@ -31,7 +31,7 @@ from ..protocol.fencing import (
     new_lease_token,
 )
 from .dialect import db_now
-from .engine import write_transaction
+from .engine import nothing_to_commit, write_transaction
 from .outbox import stage_run_transition
 from .tables import CHECKPOINT_FORMAT, checkpoints, run_attempts, runs, threads
 
@@ -64,10 +64,12 @@ __all__ = (
     "lock_run",
     "lock_attempt",
     "lock_fenced_rows",
+    "fence_rows",
     "update_attempt_started",
     "claim_runs",
     "read_now",
     "lock_fenced",
+    "fenced_from_row",
     "lock_for_expiry",
     "start_attempt",
 )
@@ -265,7 +267,13 @@ def lock_fenced_rows() -> Select[Any]:
     row when the thread, run or attempt does not exist or they do not belong together. Built once: a constant
     statement keeps SQLAlchemy's compiled-statement cache warm without rebuilding and re-keying it at every commit.
     """
-    locked = (
+    return select(fence_rows().subquery("fenced"), db_now().label("now"))
+
+
+@cache
+def fence_rows() -> Select[Any]:
+    """The locking part of `lock_fenced_rows()` (without the clock): thread → run → attempt, one row or none."""
+    return (
         select(
             threads.c.archived_at.label("thread_archived_at"),
             *_FENCE_RUN_COLUMNS,
@@ -282,9 +290,7 @@ def lock_fenced_rows() -> Select[Any]:
             run_attempts.c.id == bindparam("attempt_id"),
         )
         .with_for_update(key_share=True, of=[threads, runs, run_attempts])
-        .subquery("fenced")
     )
-    return select(locked, db_now().label("now"))
 
 
 def update_attempt_started(*, attempt_id: str, harness_run_id: str, now: float) -> Update:
@@ -325,6 +331,8 @@ async def claim_runs(
     async with write_transaction(engine) as conn:
         now = await read_now(conn)
         rows = (await conn.execute(select_claimable(agents=agents, limit=limit, now=now))).mappings().all()
+        if not rows:
+            nothing_to_commit(conn)  # an empty scan: no committed transaction for it
         for row in rows:
             previous_row = (await conn.execute(select_previous_attempt(row["id"]))).mappings().one_or_none()
             previous = None if previous_row is None else PreviousAttempt(**previous_row)
@@ -411,6 +419,14 @@ async def lock_fenced(conn: AsyncConnection, lease: Lease) -> Fenced:
     """
     params = {"thread_id": lease.thread_id, "run_id": lease.run_id, "attempt_id": lease.attempt_id}
     row = (await conn.execute(lock_fenced_rows(), params)).mappings().one_or_none()
+    return fenced_from_row(row, lease)
+
+
+def fenced_from_row(row: Mapping[str, Any] | None, lease: Lease) -> Fenced:
+    """The fence predicate (S-20, S-21) over the one row of `lock_fenced_rows()` (None: no row); raises `LeaseLost`.
+
+    Shared by `lock_fenced` and the PostgreSQL commit path that runs the same statement on asyncpg directly.
+    """
     if row is None or row[_ATTEMPT_PREFIX + "run_id"] != lease.run_id:
         raise LeaseLost("attempt_not_current")
     run = {column.name: row[column.name] for column in _FENCE_RUN_COLUMNS}

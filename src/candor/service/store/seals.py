@@ -30,11 +30,13 @@ from ..protocol.transitions import AttemptEnd, attempt_end
 from ..runtime import Entropy
 from ..settings import ServiceSettings
 from .checkpoints import EncodedEnvelope, EncodedMessage, checkpoint_writes
-from .dialect import db_now
+from .dialect import commits_on_driver, db_now
 from .engine import execute_together, write_transaction
 from .interrupts import RUN_ENDED_MESSAGE
 from .outbox import stage_seal_rows
+from .pg_commits import commit_step
 from .runs import Fenced, lock_fenced
+from .sqlite_commits import commit_step_sqlite
 from .streams import NewStreamEntry, insert_stream_entries
 from .tables import LIVE_ATTEMPT_STATUSES, inbox_entries, run_attempts, runs, threads, usage_records
 from .threads import advance_thread
@@ -323,6 +325,24 @@ async def commit_checkpoint(
     """
     if seal is not None and seal.status not in ("completed", "waiting"):
         raise ValueError("a checkpoint commit seals only completed or waiting runs")
+    entries = list(stream_entries)
+    if boundary_sequence is not None:
+        entries.append(NewStreamEntry(type="boundary", sequence=boundary_sequence, checkpoint_seq=expected_seq + 1))
+    if seal is None and not incorporated_keys and not source_entry_consumed:
+        # The usual step boundary: on PostgreSQL one statement on asyncpg directly (pg_commits.py), on SQLite one
+        # call to the connection's thread (sqlite_commits.py); None when a steer entry is pending, which only the
+        # path below assigns.
+        commit_step_on_driver = commit_step if commits_on_driver(engine) else commit_step_sqlite
+        step = await commit_step_on_driver(
+            engine, lease, expected_seq=expected_seq, base_id=base_id, base_encoded=base_encoded,
+            new_encoded=new_encoded, envelope=envelope, usage=usage, stream_entries=entries,
+        )  # fmt: skip
+        if step is not None:
+            written = step.written
+            return CommitResult(
+                checkpoint_id=written.id, seq=step.seq, kept=written.kept, count=written.count,
+                bytes_written=written.bytes_written,
+            )
     async with write_transaction(engine) as conn:
         fenced = await lock_fenced(conn, lease)
         run = fenced.run
@@ -363,9 +383,6 @@ async def commit_checkpoint(
                 )
             if inbox_changed or assigned:
                 await conn.execute(bump_thread_version(thread_id=lease.thread_id, now=fenced.now))
-        entries = list(stream_entries)
-        if boundary_sequence is not None:
-            entries.append(NewStreamEntry(type="boundary", sequence=boundary_sequence, checkpoint_seq=seq))
         if entries:
             await insert_stream_entries(conn, fenced, lease, entries)
         failpoints.hit(failpoints.CHECKPOINT_BEFORE_COMMIT)
@@ -484,5 +501,5 @@ async def advance_thread_after_seal(
     """
     async with write_transaction(engine) as conn:
         return await advance_thread(
-            conn, thread_id=thread_id, settings=settings, agent_names=agent_names, entropy=entropy
+            conn, thread_id=thread_id, settings=settings, agent_names=agent_names, entropy=entropy, alone=True
         )

@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..protocol.fencing import Lease
 from .dialect import allocate_stream_ids, db_now, json_with_key_sql
-from .engine import read_transaction, write_transaction
+from .engine import nothing_to_commit, read_transaction, write_transaction
 from .runs import Fenced, lock_fenced, read_now
 from .tables import stream_entries
 
@@ -217,11 +217,15 @@ async def trim_streams(
                 )
             )
         ).rowcount
+        if not covered:
+            nothing_to_commit(conn)  # a pass that removed nothing commits nothing
     async with write_transaction(engine) as conn:
         now = await read_now(conn)
         expired = (
             await conn.execute(delete(stream_entries).where(stream_entries.c.created_at < now - ttl_seconds))
         ).rowcount
+        if not expired:
+            nothing_to_commit(conn)
     overflow = 0
     async with read_transaction(engine) as conn:
         crowded = (

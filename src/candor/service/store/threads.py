@@ -26,7 +26,7 @@ from ..runtime import Entropy, SystemEntropy
 from ..settings import ServiceSettings
 from .auth import get_workspace, new_id, read_authority
 from .dialect import db_now, violated_constraint
-from .engine import execute_together
+from .engine import execute_together, nothing_to_commit
 from .outbox import count_accepted, stage_run_transition
 from .tables import inbox_entries, runs, threads
 from .views import EntryRow, RunRow, ThreadRow, get_entry, load_run, load_thread
@@ -369,8 +369,12 @@ async def advance_thread(
     settings: ServiceSettings,
     agent_names: Collection[str],
     entropy: Entropy | None = None,
+    alone: bool = False,
 ) -> str | None:
     """§8.5: start the next run of an idle thread from its pending entries, in position order; the new run's id.
+
+    `alone`: the caller's `write_transaction` does nothing else, so when nothing changes it ends in a rollback
+    instead of an empty commit (`engine.nothing_to_commit`).
 
     Entries that cannot start become `failed` (`disabled`, `authority_revoked`, `agent_unavailable`) and the ones
     behind them still get their turn (S-72). Waiting, paused, active and archived threads start nothing (S-69,
@@ -378,6 +382,8 @@ async def advance_thread(
     """
     thread = await lock_thread(conn, thread_id=thread_id, workspace_id=None)
     if thread is None or thread.state != "idle":
+        if alone:
+            nothing_to_commit(conn)
         return None
     entropy = entropy if entropy is not None else SystemEntropy()
     point = await start_point(conn, thread)
@@ -420,4 +426,6 @@ async def advance_thread(
         break
     if changed:
         await touch_thread(conn, thread_id=thread_id, inbox_changed=True)
+    elif alone:
+        nothing_to_commit(conn)
     return None if started is None else started.id

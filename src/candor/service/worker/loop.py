@@ -105,8 +105,11 @@ class WorkerLoop:
             scan = self.service.settings.worker.scan_seconds
             while True:
                 free = self.slots - self.busy
+                busy_before = self.busy
                 claimed = await self.claim_once() if free > 0 and self.claiming else 0
-                if claimed == 0 and self.busy == 0:
+                # Idle only if no attempt ran while the claim looked: one that ended meanwhile may have made a run
+                # due (a seal starts the thread's next run) after the claim's query had already run.
+                if claimed == 0 and busy_before == 0 and self.busy == 0:
                     return
                 if claimed is None or claimed < free or free <= 0:
                     await self._wait(scan)
