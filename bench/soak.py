@@ -188,11 +188,15 @@ async def phase(name: str, postgres_url: str, *, runs: int, workers: int, in_fli
                     submitted.append(accepted)
                 await asyncio.sleep(0.05)
 
+        planned = asyncio.Event()  # the drain, the restart and a first kill have happened
+
         async def chaos() -> None:
             drained = not drain
             last = time.monotonic()
             restarted = restart is None
             while True:
+                if drained and restarted and (kill_every is None or kills):
+                    planned.set()
                 await asyncio.sleep(0.2)
                 elapsed = time.monotonic() - start
                 halfway = len(submitted) >= runs // 2 or elapsed >= max_seconds / 2
@@ -207,9 +211,10 @@ async def phase(name: str, postgres_url: str, *, runs: int, workers: int, in_fli
                     events.append(f"SIGTERM (drain) to worker {pool[victim].pid} at +{elapsed:.1f} s")
                     pool[victim] = db.process("worker")
                 # The first kill lands as soon as a run is running (a short phase would otherwise seal every run
-                # before `kill_every` passes, and test no failover); later ones every `kill_every`.
-                if kill_every is not None and (time.monotonic() - last >= kill_every if kills
-                                               else await _retrying(lambda: _running(db)) > 0):
+                # before `kill_every` passes, and test no failover), at the latest after `kill_every`; later ones
+                # every `kill_every`.
+                waited = time.monotonic() - last >= kill_every if kill_every is not None else False
+                if kill_every is not None and (waited or (not kills and await _retrying(lambda: _running(db)) > 0)):
                     victim = rng.randrange(len(pool))
                     kills.append(time.time())
                     pool[victim].signal(signal.SIGKILL)
@@ -232,7 +237,10 @@ async def phase(name: str, postgres_url: str, *, runs: int, workers: int, in_fli
         try:
             await submit_all()
             deadline = time.monotonic() + settle_seconds
-            while time.monotonic() < deadline and await _retrying(lambda: _unsealed(db, submitted)):
+            # A short phase may seal its runs before its planned disturbances: it waits for them (they hit runs
+            # still in flight when there are any), so every phase reports what it was asked to do.
+            while time.monotonic() < deadline and (not planned.is_set()
+                                                   or await _retrying(lambda: _unsealed(db, submitted))):
                 await asyncio.sleep(0.25)
         finally:
             for task in background:
