@@ -23,8 +23,15 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tools tests bench examples
 	$(VENV)/bin/mypy
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist): most tests wait on child processes, sockets and databases,
+# so more workers than the 2 cores of the reference machine pay. `--dist loadfile` hands a worker one test file at a
+# time and runs its tests in order (the service benchmarks' smoke runs, all in tests/test_bench_smoke.py, must not run
+# side by side); the files with `slow` tests start first (tests/conftest.py). TEST_WORKERS=0 runs everything in one
+# process; PYTEST_ARGS adds options, e.g. PYTEST_ARGS="-k crash_matrix" or PYTEST_ARGS="--durations=30".
+TEST_WORKERS ?= 4
+
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # docs/rules.md: regenerate the generated columns (and rows for newly cited ids) from the citations in src/ and tests/.
 rules: $(STAMP)

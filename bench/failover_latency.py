@@ -42,9 +42,9 @@ from . import _cli, _service, _store
 
 DRAIN_TARGET_SECONDS = 1.0
 KILL_MARGIN_SECONDS = 1.0
-QUICK_ARGS = ["--trials", "0", "--drain-trials", "1"]
-"""Arguments for a smoke run (`python -m bench.run_all --quick`): one drain trial only, since a kill trial waits
-out a lease of at least 3 s; tests/test_bench_smoke.py runs one of each."""
+QUICK_ARGS = ["--trials", "2", "--drain-trials", "1", "--runs-per-signal", "2"]
+"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests/test_bench_smoke.py): one kill (two runs
+interrupted at once, so one lease of at least 3 s is waited out) and one drain."""
 
 
 # ------------------------------------------------------------------------------------------------ pure figures

@@ -60,9 +60,10 @@ def quick_args(name: str) -> list[str]:
     return list(getattr(module, "QUICK_ARGS", []))
 
 
-def run_bench(name: str, extra: list[str]) -> BenchRun:
+def run_bench(name: str, extra: list[str], summaries: Path | None = None) -> BenchRun:
+    """Run `bench.<name>` in its own process; with `summaries`, its JSON summary is kept there as `<name>.json`."""
     with tempfile.TemporaryDirectory(prefix="candor-bench-") as tmp:
-        summary_path = Path(tmp) / f"{name}.json"
+        summary_path = (summaries or Path(tmp)) / f"{name}.json"
         command = [sys.executable, "-m", f"bench.{name}", *extra]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
@@ -318,10 +319,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", action="append", default=None, metavar="NAME", help="run only this bench (repeatable)"
     )
+    parser.add_argument("--summaries", type=Path, default=None, metavar="DIR",
+                        help="also keep each bench's JSON summary in DIR as NAME.json (the smoke tests read them)")
     args = parser.parse_args(argv)
     raw_argv = list(argv if argv is not None else sys.argv[1:])
 
     names = discover()
+    if args.summaries is not None:
+        args.summaries.mkdir(parents=True, exist_ok=True)
     if args.only:
         unknown = sorted(set(args.only) - set(names))
         if unknown:
@@ -339,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         task = progress.add_task("benchmarks", total=len(names))
         for name in names:
             progress.update(task, description=f"running bench.{name}")
-            run = run_bench(name, quick_args(name) if args.quick else [])
+            run = run_bench(name, quick_args(name) if args.quick else [], args.summaries)
             runs.append(run)
             progress.advance(task)
             progress.console.print(f"[bold]{name}[/bold] (exit {run.returncode}, {run.seconds:.1f} s)")

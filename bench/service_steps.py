@@ -54,8 +54,8 @@ from candor.service.store.tables import run_attempts, runs
 
 from . import _cli, _service, _store
 
-QUICK_ARGS = ["--rounds", "1", "--sequential-steps", "2", "--sequential-runs", "1", "--concurrent", "2x2",
-              "--systems", "pydantic-ai,candor-service+sqlite"]
+QUICK_ARGS = ["--rounds", "2", "--sequential-steps", "2", "--concurrent", "2x2",
+              "--systems", "pydantic-ai,harness,candor-service+sqlite,candor-service+postgresql"]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests)."""
 STEP_SERVER = Path(__file__).resolve().parent / "peers" / "step_server.py"
 SYSTEMS = ("pydantic-ai", "harness", "candor-service+postgresql", "candor-service+sqlite", "langgraph+postgresql",

@@ -52,7 +52,9 @@ from candor.tools import recovery_retryable
 from . import _cli, _service, _store
 
 FACTORY = "bench.soak:factory"  # not `__name__`: run as `-m bench.soak` this module is `__main__`
-QUICK_ARGS = ["--runs", "30", "--restart-runs", "10", "--kill-every", "3", "--max-seconds", "60"]
+QUICK_ARGS = ["--runs", "12", "--restart-runs", "6", "--kill-every", "2", "--steps", "10", "--max-seconds", "40",
+              "--settle-seconds", "60", "--in-flight", "6"]
+"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests/test_bench_smoke.py)."""
 SETTINGS = {"worker": {"lease_seconds": 8.0, "authority_seconds": 1.0, "scan_seconds": 0.2, "slots": 8,
                        "drain_seconds": 5.0},
             "database": {"timeout": 2.5}, "server": {"shutdown_timeout": 10.0}}  # fmt: skip

@@ -41,15 +41,41 @@ def postgres_server() -> str:
     return _store.DEFAULT_POSTGRES_URL
 
 
-def run_service_bench(module: str, tmp_path: Path, *args: str) -> tuple[str, dict[str, object]]:
-    """Run a service benchmark with tiny sizes; its stdout and its JSON summary (nothing skipped, no target
-    measured as missing for lack of data)."""
-    summary = tmp_path / f"{module}.json"
-    proc = run("-m", f"bench.{module}", *args, "--json", str(summary), timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads(summary.read_text(encoding="utf-8"))
-    assert data["bench"] == module and data["skipped"] == {}, data.get("skipped")
-    return proc.stdout, data
+IN_PROCESS_BENCHES = ("harness_overhead", "checkpoint_cost", "durable_steps")
+"""Run together by one `run_all` test. Every other benchmark starts real processes and has a test of its own: here
+the two that time leases of a few seconds under kills (failover_latency, soak), in tests/test_bench_service_smoke.py
+the others. `make test` (`--dist loadfile`) runs a file's tests one after the other on one worker, so the two files'
+service benchmarks run at most two at a time, never failover_latency beside soak."""
+
+
+def run_quick(tmp_path: Path, *names: str) -> tuple[str, dict[str, dict[str, object]]]:
+    """`python -m bench.run_all --quick --only NAME...`: each benchmark with its QUICK_ARGS (tiny sizes) in its own
+    process. Checks the report (the machine, each benchmark's section with its output and a reading, the time table)
+    and returns it with each benchmark's JSON summary."""
+    report, summaries = tmp_path / "benchmarks.md", tmp_path / "summaries"
+    only = [arg for name in names for arg in ("--only", name)]
+    proc = run("-m", "bench.run_all", "--quick", *only, "--output", str(report), "--summaries", str(summaries),
+               timeout=600)
+    text = report.read_text(encoding="utf-8") if report.exists() else "(no report)"
+    assert proc.returncode == 0, proc.stderr[-2000:] + "\n" + text[-6000:]  # the report holds each bench's errors
+    needles = ["# Benchmarks", "## Machine", "`nproc`", "/proc/meminfo", "pydantic-ai-slim", "| PostgreSQL |",
+               "Reading:", "Output:", "## Time per benchmark", "| **Total** |"]
+    for name in names:
+        needles += [f"## {name}", f"Command: `python -m bench.{name}", f"| {name} | "]
+    for needle in needles:
+        assert needle in text, needle
+    assert "Not benchmarked yet" not in text
+    data = {name: json.loads((summaries / f"{name}.json").read_text(encoding="utf-8")) for name in names}
+    assert all(data[name]["bench"] == name for name in names)
+    return text, data
+
+
+def run_service_bench(module: str, tmp_path: Path) -> tuple[str, dict[str, object]]:
+    """One service benchmark through `run_quick`: the report (which holds its stdout) and its summary, in which
+    nothing is skipped (no target measured as missing for lack of data)."""
+    text, data = run_quick(tmp_path, module)
+    assert data[module]["skipped"] == {}, data[module].get("skipped")
+    return text, data[module]
 
 
 def test_harness_overhead_help() -> None:
@@ -169,11 +195,11 @@ def test_percentile_is_nearest_rank() -> None:
 
 @pytest.mark.postgres
 @pytest.mark.crash
+@pytest.mark.slow
 def test_failover_latency_kills_and_drains_real_workers(tmp_path: Path, postgres_server: str) -> None:
     """S-28: after SIGKILL the run continues on the other worker process from its last checkpoint (a `recovery`
     attempt) and completes; S-53: after SIGTERM the draining attempt hands off (a `handoff` attempt)."""
-    stdout, data = run_service_bench("failover_latency", tmp_path, "--trials", "2", "--drain-trials", "1",
-                                     "--runs-per-signal", "2")
+    stdout, data = run_service_bench("failover_latency", tmp_path)
     for label, reason, trials in (("kill", "recovery", 2), ("drain", "handoff", 1)):
         figures = data[label]
         # One signal per label: the kill interrupts two runs at once, each of them one trial.
@@ -185,18 +211,16 @@ def test_failover_latency_kills_and_drains_real_workers(tmp_path: Path, postgres
     assert len(data["verdicts"]) == 2
 
 
-@pytest.mark.postgres
-def test_resume_latency_resumes_waiting_runs_over_http(tmp_path: Path, postgres_server: str) -> None:
-    """S-80: every resume of a waiting run answers 201 (a new successor), measured at each client count."""
-    stdout, data = run_service_bench("resume_latency", tmp_path, "--clients", "1,2", "--requests", "4",
-                                     "--warmup", "1")
-    assert [(r["clients"], r["requests"]) for r in data["results"]] == [(1, 4), (2, 4)]
-    assert all(0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"] for r in data["results"])
-    assert data["verdicts"] == []  # the target is set at 32 clients, not measured here
-    assert "p99 ms" in stdout
+def test_every_benchmark_has_a_quick_run_test() -> None:
+    from bench.run_all import discover
+
+    source = "".join(p.read_text(encoding="utf-8") for p in sorted(Path(__file__).parent.glob("test_bench*smoke.py")))
+    services = [name for name in discover() if name not in IN_PROCESS_BENCHES]
+    assert set(IN_PROCESS_BENCHES) <= set(discover())
+    assert all(source.count(f'run_service_bench("{name}", tmp_path)') == 1 for name in services), services
 
 
-def test_baseline_src_must_hold_the_candor_package(tmp_path: Path) -> None:
+def test_baseline_src_must_hold_the_candor_package() -> None:
     """A directory without `candor/` would import this checkout's candor and compare it with itself."""
     proc = run("-m", "bench.resume_latency", "--baseline-src", str(ROOT))
     assert proc.returncode == 2 and "holds no candor package" in proc.stderr
@@ -205,87 +229,10 @@ def test_baseline_src_must_hold_the_candor_package(tmp_path: Path) -> None:
     assert _cli.candor_source(str(ROOT / "src")) == (ROOT / "src").resolve()
 
 
-@pytest.mark.postgres
-def test_resume_latency_measures_a_baseline_source_side_by_side(tmp_path: Path, postgres_server: str) -> None:
-    """`--baseline-src`: a second control process importing that source is measured at every client count, in
-    interleaved rounds; only this checkout's figures count for the target and docs/benchmarks.md's table."""
-    stdout, data = run_service_bench("resume_latency", tmp_path, "--clients", "2", "--requests", "4", "--warmup",
-                                     "1", "--rounds", "2", "--baseline-src", str(ROOT / "src"))
-    assert [(r["system"], r["clients"], r["requests"]) for r in data["results"]] == [("candor", 2, 4),
-                                                                                     ("baseline", 2, 4)]
-    assert all(r["control_net_cpu_ms"] <= r["control_cpu_ms"] for r in data["results"])
-    assert set(data["control_idle_cpu_ms_per_s"]) == {"candor", "baseline"}
-    assert "baseline" in stdout and "load average" in stdout
-    from bench import resume_latency
-
-    assert len(resume_latency.table(data)) == 3  # header, rule, this checkout's one level
-
-
-@pytest.mark.postgres
-def test_service_throughput_completes_every_run(tmp_path: Path, postgres_server: str) -> None:
-    """S-12: one worker process with 4 slots completes every submitted run; runs/s and queue wait are reported."""
-    stdout, data = run_service_bench("service_throughput", tmp_path, "--workers", "1", "--runs", "4", "--steps", "2")
-    (result,) = data["results"]
-    assert result["completed"] == result["runs"] == 4 and result["slots_per_worker"] == 4
-    assert result["runs_per_s"] > 0 and 0 <= result["queue_wait_ms_p50"] <= result["queue_wait_ms_p99"]
-    assert all(v["met"] for v in data["verdicts"])
-    assert "runs/s" in stdout
-
-
-@pytest.mark.postgres
-def test_worker_memory_reads_the_worker_process_memory(tmp_path: Path, postgres_server: str) -> None:
-    """S-19: slots come back after every run (all runs complete); the worker's RSS is read from /proc."""
-    stdout, data = run_service_bench("worker_memory", tmp_path, "--runs", "4", "--steps", "3")
-    assert data["completed"] == 4
-    assert 0 < data["rss_ready_kib"] <= data["peak_kib"] and data["rss_end_kib"] <= data["peak_kib"]
-    assert [v["target"].split(" ")[0] for v in data["verdicts"]] == ["peak", "RSS"]
-    assert "peak RSS (VmHWM)" in stdout
-
-
-@pytest.mark.postgres
-def test_outbox_throughput_delivers_every_row_once(tmp_path: Path, postgres_server: str) -> None:
-    """S-108: every staged webhook row is POSTed, answered 2xx and settled `delivered`; the receiver saw each
-    delivery id once."""
-    stdout, data = run_service_bench("outbox_throughput", tmp_path, "--rows", "20", "--batch", "8",
-                                     "--parallel", "4")
-    assert data["statuses"] == {"delivered": 20}
-    assert data["receiver"] == {"requests": 20, "deliveries": 20, "duplicates": 0}
-    assert data["passes"] >= 3 and data["rows_per_pass_mean"] <= 8  # batch bounds a pass (§9.2)
-    assert data["verdicts"][1]["met"]
-    assert "deliveries/s" in stdout
-
-
-@pytest.mark.postgres
-def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgres_server: str) -> None:
-    """Issue 12: the service (control + worker processes) on both databases and the in-process systems run the same
-    workloads in one run; CPU per step of every process, commits, bytes and created -> claim are reported."""
-    systems = "pydantic-ai,harness,candor-service+sqlite,candor-service+postgresql"
-    stdout, data = run_service_bench("service_steps", tmp_path, "--rounds", "2", "--sequential-steps", "2",
-                                     "--concurrent", "2x2", "--systems", systems)
-    by_system = {(r["system"], r["workload"]): r for r in data["results"]}
-    assert {system for system, _ in by_system} == set(systems.split(","))
-    service = by_system[("candor-service+postgresql", "sequential 2 steps")]
-    assert set(service["cpu_ms_per_step"]) == {"control", "worker"} and len(service["steps_per_s_by_round"]) == 2
-    assert by_system[("pydantic-ai", "2 concurrent x 2 steps, 20 ms model")]["steps_per_s"] > 0
-    stats = {s["system"]: s for s in data["systems"]}
-    assert stats["candor-service+postgresql"]["commits_per_step"] > 0
-    assert stats["candor-service+sqlite"]["claims"] == 2 and stats["candor-service+sqlite"]["bytes_per_run"] > 0
-    assert any("created -> first claim" in v["target"] for v in data["verdicts"])
-    assert "service_steps:" in stdout
-
-
+@pytest.mark.slow
 def test_run_all_quick_writes_a_report(tmp_path: Path) -> None:
-    report = tmp_path / "benchmarks.md"
-    proc = run("-m", "bench.run_all", "--quick", "--output", str(report), timeout=600)
-    text = report.read_text(encoding="utf-8") if report.exists() else "(no report)"
-    assert proc.returncode == 0, proc.stderr[-2000:] + "\n" + text[-6000:]  # the report holds each bench's errors
-    for needle in ("# Benchmarks", "## Machine", "`nproc`", "/proc/meminfo", "pydantic-ai-slim", "## harness_overhead",
-                   "python -m bench.harness_overhead --steps 2 --reps 2", "| PostgreSQL |", "## checkpoint_cost",
-                   "## durable_steps", "--no-langgraph", "Reading:", "## failover_latency", "## resume_latency",
-                   "## service_throughput", "## service_steps", "## worker_memory", "## outbox_throughput", "## Time per benchmark",
-                   "| **Total** |"):
-        assert needle in text
-    assert "Not benchmarked yet" not in text
+    text, _ = run_quick(tmp_path, *IN_PROCESS_BENCHES)
+    assert "python -m bench.harness_overhead --steps 2 --reps 2" in text and "--no-langgraph" in text
     assert RATIO.search(text) is not None
 
 
@@ -300,11 +247,11 @@ def test_soak_figures_count_duplicates_and_failover_from_the_last_kill() -> None
 
 @pytest.mark.postgres
 @pytest.mark.crash
+@pytest.mark.slow
 def test_soak_tiny_run_loses_nothing(tmp_path: Path, postgres_server: str) -> None:
     """Issue 15 item 2 (tiny): workers SIGKILLed and restarted, one drained, then a private PostgreSQL server
     restarted mid-phase: no run lost, no non-retry-safe effect duplicated (S-28, S-29)."""
-    stdout, data = run_service_bench("soak", tmp_path, "--runs", "12", "--restart-runs", "6", "--kill-every", "2",
-                                     "--steps", "10", "--max-seconds", "40", "--settle-seconds", "60", "--in-flight", "6")
+    stdout, data = run_service_bench("soak", tmp_path)
     phases = {p["phase"]: p for p in data["phases"]}
     assert set(phases) == {"kills", "pg restart"}
     for phase in phases.values():

@@ -143,6 +143,7 @@ async def test_act2_crash_mid_tool_under_each_mode(tmp_path: Path) -> None:
 
 
 @pytest.mark.crash
+@pytest.mark.slow
 def test_make_demo_runs_under_a_minute(tmp_path: Path) -> None:
     """The whole demo as a user runs it (`python -m examples.demo`): exit 0, < 60 s, every act shown."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -201,6 +202,7 @@ def test_support_agent_factory_is_reusable() -> None:
 
 
 @pytest.mark.crash
+@pytest.mark.slow
 async def test_service_act_fails_over_after_a_killed_worker(tmp_path: Path) -> None:
     """S-28, S-29, S-13, S-30 (one charged recovery): a `candor serve --role worker` process is SIGKILLed after
     charging; after lease expiry another worker continues from the last checkpoint: one charge on the ledger, the

@@ -25,7 +25,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+def wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:  # generous: busy machine
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, "candor serve exited during startup"

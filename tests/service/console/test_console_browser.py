@@ -24,7 +24,7 @@ from candor.client import CandorClient
 
 from png_pixels import colour_spread
 
-pytestmark = pytest.mark.crash  # real processes: a server and a browser
+pytestmark = [pytest.mark.crash, pytest.mark.slow]  # real processes: a server and a browser
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip

@@ -206,6 +206,7 @@ class Api:
         return check
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db_kind", ["postgresql"], indirect=True)
 async def test_client_tool_approval_resume_and_a_killed_worker_end_to_end(empty_db: str, tmp_path: Path) -> None:
     """S-131, S-89 (a client tool call and an approval pending together: `multiple`), S-80, S-81, S-83 (the same

@@ -97,6 +97,7 @@ async def _first_attempt_failed_then_completed(db: Any, run_id: str) -> None:
     ]
 
 
+@pytest.mark.slow
 async def test_kill_after_the_charge_ran_gives_the_model_an_unknown_outcome(db, tenant, api_key, tmp_path) -> None:
     """S-29, S-36: killed after `charge_card` executed, before its result was committed: charged once, and the
     model's next request carries the unknown-outcome result for the call."""
@@ -117,6 +118,7 @@ async def test_kill_after_the_charge_ran_gives_the_model_an_unknown_outcome(db, 
     assert tool_results(requests[1]) == {"call_charge": UNKNOWN_OUTCOME_CONTENT}
 
 
+@pytest.mark.slow
 async def test_kill_mid_stream_resends_the_request_without_charging_again(db, tenant, api_key, tmp_path) -> None:
     """S-36, §7.11: killed while the provider streams the answer after the committed charge: the deltas already on
     the thread stream belong to attempt 1; attempt 2 sends the same request (with the committed `charged 42`) and

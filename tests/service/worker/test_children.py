@@ -179,10 +179,13 @@ async def test_active_parent_receives_the_result_at_a_later_commit(db, tenant, c
         parent = await add_thread_run(conn, tenant, agent="parent", script="spawn", options={"wait": True})
     worker = asyncio.create_task(WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30))
     try:
-        async def child_sealed() -> bool:
-            return len(await _rows(db, select(outbox).where(outbox.c.kind == "child_result"))) == 1
+        async def child_sealed_and_parent_parked() -> bool:
+            # The parent's second model call (parent 1, child 1, parent 2) waits on the gate: its spawn boundary is
+            # committed. Delivering before that commit would let it take the entry at once (order-dependent).
+            parked = control.model_calls >= 3
+            return parked and len(await _rows(db, select(outbox).where(outbox.c.kind == "child_result"))) == 1
 
-        await support.wait_for(child_sealed)
+        await support.wait_for(child_sealed_and_parent_parked)
         assert await deliver_outbox(service, handlers={"child_result": handle_child_result}) == {"child_result": 1}
         (entry,) = await _rows(db, select(inbox_entries).where(inbox_entries.c.kind == "child_result"))
         assert (entry["status"], (await run_row(db.engine, parent.run_id))["status"]) == ("pending", "running")

@@ -274,6 +274,7 @@ async def _cell(db: Any, engine: Any, tenant: Any, spawner: Zygote, crash: Crash
     assert [p.content for p in history[-1].parts if isinstance(p, TextPart)] == ["done"], context
 
 
+@pytest.mark.slow
 async def test_crash_matrix(db: Any, tenant: Any, tmp_path: Path) -> None:
     """Issue 15 item 1, S-27…S-30, S-35, S-36, S-39, H-45…H-47: every cell completes with exactly one return per
     call, unknown-outcome where a call's fate is not known (per mode), no committed result re-run, no duplicate."""

@@ -14,11 +14,14 @@ import asyncio
 from typing import Any
 
 import httpx
+from sqlalchemy import update
 
 from candor.service.control.sweeps import expire_leases
 from candor.service.http import create_app
 from candor.service.store import auth
+from candor.service.store.dialect import db_now
 from candor.service.store.engine import write_transaction
+from candor.service.store.tables import run_attempts
 from candor.service.worker import WorkerLoop
 from candor.tools import CALL_KEY_METADATA_KEY, RECOVERY_METADATA_KEY, UNKNOWN_OUTCOME_METADATA_KEY
 
@@ -37,7 +40,7 @@ async def _get(service: Any, workspace_id: str, *paths: str) -> list[Any]:
 
 
 async def test_recovery_reconciles_reruns_and_reports_each_call(db, tenant, control) -> None:
-    service = support.make_service(db.url, db.engine, lease_seconds=3)
+    service = support.make_service(db.url, db.engine, lease_seconds=30)  # never runs out while the worker lives
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant, script="pay")
     control.tool_gate = asyncio.Event()  # the tools start, then hang: the worker "dies" there
@@ -52,6 +55,10 @@ async def test_recovery_reconciles_reruns_and_reports_each_call(db, tenant, cont
     control.tool_gate = None
     assert list(control.payments.values()) == ["ch_1"]  # charged before the crash; the refund never happened
     charge_key = next(iter(control.payments))
+
+    async with db.engine.begin() as conn:  # the lease runs out (moving an expiry earlier is allowed, S-9)
+        await conn.execute(update(run_attempts).where(run_attempts.c.run_id == ref.run_id)
+                           .values(lease_expires_at=db_now() - 1))  # fmt: skip
 
     async def expired() -> bool:
         return await expire_leases(service) == 1

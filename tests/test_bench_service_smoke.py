@@ -1,0 +1,101 @@
+"""Smoke runs of the service benchmarks whose checks count completions rather than time leases: each starts real
+processes on a scratch PostgreSQL database. The helpers live in tests/test_bench_smoke.py; this file's tests run one
+after the other on one `make test` worker (`--dist loadfile`), beside that file's failover and soak runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from test_bench_smoke import ROOT, postgres_server, run, run_service_bench
+
+__all__ = ["postgres_server"]  # the fixture, imported for this file's tests
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_resume_latency_resumes_waiting_runs_over_http(tmp_path: Path, postgres_server: str) -> None:
+    """S-80: every resume of a waiting run answers 201 (a new successor), measured at each client count."""
+    stdout, data = run_service_bench("resume_latency", tmp_path)
+    assert [(r["clients"], r["requests"]) for r in data["results"]] == [(1, 4), (2, 4)]
+    assert all(0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"] for r in data["results"])
+    assert data["verdicts"] == []  # the target is set at 32 clients, not measured here
+    assert "p99 ms" in stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_service_throughput_completes_every_run(tmp_path: Path, postgres_server: str) -> None:
+    """S-12: one worker process with 4 slots completes every submitted run; runs/s and queue wait are reported."""
+    stdout, data = run_service_bench("service_throughput", tmp_path)
+    (result,) = data["results"]
+    assert result["completed"] == result["runs"] == 4 and result["slots_per_worker"] == 4
+    assert result["runs_per_s"] > 0 and 0 <= result["queue_wait_ms_p50"] <= result["queue_wait_ms_p99"]
+    assert all(v["met"] for v in data["verdicts"])
+    assert "runs/s" in stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_worker_memory_reads_the_worker_process_memory(tmp_path: Path, postgres_server: str) -> None:
+    """S-19: slots come back after every run (all runs complete); the worker's RSS is read from /proc."""
+    stdout, data = run_service_bench("worker_memory", tmp_path)
+    assert data["completed"] == 4
+    assert 0 < data["rss_ready_kib"] <= data["peak_kib"] and data["rss_end_kib"] <= data["peak_kib"]
+    assert [v["target"].split(" ")[0] for v in data["verdicts"]] == ["peak", "RSS"]
+    assert "peak RSS (VmHWM)" in stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_outbox_throughput_delivers_every_row_once(tmp_path: Path, postgres_server: str) -> None:
+    """S-108: every staged webhook row is POSTed, answered 2xx and settled `delivered`; the receiver saw each
+    delivery id once."""
+    stdout, data = run_service_bench("outbox_throughput", tmp_path)
+    assert data["statuses"] == {"delivered": 20}
+    assert data["receiver"] == {"requests": 20, "deliveries": 20, "duplicates": 0}
+    assert data["passes"] >= 3 and data["rows_per_pass_mean"] <= 8  # batch bounds a pass (§9.2)
+    assert data["verdicts"][1]["met"]
+    assert "deliveries/s" in stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgres_server: str) -> None:
+    """Issue 12: the service (control + worker processes) on both databases and the in-process systems run the same
+    workloads in one run; CPU per step of every process, commits, bytes and created -> claim are reported."""
+    systems = "pydantic-ai,harness,candor-service+sqlite,candor-service+postgresql"
+    stdout, data = run_service_bench("service_steps", tmp_path)
+    by_system = {(r["system"], r["workload"]): r for r in data["results"]}
+    assert {system for system, _ in by_system} == set(systems.split(","))
+    service = by_system[("candor-service+postgresql", "sequential 2 steps")]
+    assert set(service["cpu_ms_per_step"]) == {"control", "worker"} and len(service["steps_per_s_by_round"]) == 2
+    assert by_system[("pydantic-ai", "2 concurrent x 2 steps, 20 ms model")]["steps_per_s"] > 0
+    stats = {s["system"]: s for s in data["systems"]}
+    assert stats["candor-service+postgresql"]["commits_per_step"] > 0
+    assert stats["candor-service+sqlite"]["claims"] == 2 and stats["candor-service+sqlite"]["bytes_per_run"] > 0
+    assert any("created -> first claim" in v["target"] for v in data["verdicts"])
+    assert "service_steps:" in stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_resume_latency_measures_a_baseline_source_side_by_side(tmp_path: Path, postgres_server: str) -> None:
+    """`--baseline-src`: a second control process importing that source is measured at every client count, in
+    interleaved rounds; only this checkout's figures count for the target and docs/benchmarks.md's table."""
+    summary = tmp_path / "resume_latency.json"
+    proc = run("-m", "bench.resume_latency", "--clients", "2", "--requests", "4", "--warmup", "1", "--rounds", "2",
+               "--baseline-src", str(ROOT / "src"), "--json", str(summary), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(summary.read_text(encoding="utf-8"))
+    assert data["skipped"] == {}, data["skipped"]
+    assert [(r["system"], r["clients"], r["requests"]) for r in data["results"]] == [("candor", 2, 4),
+                                                                                     ("baseline", 2, 4)]
+    assert all(r["control_net_cpu_ms"] <= r["control_cpu_ms"] for r in data["results"])
+    assert set(data["control_idle_cpu_ms_per_s"]) == {"candor", "baseline"}
+    assert "baseline" in proc.stdout and "load average" in proc.stdout
+    from bench import resume_latency
+
+    assert len(resume_latency.table(data)) == 3  # header, rule, this checkout's one level
