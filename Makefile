@@ -21,6 +21,7 @@ demo: $(STAMP)
 # bench and examples with the looser set of [tool.ruff.lint.per-file-ignores]. mypy checks src/ and tools/.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tools tests bench examples
+	$(VENV)/bin/ruff format --check src tools tests bench examples
 	$(VENV)/bin/mypy
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist): most tests wait on child processes, sockets and databases,

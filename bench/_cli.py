@@ -11,8 +11,16 @@ from typing import Any
 
 from . import _store
 
-__all__ = ("positive_ints", "add_postgres_url", "add_json", "add_baseline_src", "candor_source", "target_lines",
-           "missed_lines", "emit")
+__all__ = (
+    "positive_ints",
+    "add_postgres_url",
+    "add_json",
+    "add_baseline_src",
+    "candor_source",
+    "target_lines",
+    "missed_lines",
+    "emit",
+)
 
 
 def positive_ints(text: str) -> list[int]:
@@ -27,9 +35,12 @@ def positive_ints(text: str) -> list[int]:
 
 
 def add_postgres_url(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--postgres-url", default=_store.DEFAULT_POSTGRES_URL,
-                        help="PostgreSQL server on which scratch databases are created and dropped "
-                             "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)")
+    parser.add_argument(
+        "--postgres-url",
+        default=_store.DEFAULT_POSTGRES_URL,
+        help="PostgreSQL server on which scratch databases are created and dropped "
+        "(default: $CANDOR_BENCH_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test)",
+    )
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
@@ -48,9 +59,13 @@ def candor_source(text: str) -> Path:
 def add_baseline_src(parser: argparse.ArgumentParser, what: str) -> None:
     """`--baseline-src DIR`: another candor `src` directory (e.g. `git archive main src | tar -x -C /tmp/base`)
     whose code some service processes import instead of this checkout's, for before/after figures in one run."""
-    parser.add_argument("--baseline-src", type=candor_source, default=None,
-                        help=f"a candor `src` directory (e.g. an export of an older commit): {what}, for "
-                             "before/after figures in one run")
+    parser.add_argument(
+        "--baseline-src",
+        type=candor_source,
+        default=None,
+        help=f"a candor `src` directory (e.g. an export of an older commit): {what}, for "
+        "before/after figures in one run",
+    )
 
 
 def target_lines(summary: dict[str, Any]) -> list[str]:

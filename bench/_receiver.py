@@ -38,8 +38,9 @@ class Counts:
                 self.deliveries.add(delivery)
 
     def as_json(self) -> str:
-        return json.dumps({"requests": self.requests, "deliveries": len(self.deliveries),
-                           "duplicates": self.duplicates})
+        return json.dumps(
+            {"requests": self.requests, "deliveries": len(self.deliveries), "duplicates": self.duplicates}
+        )
 
 
 def content_length(head: bytes) -> int:

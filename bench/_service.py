@@ -108,12 +108,14 @@ class ServiceProcess:
         return self.log_dir / f"{self.role}-{self.port}.log"
 
     def start(self) -> ServiceProcess:
-        env = process_environment({**self.settings_env, "CANDOR_SERVER__LISTEN": f"127.0.0.1:{self.port}"},
-                                  self.source)
+        env = process_environment({**self.settings_env, "CANDOR_SERVER__LISTEN": f"127.0.0.1:{self.port}"}, self.source)
         with open(self.log_path, "wb") as log:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "candor.cli", "serve", "--role", self.role], cwd=REPO_ROOT, env=env,
-                stdout=log, stderr=subprocess.STDOUT,
+                [sys.executable, "-m", "candor.cli", "serve", "--role", self.role],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         return self
 
@@ -248,9 +250,16 @@ class ServiceDatabase:
             return int((await conn.execute(query)).scalar_one())
 
 
-async def closed_loop(db: ServiceDatabase, options: Mapping[str, Any], count: int, in_flight: int, *, prefix: str,
-                      on_sealed: Callable[[int], Awaitable[None] | None] | None = None,
-                      poll_seconds: float = 0.01) -> list[str]:
+async def closed_loop(
+    db: ServiceDatabase,
+    options: Mapping[str, Any],
+    count: int,
+    in_flight: int,
+    *,
+    prefix: str,
+    on_sealed: Callable[[int], Awaitable[None] | None] | None = None,
+    poll_seconds: float = 0.01,
+) -> list[str]:
     """Submit `count` runs keeping at most `in_flight` of them unsealed; their ids once all are sealed.
 
     `on_sealed(n)` is called at every poll (every `poll_seconds`) with how many of them are sealed so far (it may be
@@ -298,8 +307,14 @@ async def service_database(postgres_url: str, **sections: Mapping[str, Any]) -> 
         authenticated = await commands.authenticate(service, secret)
         assert authenticated is not None
         log_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="candor-bench-logs-")))
-        database = ServiceDatabase(url=url, settings_env=env, service=service, principal=authenticated.principal,
-                                   secret=secret, log_dir=log_dir)
+        database = ServiceDatabase(
+            url=url,
+            settings_env=env,
+            service=service,
+            principal=authenticated.principal,
+            secret=secret,
+            log_dir=log_dir,
+        )
         try:
             yield database
         finally:

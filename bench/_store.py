@@ -124,8 +124,12 @@ async def add_tenant(engine: AsyncEngine) -> tuple[str, str]:
         await conn.execute(insert(workspaces).values(id=workspace_id, name=workspace_id, created_at=db_now()))
         await conn.execute(
             insert(principals).values(
-                id=principal_id, workspace_id=workspace_id, name="bench", secret_hash=secrets.token_hex(32),
-                permissions=["read", "run", "admin"], created_at=db_now(),
+                id=principal_id,
+                workspace_id=workspace_id,
+                name="bench",
+                secret_hash=secrets.token_hex(32),
+                permissions=["read", "run", "admin"],
+                created_at=db_now(),
             )
         )
     return workspace_id, principal_id
@@ -137,16 +141,31 @@ async def add_thread_run(engine: AsyncEngine, workspace_id: str, principal_id: s
     async with engine.begin() as conn:
         await conn.execute(
             insert(threads).values(
-                id=thread_id, workspace_id=workspace_id, origin="new", agent=agent, created_at=db_now(),
+                id=thread_id,
+                workspace_id=workspace_id,
+                origin="new",
+                agent=agent,
+                created_at=db_now(),
                 updated_at=db_now(),
             )
         )
         await conn.execute(
             insert(runs).values(
-                id=run_id, workspace_id=workspace_id, thread_id=thread_id, agent=agent, principal_id=principal_id,
+                id=run_id,
+                workspace_id=workspace_id,
+                thread_id=thread_id,
+                agent=agent,
+                principal_id=principal_id,
                 authority={"principal_id": principal_id, "permissions": ["read", "run", "admin"]},
-                options={}, options_digest="0" * 64, source_entry_id=None, trigger="input", lineage="root",
-                status="accepted", available_at=db_now(), max_attempts=3, created_at=db_now(),
+                options={},
+                options_digest="0" * 64,
+                source_entry_id=None,
+                trigger="input",
+                lineage="root",
+                status="accepted",
+                available_at=db_now(),
+                max_attempts=3,
+                created_at=db_now(),
             )
         )
         await conn.execute(update(threads).where(threads.c.id == thread_id).values(current_run_id=run_id))
@@ -156,7 +175,11 @@ async def add_thread_run(engine: AsyncEngine, workspace_id: str, principal_id: s
 async def claim(engine: AsyncEngine, agent: str, run_id: str, *, lease_seconds: float = 600.0) -> Lease:
     """Claim the one due run of `agent` (§7.2) and start its attempt (S-16); the attempt's lease."""
     claimed = await claim_runs(
-        engine, worker_id="bench-worker", agents={agent}, limit=1, lease_seconds=lease_seconds,
+        engine,
+        worker_id="bench-worker",
+        agents={agent},
+        limit=1,
+        lease_seconds=lease_seconds,
         randbytes=secrets.token_bytes,
     )
     if len(claimed) != 1 or claimed[0].lease.run_id != run_id:

@@ -88,8 +88,13 @@ async def measure_size(store: _store.Store, size: int, commits: int) -> dict[str
         before = await _store.stored_bytes(store, thread_id) if index > 0 else 0
         committed_at = time.perf_counter()
         result = await commit_checkpoint(
-            store.engine, lease, expected_seq=seq, base_id=base_id, base_encoded=base_encoded,
-            new_encoded=encoded, envelope=envelope,
+            store.engine,
+            lease,
+            expected_seq=seq,
+            base_id=base_id,
+            base_encoded=base_encoded,
+            new_encoded=encoded,
+            envelope=envelope,
         )
         committed = time.perf_counter()
         after = await _store.stored_bytes(store, thread_id)
@@ -143,14 +148,27 @@ async def measure(sizes: list[int], commits: int, backends: list[str], postgres_
         boundary_ratio = (large["commit_ms_median"] + large["encode_ms_median"]) / (
             small["commit_ms_median"] + small["encode_ms_median"]
         )
-        verdicts.append({
-            "backend": backend, "small": small["size"], "large": large["size"], "bytes_ratio": bytes_ratio,
-            "commit_time_ratio": time_ratio, "boundary_time_ratio": boundary_ratio,
-            "meets_bytes": bytes_ratio <= TARGET_RATIO, "meets_time": time_ratio <= TARGET_RATIO,
-        })
+        verdicts.append(
+            {
+                "backend": backend,
+                "small": small["size"],
+                "large": large["size"],
+                "bytes_ratio": bytes_ratio,
+                "commit_time_ratio": time_ratio,
+                "boundary_time_ratio": boundary_ratio,
+                "meets_bytes": bytes_ratio <= TARGET_RATIO,
+                "meets_time": time_ratio <= TARGET_RATIO,
+            }
+        )
     return {
-        "bench": "checkpoint_cost", "sizes": sizes, "commits": commits, "results": results, "verdicts": verdicts,
-        "skipped": skipped, "postgres_version": versions.get("postgresql"), "target_ratio": TARGET_RATIO,
+        "bench": "checkpoint_cost",
+        "sizes": sizes,
+        "commits": commits,
+        "results": results,
+        "verdicts": verdicts,
+        "skipped": skipped,
+        "postgres_version": versions.get("postgresql"),
+        "target_ratio": TARGET_RATIO,
     }
 
 
@@ -218,7 +236,6 @@ def reading(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-
 def _backends(text: str) -> list[str]:
     values = [part.strip() for part in text.split(",") if part.strip()]
     unknown = set(values) - set(_store.BACKENDS)
@@ -232,11 +249,19 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.checkpoint_cost",
         description="Bytes written and time per fenced checkpoint commit at growing history lengths.",
     )
-    parser.add_argument("--sizes", type=_cli.positive_ints, default=[10, 100, 1000],
-                        help="history lengths in messages (default: 10,100,1000)")
+    parser.add_argument(
+        "--sizes",
+        type=_cli.positive_ints,
+        default=[10, 100, 1000],
+        help="history lengths in messages (default: 10,100,1000)",
+    )
     parser.add_argument("--commits", type=int, default=30, help="incremental commits measured per length (default: 30)")
-    parser.add_argument("--backends", type=_backends, default=list(_store.BACKENDS),
-                        help="comma-separated: sqlite,postgresql (default: both)")
+    parser.add_argument(
+        "--backends",
+        type=_backends,
+        default=list(_store.BACKENDS),
+        help="comma-separated: sqlite,postgresql (default: both)",
+    )
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)

@@ -135,9 +135,16 @@ class CandorSide:
                 commit_started = time.perf_counter()
                 in_prepare += commit_started - prepare_started
                 result = await commit_checkpoint(
-                    engine, lease, expected_seq=seq, base_id=base_id, base_encoded=base_encoded,
-                    new_encoded=encoded, envelope=envelope, incorporated_keys=event.incorporated_keys,
-                    source_entry_consumed=seq == 0, usage=usage_json(usage if recorded is None else usage - recorded),
+                    engine,
+                    lease,
+                    expected_seq=seq,
+                    base_id=base_id,
+                    base_encoded=base_encoded,
+                    new_encoded=encoded,
+                    envelope=envelope,
+                    incorporated_keys=event.incorporated_keys,
+                    source_entry_consumed=seq == 0,
+                    usage=usage_json(usage if recorded is None else usage - recorded),
                 )
                 in_commit += time.perf_counter() - commit_started
                 seq, base_id, base_encoded, recorded = result.seq, result.checkpoint_id, encoded, usage
@@ -151,8 +158,14 @@ class CandorSide:
         state = outcome.state
         encoded = encode_history_reusing(state._history_ref(), base_messages, base_encoded)
         await commit_checkpoint(
-            engine, lease, expected_seq=seq, base_id=base_id, base_encoded=base_encoded, new_encoded=encoded,
-            envelope=encode_envelope(envelope_for_state(state)), source_entry_consumed=seq == 0,
+            engine,
+            lease,
+            expected_seq=seq,
+            base_id=base_id,
+            base_encoded=base_encoded,
+            new_encoded=encoded,
+            envelope=encode_envelope(envelope_for_state(state)),
+            source_entry_consumed=seq == 0,
             usage=usage_json(outcome.usage - recorded) if recorded is not None else None,
             seal=SealRequest(status="completed", output=outcome.output),
         )
@@ -168,9 +181,13 @@ class CandorSide:
         thread_id, _ = await self.run(probe=probe)
         at_count = {count: total for count, total in probe}
         cumulative = [at_count.get(1 + 2 * k, 0) for k in range(self.steps + 1)]
-        return {"stored_bytes": await _store.stored_bytes(self.store, thread_id), "cumulative_bytes": cumulative,
-                "writes_per_run": self.commits, "commit_ms": statistics.median(self.commit_ms[1:] or self.commit_ms),
-                "prepare_ms": statistics.median(self.prepare_ms[1:] or self.prepare_ms)}
+        return {
+            "stored_bytes": await _store.stored_bytes(self.store, thread_id),
+            "cumulative_bytes": cumulative,
+            "writes_per_run": self.commits,
+            "commit_ms": statistics.median(self.commit_ms[1:] or self.commit_ms),
+            "prepare_ms": statistics.median(self.prepare_ms[1:] or self.prepare_ms),
+        }
 
 
 def _langgraph(
@@ -180,8 +197,18 @@ def _langgraph(
     if not python.exists():
         return None, f"peers venv missing: {python} does not exist (build it with `make bench-peers`)"
     lg_backends = ",".join(b for b in ("postgresql", "sqlite") if b in backends)
-    command = [str(python), str(PEERS_SCRIPT), "--steps", ",".join(map(str, steps)), "--runs", str(runs),
-               "--backends", lg_backends, "--postgres-url", _store.dsn(postgres_url)]
+    command = [
+        str(python),
+        str(PEERS_SCRIPT),
+        "--steps",
+        ",".join(map(str, steps)),
+        "--runs",
+        str(runs),
+        "--backends",
+        lg_backends,
+        "--postgres-url",
+        _store.dsn(postgres_url),
+    ]
     return _store.run_json(command, timeout=900)
 
 
@@ -189,8 +216,9 @@ def _per_step(cumulative: list[int]) -> list[int]:
     return [cumulative[k] - cumulative[k - 1] for k in range(1, len(cumulative))]
 
 
-async def measure(steps_list: list[int], runs: int, backends: list[str], postgres_url: str,
-                  langgraph: bool) -> dict[str, Any]:
+async def measure(
+    steps_list: list[int], runs: int, backends: list[str], postgres_url: str, langgraph: bool
+) -> dict[str, Any]:
     skipped: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
     pg_version = None
@@ -218,7 +246,7 @@ async def measure(steps_list: list[int], runs: int, backends: list[str], postgre
             times: dict[str, list[float]] = {"pydantic-ai": [], **{f"candor+{b}": [] for b in sides}}
             for rep in range(runs):
                 order = ["pydantic-ai", *sides]
-                order = order[rep % len(order):] + order[: rep % len(order)]  # rotate to spread drift
+                order = order[rep % len(order) :] + order[: rep % len(order)]  # rotate to spread drift
                 for name in order:
                     if name == "pydantic-ai":
                         times[name].append(await bare_run(agent, steps))
@@ -243,11 +271,16 @@ async def measure(steps_list: list[int], runs: int, backends: list[str], postgre
             for backend, reason in peers.get("skipped", {}).items():
                 skipped[f"langgraph+{backend}"] = reason
             for result in peers["results"]:
-                rows.append({
-                    "variant": f"langgraph+{result['backend']}", "steps": result["steps"],
-                    "run_seconds": result["run_seconds"], "stored_bytes": result["stored_bytes"],
-                    "cumulative_bytes": result["cumulative_bytes"], "writes_per_run": result.get("puts"),
-                })
+                rows.append(
+                    {
+                        "variant": f"langgraph+{result['backend']}",
+                        "steps": result["steps"],
+                        "run_seconds": result["run_seconds"],
+                        "stored_bytes": result["stored_bytes"],
+                        "cumulative_bytes": result["cumulative_bytes"],
+                        "writes_per_run": result.get("puts"),
+                    }
+                )
     else:
         skipped["langgraph"] = "--no-langgraph given"
 
@@ -260,8 +293,13 @@ async def measure(steps_list: list[int], runs: int, backends: list[str], postgre
             row["bytes_step_1"] = per_step[0] if per_step else None
             row["bytes_step_last"] = per_step[-1] if per_step else None
     return {
-        "bench": "durable_steps", "steps": steps_list, "runs": runs, "rows": rows, "skipped": skipped,
-        "postgres_version": pg_version, "peers_versions": (peers or {}).get("versions"),
+        "bench": "durable_steps",
+        "steps": steps_list,
+        "runs": runs,
+        "rows": rows,
+        "skipped": skipped,
+        "postgres_version": pg_version,
+        "peers_versions": (peers or {}).get("versions"),
         "verdicts": verdicts(rows, steps_list),
     }
 
@@ -278,25 +316,44 @@ def verdicts(rows: list[dict[str, Any]], steps_list: list[int]) -> list[dict[str
     lg = _row(rows, "langgraph+postgresql", top)
     if pg and bare:
         ratio = pg["steps_per_s"] / bare["steps_per_s"]
-        out.append({"target": f"candor+postgresql steps/s >= {TARGET_VS_BARE}x pydantic-ai ({top} steps)",
-                    "value": f"{ratio:.3f}x", "met": ratio >= TARGET_VS_BARE})
+        out.append(
+            {
+                "target": f"candor+postgresql steps/s >= {TARGET_VS_BARE}x pydantic-ai ({top} steps)",
+                "value": f"{ratio:.3f}x",
+                "met": ratio >= TARGET_VS_BARE,
+            }
+        )
     if pg and lg:
         ratio = pg["steps_per_s"] / lg["steps_per_s"]
-        out.append({"target": f"candor+postgresql steps/s >= {TARGET_VS_LANGGRAPH}x langgraph+postgresql ({top} steps)",
-                    "value": f"{ratio:.3f}x", "met": ratio >= TARGET_VS_LANGGRAPH})
+        out.append(
+            {
+                "target": f"candor+postgresql steps/s >= {TARGET_VS_LANGGRAPH}x langgraph+postgresql ({top} steps)",
+                "value": f"{ratio:.3f}x",
+                "met": ratio >= TARGET_VS_LANGGRAPH,
+            }
+        )
         fraction = pg["stored_bytes"] / lg["stored_bytes"]
-        out.append({"target": f"candor+postgresql bytes per {top}-step run <= 1/20 of langgraph+postgresql",
-                    "value": f"1/{1 / fraction:.1f} ({pg['stored_bytes']} vs {lg['stored_bytes']} B)",
-                    "met": fraction <= TARGET_STORAGE_FRACTION})
+        out.append(
+            {
+                "target": f"candor+postgresql bytes per {top}-step run <= 1/20 of langgraph+postgresql",
+                "value": f"1/{1 / fraction:.1f} ({pg['stored_bytes']} vs {lg['stored_bytes']} B)",
+                "met": fraction <= TARGET_STORAGE_FRACTION,
+            }
+        )
     for backend in ("postgresql", "sqlite"):
         side = _row(rows, f"candor+{backend}", top)
         if side and side.get("step_bytes") and top >= low and len(side["step_bytes"]) >= min(5, top):
             at_5 = side["step_bytes"][min(5, top) - 1]
             at_top = side["step_bytes"][-1]
             ratio = at_top / at_5
-            out.append({"target": f"candor+{backend} write at step {top} <= {TARGET_WRITE_GROWTH:.0f}x write at step "
-                                  f"{min(5, top)}", "value": f"{ratio:.2f}x ({at_top} vs {at_5} B)",
-                        "met": ratio <= TARGET_WRITE_GROWTH})
+            out.append(
+                {
+                    "target": f"candor+{backend} write at step {top} <= {TARGET_WRITE_GROWTH:.0f}x write at step "
+                    f"{min(5, top)}",
+                    "value": f"{ratio:.2f}x ({at_top} vs {at_5} B)",
+                    "met": ratio <= TARGET_WRITE_GROWTH,
+                }
+            )
     return out
 
 
@@ -377,9 +434,8 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"B at step {top}, because every checkpoint stores the whole message list again, so its total grows "
             "with the square of the run length while candor's grows linearly."
         )
-    out.extend(_cli.missed_lines(summary, why='; see the readings above for why'))
+    out.extend(_cli.missed_lines(summary, why="; see the readings above for why"))
     return out
-
 
 
 def _backends(text: str) -> list[str]:
@@ -398,10 +454,17 @@ def main(argv: list[str] | None = None) -> int:
         "--steps", type=_cli.positive_ints, default=[5, 20, 80], help="steps per run (default: 5,20,80)"
     )
     parser.add_argument("--runs", type=int, default=5, help="timed runs per variant and step count (default: 5)")
-    parser.add_argument("--backends", type=_backends, default=list(_store.BACKENDS),
-                        help="stores for candor and LangGraph: sqlite,postgresql (default: both)")
-    parser.add_argument("--no-langgraph", action="store_true",
-                        help="skip the LangGraph side (no peers venv needed), e.g. for smoke tests")
+    parser.add_argument(
+        "--backends",
+        type=_backends,
+        default=list(_store.BACKENDS),
+        help="stores for candor and LangGraph: sqlite,postgresql (default: both)",
+    )
+    parser.add_argument(
+        "--no-langgraph",
+        action="store_true",
+        help="skip the LangGraph side (no peers venv needed), e.g. for smoke tests",
+    )
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)

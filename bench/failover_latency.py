@@ -59,8 +59,9 @@ def round_sizes(trials: int, runs_per_signal: int) -> list[int]:
     return [runs_per_signal] * full + ([rest] if rest else [])
 
 
-def trial_figures(signal_at: float, first: dict[str, Any], second: dict[str, Any],
-                  first_checkpoint_at: float) -> dict[str, float | None]:
+def trial_figures(
+    signal_at: float, first: dict[str, Any], second: dict[str, Any], first_checkpoint_at: float
+) -> dict[str, float | None]:
     """Seconds from the signal to each event of one trial: the first attempt's lease expiry (kill trials) and end
     (recovery or yield), the next attempt's creation (claim) and start, and its first checkpoint (the figure)."""
 
@@ -97,12 +98,22 @@ def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
     kill, drain = summary.get("kill"), summary.get("drain")
     if kill:
         bound = settings["lease_seconds"] + settings["authority_seconds"] + KILL_MARGIN_SECONDS
-        out.append({"target": f"SIGKILL to continuation's first checkpoint p99 <= lease + authority + 1 s "
-                              f"({bound:.1f} s)", "value": f"{kill['p99']:.2f} s", "met": kill["p99"] <= bound})
+        out.append(
+            {
+                "target": f"SIGKILL to continuation's first checkpoint p99 <= lease + authority + 1 s ({bound:.1f} s)",
+                "value": f"{kill['p99']:.2f} s",
+                "met": kill["p99"] <= bound,
+            }
+        )
     if drain:
-        out.append({"target": f"SIGTERM (drain handoff) to continuation's first checkpoint p99 <= "
-                              f"{DRAIN_TARGET_SECONDS:.0f} s", "value": f"{drain['p99']:.3f} s",
-                    "met": drain["p99"] <= DRAIN_TARGET_SECONDS})
+        out.append(
+            {
+                "target": f"SIGTERM (drain handoff) to continuation's first checkpoint p99 <= "
+                f"{DRAIN_TARGET_SECONDS:.0f} s",
+                "value": f"{drain['p99']:.3f} s",
+                "met": drain["p99"] <= DRAIN_TARGET_SECONDS,
+            }
+        )
     return out
 
 
@@ -185,8 +196,11 @@ class Failover:
         signal_at = time.time()
         victim.signal(signum)
         first_checkpoints = [
-            await self._poll(lambda run_id=run_id: self._first_checkpoint(run_id, 2),
-                             f"the first checkpoint of run {run_id}'s continuation", 60)
+            await self._poll(
+                lambda run_id=run_id: self._first_checkpoint(run_id, 2),
+                f"the first checkpoint of run {run_id}'s continuation",
+                60,
+            )
             for run_id in run_ids
         ]
         # Every continuation is measured: replace the stopped worker by a fresh paused standby meanwhile.
@@ -208,7 +222,9 @@ class Failover:
             figures.update(
                 completed=run["status"] == "completed" and run["output"] == f"finished {self.options['steps']} steps",
                 other_worker=first["worker_id"] != second["worker_id"],
-                start_reason=second["start_reason"], first_attempt_status=first["status"], exit_status=exit_status,
+                start_reason=second["start_reason"],
+                first_attempt_status=first["status"],
+                exit_status=exit_status,
             )
             samples.append(figures)
         return samples
@@ -216,17 +232,32 @@ class Failover:
 
 def sections(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The service settings of the figure, as `candor serve` sections."""
-    return {"database": {"timeout": settings["database_timeout"]},
-            "worker": {k: settings[k] for k in ("lease_seconds", "authority_seconds", "scan_seconds", "slots")}}
+    return {
+        "database": {"timeout": settings["database_timeout"]},
+        "worker": {k: settings[k] for k in ("lease_seconds", "authority_seconds", "scan_seconds", "slots")},
+    }
 
 
-async def measure(trials: int, drain_trials: int, settings: dict[str, Any], options: dict[str, Any], kill_at: int,
-                  postgres_url: str, console: Console) -> dict[str, Any]:
-    first_expiry = recovery_decision("failed", cancel_requested=False, attempts=1, max_attempts=3,
-                                     failure_code="lease_expired")
+async def measure(
+    trials: int,
+    drain_trials: int,
+    settings: dict[str, Any],
+    options: dict[str, Any],
+    kill_at: int,
+    postgres_url: str,
+    console: Console,
+) -> dict[str, Any]:
+    first_expiry = recovery_decision(
+        "failed", cancel_requested=False, attempts=1, max_attempts=3, failure_code="lease_expired"
+    )
     settings = {**settings, "retry_delay_seconds": getattr(first_expiry, "delay_seconds", None)}
-    summary: dict[str, Any] = {"bench": "failover_latency", "settings": settings, "options": options,
-                               "kill_at": kill_at, "skipped": {}}
+    summary: dict[str, Any] = {
+        "bench": "failover_latency",
+        "settings": settings,
+        "options": options,
+        "kill_at": kill_at,
+        "skipped": {},
+    }
     reason = await _service.postgres_or_skip(postgres_url)
     if reason is not None:
         summary["skipped"]["failover_latency"] = reason
@@ -237,8 +268,13 @@ async def measure(trials: int, drain_trials: int, settings: dict[str, Any], opti
         await db.processes_ready(["control"])
         failover = Failover(db, options, kill_at)
         await failover.start()
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
             for label, signum, count in (("kill", signal.SIGKILL, trials), ("drain", signal.SIGTERM, drain_trials)):
                 if count == 0:
                     continue
@@ -249,12 +285,16 @@ async def measure(trials: int, drain_trials: int, settings: dict[str, Any], opti
                     results += await failover.signal_round(signum, size)
                     progress.advance(task, size)
                 values = [r["first_checkpoint"] for r in results]
-                summary[label] = {**distribution(values), "trials": count, "signals": len(sizes),
-                                  "components_median": components(results),
-                                  "completed": sum(r["completed"] for r in results),
-                                  "other_worker": sum(r["other_worker"] for r in results),
-                                  "start_reasons": sorted({r["start_reason"] for r in results}),
-                                  "seconds": values}
+                summary[label] = {
+                    **distribution(values),
+                    "trials": count,
+                    "signals": len(sizes),
+                    "components_median": components(results),
+                    "completed": sum(r["completed"] for r in results),
+                    "other_worker": sum(r["other_worker"] for r in results),
+                    "start_reasons": sorted({r["start_reason"] for r in results}),
+                    "seconds": values,
+                }
     summary["verdicts"] = verdicts(summary)
     return summary
 
@@ -270,17 +310,23 @@ def report(summary: dict[str, Any]) -> str:
         f"runs of {summary['options']['steps']} steps x {summary['options']['step_seconds']} s, signal after "
         f"checkpoint {summary['kill_at']}; {s['slots']} runs per signal, one sample (trial) per run",
     ]
-    for label, name in (("kill", "SIGKILL -> continuation's first checkpoint"),
-                        ("drain", "SIGTERM (drain) -> continuation's first checkpoint")):
+    for label, name in (
+        ("kill", "SIGKILL -> continuation's first checkpoint"),
+        ("drain", "SIGTERM (drain) -> continuation's first checkpoint"),
+    ):
         figures = summary.get(label)
         if not figures:
             continue
-        lines.append(f"  {name}: {figures['trials']} trials ({figures['signals']} signals), "
-                     f"p50 {figures['p50']:.3f} s, p99 {figures['p99']:.3f} s, max {figures['max']:.3f} s")
+        lines.append(
+            f"  {name}: {figures['trials']} trials ({figures['signals']} signals), "
+            f"p50 {figures['p50']:.3f} s, p99 {figures['p99']:.3f} s, max {figures['max']:.3f} s"
+        )
         parts = ", ".join(f"{k.replace('_', ' ')} {v:+.3f} s" for k, v in figures["components_median"].items())
         lines.append(f"    median time after the signal: {parts}")
-        lines.append(f"    continued on the other worker: {figures['other_worker']}/{figures['trials']}, completed: "
-                     f"{figures['completed']}/{figures['trials']}, start reason: {', '.join(figures['start_reasons'])}")
+        lines.append(
+            f"    continued on the other worker: {figures['other_worker']}/{figures['trials']}, completed: "
+            f"{figures['completed']}/{figures['trials']}, start reason: {', '.join(figures['start_reasons'])}"
+        )
     lines.extend(_cli.target_lines(summary))
     return "\n".join(lines)
 
@@ -307,8 +353,10 @@ def table(summary: dict[str, Any]) -> list[str]:
         c = f["components_median"]
         events = ("lease_expiry", "first_attempt_ended", "claimed", "started")
         cells = [f"{c[k]:+.3f}" if k in c else "-" for k in events]
-        lines.append(f"| {name} | {f['trials']} ({f['signals']}) | {f['p50']:.3f} | {f['p99']:.3f} | {f['max']:.3f} | "
-                     f"{' | '.join(cells)} | {f['other_worker']}/{f['trials']} | {f['completed']}/{f['trials']} |")
+        lines.append(
+            f"| {name} | {f['trials']} ({f['signals']}) | {f['p50']:.3f} | {f['p99']:.3f} | {f['max']:.3f} | "
+            f"{' | '.join(cells)} | {f['other_worker']}/{f['trials']} | {f['completed']}/{f['trials']} |"
+        )
     lines += ["", "Event columns: median seconds after the signal."]
     return lines
 
@@ -348,23 +396,32 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.failover_latency",
         description="Failover latency of real worker processes: SIGKILL and SIGTERM (drain) to the continuation's "
-                    "first checkpoint on another worker, on PostgreSQL.",
+        "first checkpoint on another worker, on PostgreSQL.",
     )
     parser.add_argument("--trials", type=int, default=50, help="SIGKILL trials (default: 50)")
     parser.add_argument("--drain-trials", type=int, default=10, help="SIGTERM drain-handoff trials (default: 10)")
-    parser.add_argument("--runs-per-signal", type=int, default=4,
-                        help="runs the active worker holds when signalled, its worker.slots; one trial per run "
-                             "(default: 4)")
-    parser.add_argument("--lease-seconds", type=float, default=3.0,
-                        help="worker.lease_seconds (default: 3, the smallest allowed)")
+    parser.add_argument(
+        "--runs-per-signal",
+        type=int,
+        default=4,
+        help="runs the active worker holds when signalled, its worker.slots; one trial per run (default: 4)",
+    )
+    parser.add_argument(
+        "--lease-seconds", type=float, default=3.0, help="worker.lease_seconds (default: 3, the smallest allowed)"
+    )
     parser.add_argument("--authority-seconds", type=float, default=0.5, help="worker.authority_seconds (default: 0.5)")
     parser.add_argument("--scan-seconds", type=float, default=0.2, help="worker.scan_seconds (default: 0.2)")
-    parser.add_argument("--database-timeout", type=float, default=0.9,
-                        help="database.timeout (default: 0.9; 3x must stay below the lease)")
+    parser.add_argument(
+        "--database-timeout",
+        type=float,
+        default=0.9,
+        help="database.timeout (default: 0.9; 3x must stay below the lease)",
+    )
     parser.add_argument("--steps", type=int, default=20, help="tool steps per run (default: 20)")
     parser.add_argument("--step-seconds", type=float, default=0.05, help="duration of one tool step (default: 0.05)")
-    parser.add_argument("--kill-at", type=int, default=2, help="signal once the run committed this many checkpoints "
-                                                               "(default: 2)")
+    parser.add_argument(
+        "--kill-at", type=int, default=2, help="signal once the run committed this many checkpoints (default: 2)"
+    )
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)
@@ -372,14 +429,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--trials and --drain-trials must be >= 0, and not both 0")
     if not 1 <= args.kill_at < 2 * args.steps:
         parser.error("--kill-at must be between 1 and 2 x --steps - 1 (two checkpoints per step)")
-    settings = {"lease_seconds": args.lease_seconds, "authority_seconds": args.authority_seconds,
-                "scan_seconds": args.scan_seconds, "database_timeout": args.database_timeout,
-                "slots": args.runs_per_signal}
+    settings = {
+        "lease_seconds": args.lease_seconds,
+        "authority_seconds": args.authority_seconds,
+        "scan_seconds": args.scan_seconds,
+        "database_timeout": args.database_timeout,
+        "slots": args.runs_per_signal,
+    }
     options = {"script": "loop", "steps": args.steps, "step_seconds": args.step_seconds}
     if (problem := _service.settings_problem(**sections(settings))) is not None:
         parser.error(problem)
-    summary = asyncio.run(measure(args.trials, args.drain_trials, settings, options, args.kill_at, args.postgres_url,
-                                  Console(stderr=True)))
+    summary = asyncio.run(
+        measure(
+            args.trials, args.drain_trials, settings, options, args.kill_at, args.postgres_url, Console(stderr=True)
+        )
+    )
     return _cli.emit(summary, report, args.json)
 
 

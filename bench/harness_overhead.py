@@ -108,16 +108,19 @@ async def measure(steps: int, reps: int, warmup: int) -> dict[str, Any]:
 
 def report(summary: dict[str, Any]) -> str:
     verdict = "meets" if summary["meets_target"] else "MISSES"
-    return "\n".join([
-        f"harness_overhead: {summary['steps']}-step scripted tool loop (one tool call per step), "
-        f"{summary['reps']} runs per variant, alternating, after {summary['warmup']} warm-up runs each",
-        f"  bare Agent.run    median {summary['bare_median_ms']:8.2f} ms   (min {summary['bare_min_ms']:.2f} ms)",
-        f"  Harness.run       median {summary['harness_median_ms']:8.2f} ms   (min {summary['harness_min_ms']:.2f} ms)",
-        f"  median ratio (Harness/bare, per pair): {summary['median_ratio']:.3f}   "
-        f"({verdict} the target <= {summary['target_ratio']:.2f})",
-        f"  ratio of medians: {summary['ratio_of_medians']:.3f}   "
-        f"overhead per step: {summary['per_step_overhead_ms']:.3f} ms",
-    ])
+    return "\n".join(
+        [
+            f"harness_overhead: {summary['steps']}-step scripted tool loop (one tool call per step), "
+            f"{summary['reps']} runs per variant, alternating, after {summary['warmup']} warm-up runs each",
+            f"  bare Agent.run    median {summary['bare_median_ms']:8.2f} ms   (min {summary['bare_min_ms']:.2f} ms)",
+            f"  Harness.run       median {summary['harness_median_ms']:8.2f} ms   "
+            f"(min {summary['harness_min_ms']:.2f} ms)",
+            f"  median ratio (Harness/bare, per pair): {summary['median_ratio']:.3f}   "
+            f"({verdict} the target <= {summary['target_ratio']:.2f})",
+            f"  ratio of medians: {summary['ratio_of_medians']:.3f}   "
+            f"overhead per step: {summary['per_step_overhead_ms']:.3f} ms",
+        ]
+    )
 
 
 def reading(summary: dict[str, Any]) -> list[str]:

@@ -46,9 +46,11 @@ QUICK_ARGS = ["--rows", "20", "--batch", "8", "--parallel", "4"]
 
 def event_payload(n: int, created_at: float) -> dict[str, Any]:
     """A run event's payload, shaped as `stage_run_event` writes it: type, created_at and data."""
-    return {"type": "run.completed", "created_at": created_at,
-            "data": {"run": {"id": f"run_{n:032x}", "status": "completed", "thread_id": f"thr_{n:032x}",
-                             "agent": "bench"}}}
+    return {
+        "type": "run.completed",
+        "created_at": created_at,
+        "data": {"run": {"id": f"run_{n:032x}", "status": "completed", "thread_id": f"thr_{n:032x}", "agent": "bench"}},
+    }
 
 
 async def stage(db: _service.ServiceDatabase, rows: int, target: str) -> None:
@@ -58,9 +60,15 @@ async def stage(db: _service.ServiceDatabase, rows: int, target: str) -> None:
     for start in range(0, rows, STAGE_BATCH):
         async with db.service.engine.begin() as conn:
             for n in range(start, min(rows, start + STAGE_BATCH)):
-                await enqueue_once(conn, kind="webhook", dedupe_key=f"bench-{n}", target=target,
-                                   payload=event_payload(n, created_at), workspace_id=workspace_id,
-                                   signing_secret=secret)
+                await enqueue_once(
+                    conn,
+                    kind="webhook",
+                    dedupe_key=f"bench-{n}",
+                    target=target,
+                    payload=event_payload(n, created_at),
+                    workspace_id=workspace_id,
+                    signing_secret=secret,
+                )
 
 
 async def status_counts(db: _service.ServiceDatabase) -> dict[str, int]:
@@ -70,9 +78,13 @@ async def status_counts(db: _service.ServiceDatabase) -> dict[str, int]:
 
 
 async def start_receiver(port: int) -> subprocess.Popen[str]:
-    receiver = subprocess.Popen([sys.executable, "-m", "bench._receiver", "--port", str(port)],
-                                cwd=_service.REPO_ROOT, env=_service.process_environment({}), stdout=subprocess.PIPE,
-                                text=True)
+    receiver = subprocess.Popen(
+        [sys.executable, "-m", "bench._receiver", "--port", str(port)],
+        cwd=_service.REPO_ROOT,
+        env=_service.process_environment({}),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert receiver.stdout is not None
     line = await asyncio.to_thread(receiver.stdout.readline)
     if line.strip() != "ready":
@@ -90,28 +102,43 @@ async def stop_receiver(receiver: subprocess.Popen[str]) -> dict[str, int]:
 def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
     rate = summary["deliveries_per_s"]
     return [
-        {"target": f"webhook deliveries/s >= {TARGET_PER_SECOND:,.0f}", "value": f"{rate:,.0f}/s",
-         "met": rate >= TARGET_PER_SECOND},
-        {"target": "every staged row delivered and received exactly once",
-         "value": f"{summary['statuses'].get('delivered', 0)} delivered, {summary['receiver']['deliveries']} received "
-                  f"({summary['receiver']['duplicates']} duplicates) of {summary['rows']}",
-         "met": summary["statuses"].get("delivered", 0) == summary["receiver"]["deliveries"] == summary["rows"]
-                and summary["receiver"]["duplicates"] == 0},
+        {
+            "target": f"webhook deliveries/s >= {TARGET_PER_SECOND:,.0f}",
+            "value": f"{rate:,.0f}/s",
+            "met": rate >= TARGET_PER_SECOND,
+        },
+        {
+            "target": "every staged row delivered and received exactly once",
+            "value": f"{summary['statuses'].get('delivered', 0)} delivered, "
+            f"{summary['receiver']['deliveries']} received "
+            f"({summary['receiver']['duplicates']} duplicates) of {summary['rows']}",
+            "met": summary["statuses"].get("delivered", 0) == summary["receiver"]["deliveries"] == summary["rows"]
+            and summary["receiver"]["duplicates"] == 0,
+        },
     ]
 
 
-async def measure(rows: int, policy: dict[str, Any], scan_seconds: float, postgres_url: str,
-                  console: Console) -> dict[str, Any]:
-    summary: dict[str, Any] = {"bench": "outbox_throughput", "rows": rows, "policy": policy,
-                               "scan_seconds": scan_seconds, "skipped": {}, "verdicts": []}
+async def measure(
+    rows: int, policy: dict[str, Any], scan_seconds: float, postgres_url: str, console: Console
+) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "bench": "outbox_throughput",
+        "rows": rows,
+        "policy": policy,
+        "scan_seconds": scan_seconds,
+        "skipped": {},
+        "verdicts": [],
+    }
     reason = await _service.postgres_or_skip(postgres_url)
     if reason is not None:
         summary["skipped"]["outbox_throughput"] = reason
         return summary
     summary["postgres_version"] = await _store.postgres_version(postgres_url)
-    sections = {"control": {"webhook_allow_insecure": True, "scan_seconds": scan_seconds},
-                "security": {"keys": [Fernet.generate_key().decode("ascii")]},
-                "outbox": {"by_kind": {"webhook": policy}}}
+    sections = {
+        "control": {"webhook_allow_insecure": True, "scan_seconds": scan_seconds},
+        "security": {"keys": [Fernet.generate_key().decode("ascii")]},
+        "outbox": {"by_kind": {"webhook": policy}},
+    }
     async with _service.service_database(postgres_url, **sections) as db:
         port = _service.free_port()
         receiver = await start_receiver(port)
@@ -122,8 +149,13 @@ async def measure(rows: int, policy: dict[str, Any], scan_seconds: float, postgr
             passes: list[dict[str, float]] = []
             delivered = 0
             loop = DeliveryLoop(db.service)
-            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                          TimeElapsedColumn(), console=console) as progress:
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                console=console,
+            ) as progress:
                 task = progress.add_task("webhook deliveries", total=rows)
                 started = time.perf_counter()
                 cpu_started = time.process_time()
@@ -184,7 +216,8 @@ def table(summary: dict[str, Any]) -> list[str]:
         return []
     policy = summary["policy"]
     return [
-        "| Metric | Value |", "|---|---|",
+        "| Metric | Value |",
+        "|---|---|",
         f"| Rows | {summary['rows']} (staged in {summary['stage_seconds']:.1f} s) |",
         f"| Settings | `outbox.by_kind.webhook.batch` = {policy['batch']}, `parallel` = {policy['parallel']}, "
         f"`control.scan_seconds` = {summary['scan_seconds']} |",
@@ -236,19 +269,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, default=5000, help="webhook rows to stage and deliver (default: 5000)")
     parser.add_argument("--batch", type=int, default=1000, help="outbox.by_kind.webhook.batch (default: 1000)")
-    parser.add_argument("--parallel", type=int, default=15,
-                        help="outbox.by_kind.webhook.parallel (default: 15, the engine's 5 pooled + 10 overflow "
-                             "connections)")
-    parser.add_argument("--scan-seconds", type=float, default=0.05,
-                        help="control.scan_seconds, the pause between passes (default: 0.05)")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=15,
+        help="outbox.by_kind.webhook.parallel (default: 15, the engine's 5 pooled + 10 overflow connections)",
+    )
+    parser.add_argument(
+        "--scan-seconds",
+        type=float,
+        default=0.05,
+        help="control.scan_seconds, the pause between passes (default: 0.05)",
+    )
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.rows < 1:
         parser.error("--rows must be >= 1")
     policy = {"batch": args.batch, "parallel": args.parallel}
-    problem = _service.settings_problem(outbox={"by_kind": {"webhook": policy}},
-                                        control={"scan_seconds": args.scan_seconds})
+    problem = _service.settings_problem(
+        outbox={"by_kind": {"webhook": policy}}, control={"scan_seconds": args.scan_seconds}
+    )
     if problem is not None:
         parser.error(problem)
     summary = asyncio.run(measure(args.rows, policy, args.scan_seconds, args.postgres_url, Console(stderr=True)))

@@ -56,8 +56,14 @@ async def prepare_waiting(db: _service.ServiceDatabase, count: int, progress: Pr
     task = progress.add_task("preparing waiting runs", total=count)
     worker = db.process("worker")
     await worker.wait_ready()
-    await _service.closed_loop(db, {"script": "approval"}, count, 4 * db.service.settings.worker.slots,
-                               prefix="waiting", on_sealed=lambda n: progress.update(task, completed=n))
+    await _service.closed_loop(
+        db,
+        {"script": "approval"},
+        count,
+        4 * db.service.settings.worker.slots,
+        prefix="waiting",
+        on_sealed=lambda n: progress.update(task, completed=n),
+    )
     await worker.stop()
     async with db.service.engine.connect() as conn:
         query = select(runs.c.id).where(runs.c.status == "waiting").order_by(runs.c.created_at)
@@ -99,9 +105,11 @@ async def resume_all(base_url: str, secret: str, run_ids: list[str], clients: in
             while not queue.empty():
                 run_id = queue.get_nowait()
                 started = time.perf_counter()
-                async with http.post(f"/v1/runs/{run_id}/resume", data=body,
-                                     headers={"Idempotency-Key": f"resume-{run_id}",
-                                              "Content-Type": "application/json"}) as response:
+                async with http.post(
+                    f"/v1/runs/{run_id}/resume",
+                    data=body,
+                    headers={"Idempotency-Key": f"resume-{run_id}", "Content-Type": "application/json"},
+                ) as response:
                     text = await response.text()
                 elapsed = (time.perf_counter() - started) * 1000
                 if response.status != 201:
@@ -118,19 +126,32 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def level_figures(clients: int, latencies: list[float], wall: float, control_cpu: float,
-                  machine_busy: float, system: str = "candor", idle_cpu_per_s: float = 0.0) -> dict[str, Any]:
+def level_figures(
+    clients: int,
+    latencies: list[float],
+    wall: float,
+    control_cpu: float,
+    machine_busy: float,
+    system: str = "candor",
+    idle_cpu_per_s: float = 0.0,
+) -> dict[str, Any]:
     """One client count's figures. `control_cpu_ms` (the control process's CPU per request) depends far less on
     what else the machine runs than the latencies do; `machine_busy` says how loaded the machine was.
     `control_net_cpu_ms` subtracts what the process spends with no request at all (its sweeps, `idle_cpu_per_s`
     seconds per second, measured before the levels) over the level's wall time: on a loaded machine a level takes
     longer and the sweeps' share of `control_cpu_ms` grows, the requests' own cost does not."""
-    return {"system": system, "clients": clients, "requests": len(latencies),
-            "p50_ms": _store.percentile(latencies, 0.5), "p99_ms": _store.percentile(latencies, 0.99),
-            "max_ms": max(latencies), "requests_per_s": len(latencies) / wall,
-            "control_cpu_ms": control_cpu * 1000 / len(latencies),
-            "control_net_cpu_ms": max(0.0, control_cpu - idle_cpu_per_s * wall) * 1000 / len(latencies),
-            "machine_busy": machine_busy}
+    return {
+        "system": system,
+        "clients": clients,
+        "requests": len(latencies),
+        "p50_ms": _store.percentile(latencies, 0.5),
+        "p99_ms": _store.percentile(latencies, 0.99),
+        "max_ms": max(latencies),
+        "requests_per_s": len(latencies) / wall,
+        "control_cpu_ms": control_cpu * 1000 / len(latencies),
+        "control_net_cpu_ms": max(0.0, control_cpu - idle_cpu_per_s * wall) * 1000 / len(latencies),
+        "machine_busy": machine_busy,
+    }
 
 
 async def idle_cpu_rates(pids: dict[str, int], seconds: float = IDLE_SECONDS) -> dict[str, float]:
@@ -144,8 +165,13 @@ def verdicts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     at = next((r for r in results if r["clients"] == TARGET_CLIENTS and r.get("system", "candor") == "candor"), None)
     if at is None:
         return []
-    return [{"target": f"resume p99 <= {TARGET_P99_MS:.0f} ms at {TARGET_CLIENTS} concurrent clients",
-             "value": f"{at['p99_ms']:.1f} ms", "met": at["p99_ms"] <= TARGET_P99_MS}]
+    return [
+        {
+            "target": f"resume p99 <= {TARGET_P99_MS:.0f} ms at {TARGET_CLIENTS} concurrent clients",
+            "value": f"{at['p99_ms']:.1f} ms",
+            "met": at["p99_ms"] <= TARGET_P99_MS,
+        }
+    ]
 
 
 def start_profiler(pid: int, out_dir: Path, clients: int) -> subprocess.Popen[bytes]:
@@ -153,8 +179,11 @@ def start_profiler(pid: int, out_dir: Path, clients: int) -> subprocess.Popen[by
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"control-{clients}-clients.txt"
-    return subprocess.Popen([py_spy, "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", str(target)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [py_spy, "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", str(target)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 async def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
@@ -162,12 +191,28 @@ async def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
     await asyncio.to_thread(profiler.wait, 60)
 
 
-async def measure(levels: list[int], requests: int, warmup: int, postgres_url: str, console: Console,
-                  database: dict[str, Any] | None = None, *, baseline: Path | None = None, rounds: int = 1,
-                  profile: Path | None = None) -> dict[str, Any]:
-    summary: dict[str, Any] = {"bench": "resume_latency", "requests": requests, "warmup": warmup, "results": [],
-                               "skipped": {}, "verdicts": [], "rounds": rounds,
-                               "baseline_src": None if baseline is None else str(baseline)}
+async def measure(
+    levels: list[int],
+    requests: int,
+    warmup: int,
+    postgres_url: str,
+    console: Console,
+    database: dict[str, Any] | None = None,
+    *,
+    baseline: Path | None = None,
+    rounds: int = 1,
+    profile: Path | None = None,
+) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "bench": "resume_latency",
+        "requests": requests,
+        "warmup": warmup,
+        "results": [],
+        "skipped": {},
+        "verdicts": [],
+        "rounds": rounds,
+        "baseline_src": None if baseline is None else str(baseline),
+    }
     reason = await _service.postgres_or_skip(postgres_url)
     if reason is not None:
         summary["skipped"]["resume_latency"] = reason
@@ -177,8 +222,13 @@ async def measure(levels: list[int], requests: int, warmup: int, postgres_url: s
     systems = {"candor": None} if baseline is None else {"candor": None, "baseline": baseline}
     per_round = [requests // rounds + (1 if r < requests % rounds else 0) for r in range(rounds)]
     async with _service.service_database(postgres_url, **({"database": database} if database else {})) as db:
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
             waiting = await prepare_waiting(db, len(systems) * (warmup + requests * len(levels)), progress)
             controls = {name: db.process("control", source) for name, source in systems.items()}
             await asyncio.gather(*(control.wait_ready() for control in controls.values()))
@@ -188,7 +238,7 @@ async def measure(levels: list[int], requests: int, warmup: int, postgres_url: s
             def take(count: int) -> list[str]:
                 nonlocal offset
                 offset += count
-                return waiting[offset - count:offset]
+                return waiting[offset - count : offset]
 
             for control in controls.values():
                 if warmup:
@@ -234,10 +284,12 @@ def report(summary: dict[str, Any]) -> str:
         f"{'control CPU ms/req':>20}{'net of idle':>13}{'machine busy':>14}",
     ]
     for r in summary["results"]:
-        lines.append(f"  {r.get('system', 'candor'):<10}{r['clients']:>8}{r['requests']:>10}"
-                     f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}"
-                     f"{r['requests_per_s']:>12.1f}{r['control_cpu_ms']:>20.2f}{r.get('control_net_cpu_ms', 0):>13.2f}"
-                     f"{r['machine_busy']:>14.0%}")
+        lines.append(
+            f"  {r.get('system', 'candor'):<10}{r['clients']:>8}{r['requests']:>10}"
+            f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}"
+            f"{r['requests_per_s']:>12.1f}{r['control_cpu_ms']:>20.2f}{r.get('control_net_cpu_ms', 0):>13.2f}"
+            f"{r['machine_busy']:>14.0%}"
+        )
     for name, rate in summary.get("control_idle_cpu_ms_per_s", {}).items():
         lines.append(f"  {name} control process with no request: {rate:.1f} ms CPU per second")
     if "load_average" in summary:
@@ -250,8 +302,11 @@ def report(summary: dict[str, Any]) -> str:
 def table(summary: dict[str, Any]) -> list[str]:
     """The figures as a Markdown table, for docs/benchmarks.md (targets are added by `bench.run_all`)."""
     lines = ["| Concurrent clients | Requests | p50 ms | p99 ms | max ms | Requests/s |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['clients']} | {r['requests']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} | "
-              f"{r['requests_per_s']:.1f} |" for r in candor_results(summary)]
+    lines += [
+        f"| {r['clients']} | {r['requests']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} | "
+        f"{r['requests_per_s']:.1f} |"
+        for r in candor_results(summary)
+    ]
     return lines
 
 
@@ -297,38 +352,68 @@ def reading(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.resume_latency",
         description="Latency of POST /v1/runs/{id}/resume over HTTP on PostgreSQL at several concurrent clients.",
     )
-    parser.add_argument("--clients", type=_cli.positive_ints, default=[1, 8, TARGET_CLIENTS],
-                        help="concurrent client counts (default: 1,8,32)")
+    parser.add_argument(
+        "--clients",
+        type=_cli.positive_ints,
+        default=[1, 8, TARGET_CLIENTS],
+        help="concurrent client counts (default: 1,8,32)",
+    )
     parser.add_argument("--requests", type=int, default=160, help="timed resumes per client count (default: 160)")
     parser.add_argument("--warmup", type=int, default=16, help="untimed resumes first (default: 16)")
-    parser.add_argument("--pool-size", type=int, default=None,
-                        help="database.pool_size of the processes (default: the service default)")
-    parser.add_argument("--max-overflow", type=int, default=None,
-                        help="database.max_overflow of the processes (default: the service default)")
+    parser.add_argument(
+        "--pool-size", type=int, default=None, help="database.pool_size of the processes (default: the service default)"
+    )
+    parser.add_argument(
+        "--max-overflow",
+        type=int,
+        default=None,
+        help="database.max_overflow of the processes (default: the service default)",
+    )
     _cli.add_baseline_src(parser, "a second control process importing that code is measured at every client count")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="interleaved rounds per client count, each --requests / rounds resumes (default: 1)")
-    parser.add_argument("--profile", type=Path, default=None,
-                        help="record the control process with py-spy during the largest client count, into this "
-                             "directory (raw collapsed stacks)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="interleaved rounds per client count, each --requests / rounds resumes (default: 1)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="record the control process with py-spy during the largest client count, into this "
+        "directory (raw collapsed stacks)",
+    )
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.requests < 1 or args.warmup < 0 or not 1 <= args.rounds <= args.requests:
         parser.error("--requests must be >= 1, --warmup >= 0 and --rounds between 1 and --requests")
-    database = {name: value for name, value in (("pool_size", args.pool_size), ("max_overflow", args.max_overflow))
-                if value is not None}
+    database = {
+        name: value
+        for name, value in (("pool_size", args.pool_size), ("max_overflow", args.max_overflow))
+        if value is not None
+    }
     problem = _service.settings_problem(database=database) if database else None
     if problem is not None:
         parser.error(problem)
-    summary = asyncio.run(measure(args.clients, args.requests, args.warmup, args.postgres_url, Console(stderr=True),
-                                  database, baseline=args.baseline_src, rounds=args.rounds, profile=args.profile))
+    summary = asyncio.run(
+        measure(
+            args.clients,
+            args.requests,
+            args.warmup,
+            args.postgres_url,
+            Console(stderr=True),
+            database,
+            baseline=args.baseline_src,
+            rounds=args.rounds,
+            profile=args.profile,
+        )
+    )
     return _cli.emit(summary, report, args.json)
 
 

@@ -35,8 +35,17 @@ BUDGET_SECONDS = 15 * 60
 """Issue 8: the whole `make bench` must finish within 15 minutes on the 2-core reference machine."""
 ISSUE_8_LATER: dict[str, str] = {}
 """Benchmarks issue 8 asks for that may not exist yet (name -> label); the report names those still missing."""
-PACKAGES = ("candor", "pydantic-ai-slim", "pydantic-graph", "pydantic", "pydantic-core", "sqlalchemy", "asyncpg",
-            "aiosqlite", "rich")
+PACKAGES = (
+    "candor",
+    "pydantic-ai-slim",
+    "pydantic-graph",
+    "pydantic",
+    "pydantic-core",
+    "sqlalchemy",
+    "asyncpg",
+    "aiosqlite",
+    "rich",
+)
 
 
 @dataclass
@@ -69,7 +78,11 @@ def run_bench(name: str, extra: list[str], summaries: Path | None = None) -> Ben
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         started = time.perf_counter()
         proc = subprocess.run(
-            [*command, "--json", str(summary_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+            [*command, "--json", str(summary_path)],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
             check=False,
         )
         elapsed = time.perf_counter() - started
@@ -114,8 +127,9 @@ def _cpu_model() -> str:
 
 def _git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -161,8 +175,9 @@ def time_table(runs: list[BenchRun], total_seconds: float) -> list[str]:
         share = run.seconds / total_seconds if total_seconds > 0 else 0.0
         lines.append(f"| {run.name} | {run.seconds:.1f} | {share:.0%} | {run.returncode} |")
     within = "yes" if total_seconds <= BUDGET_SECONDS else "**no**"
-    lines.append(f"| **Total** | **{total_seconds:.1f}** | 100% | within the "
-                 f"{BUDGET_SECONDS / 60:.0f}-minute budget: {within} |")
+    lines.append(
+        f"| **Total** | **{total_seconds:.1f}** | 100% | within the {BUDGET_SECONDS / 60:.0f}-minute budget: {within} |"
+    )
     return lines
 
 
@@ -193,15 +208,25 @@ def _summary_table(summary: dict[str, Any]) -> list[str]:
                 f"| {r['backend']} | {r['size']} | {r['bytes_median']:.0f} | {r['bytes_read_back_median']:.0f} | "
                 f"{r['commit_ms_median']:.2f} | {r['commit_ms_p90']:.2f} | {r['encode_ms_median']:.2f} |"
             )
-        lines += _verdict_lines([
-            (f"{v['backend']}: bytes at {v['large']} <= 2x at {v['small']}", f"{v['bytes_ratio']:.2f}x",
-             v["meets_bytes"])
-            for v in summary["verdicts"]
-        ] + [
-            (f"{v['backend']}: commit time at {v['large']} <= 2x at {v['small']}", f"{v['commit_time_ratio']:.2f}x",
-             v["meets_time"])
-            for v in summary["verdicts"]
-        ], summary.get("skipped", {}))
+        lines += _verdict_lines(
+            [
+                (
+                    f"{v['backend']}: bytes at {v['large']} <= 2x at {v['small']}",
+                    f"{v['bytes_ratio']:.2f}x",
+                    v["meets_bytes"],
+                )
+                for v in summary["verdicts"]
+            ]
+            + [
+                (
+                    f"{v['backend']}: commit time at {v['large']} <= 2x at {v['small']}",
+                    f"{v['commit_time_ratio']:.2f}x",
+                    v["meets_time"],
+                )
+                for v in summary["verdicts"]
+            ],
+            summary.get("skipped", {}),
+        )
         return lines
     if summary.get("bench") == "durable_steps":
         lines = [
@@ -215,8 +240,9 @@ def _summary_table(summary: dict[str, Any]) -> list[str]:
                 f"{r.get('stored_bytes', '-')} | {r.get('bytes_step_1', '-')} | {r.get('bytes_step_last', '-')} | "
                 f"{_ms(r.get('commit_ms'))} | {_ms(r.get('prepare_ms'))} |"
             )
-        lines += _verdict_lines([(v["target"], v["value"], v["met"]) for v in summary["verdicts"]],
-                                summary.get("skipped", {}))
+        lines += _verdict_lines(
+            [(v["target"], v["value"], v["met"]) for v in summary["verdicts"]], summary.get("skipped", {})
+        )
         return lines
     return ["| Key | Value |", "|---|---|", *(f"| {k} | {v} |" for k, v in summary.items())]
 
@@ -239,15 +265,30 @@ def _targets(run: BenchRun) -> list[tuple[str, str, bool | None]]:
         return [(f"{run.name}: all targets", f"no summary (exit status {run.returncode})", None)]
     bench = summary.get("bench")
     if bench == "harness_overhead":
-        return [(f"Harness.run / bare Agent.run <= {summary['target_ratio']:.2f}", f"{summary['median_ratio']:.3f}",
-                 summary["meets_target"])]
+        return [
+            (
+                f"Harness.run / bare Agent.run <= {summary['target_ratio']:.2f}",
+                f"{summary['median_ratio']:.3f}",
+                summary["meets_target"],
+            )
+        ]
     out: list[tuple[str, str, bool | None]] = []
     if bench == "checkpoint_cost":
         for v in summary["verdicts"]:
-            out.append((f"{v['backend']}: bytes per commit at {v['large']} messages <= 2x at {v['small']}",
-                        f"{v['bytes_ratio']:.2f}x", v["meets_bytes"]))
-            out.append((f"{v['backend']}: commit time at {v['large']} messages <= 2x at {v['small']}",
-                        f"{v['commit_time_ratio']:.2f}x", v["meets_time"]))
+            out.append(
+                (
+                    f"{v['backend']}: bytes per commit at {v['large']} messages <= 2x at {v['small']}",
+                    f"{v['bytes_ratio']:.2f}x",
+                    v["meets_bytes"],
+                )
+            )
+            out.append(
+                (
+                    f"{v['backend']}: commit time at {v['large']} messages <= 2x at {v['small']}",
+                    f"{v['commit_time_ratio']:.2f}x",
+                    v["meets_time"],
+                )
+            )
     else:  # durable_steps and every benchmark with a `table()`: verdicts are {target, value, met}
         out += [(v["target"], v["value"], v["met"]) for v in summary.get("verdicts", [])]
     out += [(name, f"skipped: {reason}", None) for name, reason in summary.get("skipped", {}).items()]
@@ -319,8 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", action="append", default=None, metavar="NAME", help="run only this bench (repeatable)"
     )
-    parser.add_argument("--summaries", type=Path, default=None, metavar="DIR",
-                        help="also keep each bench's JSON summary in DIR as NAME.json (the smoke tests read them)")
+    parser.add_argument(
+        "--summaries",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also keep each bench's JSON summary in DIR as NAME.json (the smoke tests read them)",
+    )
     args = parser.parse_args(argv)
     raw_argv = list(argv if argv is not None else sys.argv[1:])
 
@@ -337,7 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[BenchRun] = []
     started = time.perf_counter()
     columns = (
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console) as progress:

@@ -54,12 +54,28 @@ from candor.service.store.tables import run_attempts, runs
 
 from . import _cli, _service, _store
 
-QUICK_ARGS = ["--rounds", "2", "--sequential-steps", "2", "--concurrent", "2x2",
-              "--systems", "pydantic-ai,harness,candor-service+sqlite,candor-service+postgresql"]
+QUICK_ARGS = [
+    "--rounds",
+    "2",
+    "--sequential-steps",
+    "2",
+    "--concurrent",
+    "2x2",
+    "--systems",
+    "pydantic-ai,harness,candor-service+sqlite,candor-service+postgresql",
+]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests)."""
 STEP_SERVER = Path(__file__).resolve().parent / "peers" / "step_server.py"
-SYSTEMS = ("pydantic-ai", "harness", "candor-service+postgresql", "candor-service+sqlite", "langgraph+postgresql",
-           "langgraph+sqlite", "dbos+postgresql", "dbos+sqlite")
+SYSTEMS = (
+    "pydantic-ai",
+    "harness",
+    "candor-service+postgresql",
+    "candor-service+sqlite",
+    "langgraph+postgresql",
+    "langgraph+sqlite",
+    "dbos+postgresql",
+    "dbos+sqlite",
+)
 BASELINE_SYSTEMS = ("candor-baseline+postgresql", "candor-baseline+sqlite")
 MODEL_SECONDS_CONCURRENT = 0.02
 
@@ -165,8 +181,15 @@ class PeerSystem(System):
         if database is not None:
             command += ["--database-url", database.url]
         env = _service.process_environment({})
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True, env=env, cwd=STEP_SERVER.parent)
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=STEP_SERVER.parent,
+        )
         ready = self._read()
         self.versions = ready.get("versions", {})
         self.pids = {"process": self.process.pid}
@@ -182,8 +205,12 @@ class PeerSystem(System):
 
     async def run(self, workload: Workload) -> float:
         assert self.process.stdin is not None
-        command = {"steps": workload.steps, "runs": workload.runs, "concurrency": workload.concurrency,
-                   "model_seconds": workload.model_seconds}
+        command = {
+            "steps": workload.steps,
+            "runs": workload.runs,
+            "concurrency": workload.concurrency,
+            "model_seconds": workload.model_seconds,
+        }
         self.process.stdin.write(json.dumps(command) + "\n")
         self.process.stdin.flush()
         answer = await asyncio.to_thread(self._read)
@@ -219,13 +246,16 @@ class ServiceSystem(System):
         self.secret = (await operator.bootstrap(settings))["secret"]
         self.service = await Service.open(settings)
         self.stack.push_async_callback(self.service.close)
-        self.processes = [_service.ServiceProcess(role, env, self.log_dir, source=self.source).start()
-                          for role in ("control", "worker")]
+        self.processes = [
+            _service.ServiceProcess(role, env, self.log_dir, source=self.source).start()
+            for role in ("control", "worker")
+        ]
         self.stack.push_async_callback(self.stop)
         await asyncio.gather(*(p.wait_ready() for p in self.processes))
         self.pids = {p.role: p.pid for p in self.processes}
-        self.client = httpx.AsyncClient(base_url=self.processes[0].base_url, timeout=60,
-                                        headers={"Authorization": f"Bearer {self.secret}"})
+        self.client = httpx.AsyncClient(
+            base_url=self.processes[0].base_url, timeout=60, headers={"Authorization": f"Bearer {self.secret}"}
+        )
         self.stack.push_async_callback(self.client.aclose)
 
     async def stop(self) -> None:
@@ -306,22 +336,39 @@ def summarize(systems: list[System], workloads: list[Workload], rounds: int) -> 
             measured = system.results.get(workload.name, [])
             if not measured:
                 continue
-            per_step = {role: _median([m.cpu_ms[role] / workload.total_steps for m in measured])
-                        for role in system.pids}
-            results.append({
-                "system": system.name, "workload": workload.name,
-                "steps_per_s": _median([workload.total_steps / m.seconds for m in measured]),
-                "steps_per_s_by_round": [workload.total_steps / m.seconds for m in measured],
-                "cpu_ms_per_step": per_step, "cpu_ms_per_step_total": sum(per_step.values()),
-            })
-    storage = [{"system": s.name, "commits_per_step": s.__dict__.get("commits_per_step"),
-                "bytes_per_run": s.__dict__.get("bytes_per_run"),
-                "claim_ms_p50": _store.percentile(s.claim_ms, 0.5) if s.claim_ms else None,
-                "claim_ms_p99": _store.percentile(s.claim_ms, 0.99) if s.claim_ms else None,
-                "claims": len(s.claim_ms), "posts_retried_after_503": s.retried, "versions": s.versions}
-               for s in systems]
-    return {"bench": "service_steps", "rounds": rounds, "workloads": [w.__dict__ for w in workloads],
-            "results": results, "systems": storage}
+            per_step = {
+                role: _median([m.cpu_ms[role] / workload.total_steps for m in measured]) for role in system.pids
+            }
+            results.append(
+                {
+                    "system": system.name,
+                    "workload": workload.name,
+                    "steps_per_s": _median([workload.total_steps / m.seconds for m in measured]),
+                    "steps_per_s_by_round": [workload.total_steps / m.seconds for m in measured],
+                    "cpu_ms_per_step": per_step,
+                    "cpu_ms_per_step_total": sum(per_step.values()),
+                }
+            )
+    storage = [
+        {
+            "system": s.name,
+            "commits_per_step": s.__dict__.get("commits_per_step"),
+            "bytes_per_run": s.__dict__.get("bytes_per_run"),
+            "claim_ms_p50": _store.percentile(s.claim_ms, 0.5) if s.claim_ms else None,
+            "claim_ms_p99": _store.percentile(s.claim_ms, 0.99) if s.claim_ms else None,
+            "claims": len(s.claim_ms),
+            "posts_retried_after_503": s.retried,
+            "versions": s.versions,
+        }
+        for s in systems
+    ]
+    return {
+        "bench": "service_steps",
+        "rounds": rounds,
+        "workloads": [w.__dict__ for w in workloads],
+        "results": results,
+        "systems": storage,
+    }
 
 
 def _find(summary: dict[str, Any], system: str, workload: str) -> dict[str, Any] | None:
@@ -342,38 +389,61 @@ def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
             mine, bare = _find(summary, candor, longest["name"]), _find(summary, "pydantic-ai", longest["name"])
             if mine and bare:
                 worker, base = mine["cpu_ms_per_step"]["worker"], bare["cpu_ms_per_step"]["process"]
-                out.append({"target": f"{candor}: worker CPU per step <= 2x bare Pydantic AI ({longest['name']})",
-                            "value": f"{worker / base:.2f}x ({worker:.2f} vs {base:.2f} ms)",
-                            "met": worker <= 2 * base})
+                out.append(
+                    {
+                        "target": f"{candor}: worker CPU per step <= 2x bare Pydantic AI ({longest['name']})",
+                        "value": f"{worker / base:.2f}x ({worker:.2f} vs {base:.2f} ms)",
+                        "met": worker <= 2 * base,
+                    }
+                )
             for peer, factor in ((f"langgraph+{db}", 1.0), (f"dbos+{db}", 2.0)):
                 theirs = _find(summary, peer, longest["name"])
                 if mine and theirs:
                     ratio = _round_ratio(mine, theirs)
-                    out.append({"target": f"{candor}: sequential steps/s >= {factor:g}x {peer} ({longest['name']})",
-                                "value": f"{ratio:.2f}x (median of per-round ratios)", "met": ratio >= factor})
+                    out.append(
+                        {
+                            "target": f"{candor}: sequential steps/s >= {factor:g}x {peer} ({longest['name']})",
+                            "value": f"{ratio:.2f}x (median of per-round ratios)",
+                            "met": ratio >= factor,
+                        }
+                    )
         if concurrent is not None:
             mine, bare = _find(summary, candor, concurrent["name"]), _find(summary, "pydantic-ai", concurrent["name"])
             if mine and bare:
                 ratio = _round_ratio(mine, bare)
-                out.append({"target": f"{candor}: concurrent steps/s >= 0.8x bare Pydantic AI ({concurrent['name']})",
-                            "value": f"{ratio:.2f}x (median of per-round ratios)", "met": ratio >= 0.8})
+                out.append(
+                    {
+                        "target": f"{candor}: concurrent steps/s >= 0.8x bare Pydantic AI ({concurrent['name']})",
+                        "value": f"{ratio:.2f}x (median of per-round ratios)",
+                        "met": ratio >= 0.8,
+                    }
+                )
         info = next((s for s in summary["systems"] if s["system"] == candor), None)
         if info and info["claim_ms_p99"] is not None:
-            out.append({"target": f"{candor}: created -> first claim p99 <= 50 ms (separate worker process)",
-                        "value": f"{info['claim_ms_p99']:.1f} ms over {info['claims']} runs",
-                        "met": info["claim_ms_p99"] <= 50})
+            out.append(
+                {
+                    "target": f"{candor}: created -> first claim p99 <= 50 ms (separate worker process)",
+                    "value": f"{info['claim_ms_p99']:.1f} ms over {info['claims']} runs",
+                    "met": info["claim_ms_p99"] <= 50,
+                }
+            )
         if info and info["commits_per_step"] is not None and longest is not None:
-            out.append({"target": f"{candor}: committed transactions per step (all processes, all rounds) "
-                                  "<= 2 + overhead",
-                        "value": f"{info['commits_per_step']:.2f}", "met": info["commits_per_step"] <= 2.5})
+            out.append(
+                {
+                    "target": f"{candor}: committed transactions per step (all processes, all rounds) <= 2 + overhead",
+                    "value": f"{info['commits_per_step']:.2f}",
+                    "met": info["commits_per_step"] <= 2.5,
+                }
+            )
     return out
 
 
 async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[str, Any]:
     workloads = [Workload(f"sequential {n} steps", n, args.sequential_runs, 1, 0.0) for n in args.sequential_steps]
     count, steps = args.concurrent
-    workloads.append(Workload(f"{count} concurrent x {steps} steps, 20 ms model", steps, count, count,
-                              MODEL_SECONDS_CONCURRENT))
+    workloads.append(
+        Workload(f"{count} concurrent x {steps} steps, 20 ms model", steps, count, count, MODEL_SECONDS_CONCURRENT)
+    )
     skipped: dict[str, str] = {}
     peers = _store.peers_python()
     pg_problem = await _service.postgres_or_skip(args.postgres_url)
@@ -391,7 +461,8 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
             database = None
             if kind is not None:
                 database = await stack.enter_async_context(
-                    scratch_database(kind, args.postgres_url, tmp, name.replace("+", "_")))
+                    scratch_database(kind, args.postgres_url, tmp, name.replace("+", "_"))
+                )
             try:
                 if name.startswith(("candor-service", "candor-baseline")):
                     assert database is not None
@@ -415,7 +486,7 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
                 system.size_before = await database.size(args.postgres_url)
             systems.append(system)
         for round_number in range(args.rounds):
-            order = systems[round_number % len(systems):] + systems[: round_number % len(systems)] if systems else []
+            order = systems[round_number % len(systems) :] + systems[: round_number % len(systems)] if systems else []
             for system in order:
                 for workload in workloads:
                     await system.measure(workload)
@@ -440,10 +511,14 @@ def table(summary: dict[str, Any]) -> list[str]:
     lines = ["| System | Workload | Steps/s (median) | CPU ms per step | Processes |", "|---|---|---|---|---|"]
     for r in summary["results"]:
         roles = ", ".join(f"{role} {ms:.2f}" for role, ms in r["cpu_ms_per_step"].items())
-        lines.append(f"| {r['system']} | {r['workload']} | {r['steps_per_s']:.1f} | {r['cpu_ms_per_step_total']:.2f} "
-                     f"| {roles} |")
-    lines += ["", "| System | Committed transactions per step | Bytes stored per run | Created -> claim p50 ms "
-              "| p99 ms |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['system']} | {r['workload']} | {r['steps_per_s']:.1f} | {r['cpu_ms_per_step_total']:.2f} | {roles} |"
+        )
+    lines += [
+        "",
+        "| System | Committed transactions per step | Bytes stored per run | Created -> claim p50 ms | p99 ms |",
+        "|---|---|---|---|---|",
+    ]
     for s in summary["systems"]:
         commits = "-" if s["commits_per_step"] is None else f"{s['commits_per_step']:.2f}"
         stored = "-" if s["bytes_per_run"] is None else f"{s['bytes_per_run']:.0f}"
@@ -492,14 +567,23 @@ def _concurrent(text: str) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.service_steps", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default: 2)")
-    parser.add_argument("--sequential-steps", type=_cli.positive_ints, default=[5, 20, 80],
-                        help="steps per run of the sequential workloads (default: 5,20,80)")
+    parser.add_argument(
+        "--sequential-steps",
+        type=_cli.positive_ints,
+        default=[5, 20, 80],
+        help="steps per run of the sequential workloads (default: 5,20,80)",
+    )
     parser.add_argument("--sequential-runs", type=int, default=1, help="runs per sequential workload (default: 1)")
     parser.add_argument("--concurrent", type=_concurrent, default=(16, 20), help="RUNSxSTEPS (default: 16x20)")
-    parser.add_argument("--systems", type=lambda t: [s for s in t.split(",") if s], default=list(SYSTEMS),
-                        help=f"comma-separated subset of {','.join(SYSTEMS)}")
-    _cli.add_baseline_src(parser, "adds the systems candor-baseline+postgresql/sqlite, the service processes "
-                                  "importing that code instead")
+    parser.add_argument(
+        "--systems",
+        type=lambda t: [s for s in t.split(",") if s],
+        default=list(SYSTEMS),
+        help=f"comma-separated subset of {','.join(SYSTEMS)}",
+    )
+    _cli.add_baseline_src(
+        parser, "adds the systems candor-baseline+postgresql/sqlite, the service processes importing that code instead"
+    )
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)

@@ -53,8 +53,14 @@ def figures(rows: list[dict[str, float]]) -> dict[str, float]:
 
 async def _measured_rows(db: _service.ServiceDatabase, run_ids: list[str]) -> list[dict[str, Any]]:
     query = (
-        select(runs.c.id, runs.c.status, runs.c.created_at, runs.c.sealed_at,
-               run_attempts.c.created_at.label("claimed_at"), run_attempts.c.started_at)
+        select(
+            runs.c.id,
+            runs.c.status,
+            runs.c.created_at,
+            runs.c.sealed_at,
+            run_attempts.c.created_at.label("claimed_at"),
+            run_attempts.c.started_at,
+        )
         .join(run_attempts, (run_attempts.c.run_id == runs.c.id) & (run_attempts.c.number == 1))
         .where(runs.c.id.in_(run_ids))
     )
@@ -62,8 +68,9 @@ async def _measured_rows(db: _service.ServiceDatabase, run_ids: list[str]) -> li
         return [dict(row) for row in (await conn.execute(query)).mappings().all()]
 
 
-async def measure_workers(workers: int, runs_count: int, options: dict[str, Any], postgres_url: str,
-                          progress: Progress) -> dict[str, Any]:
+async def measure_workers(
+    workers: int, runs_count: int, options: dict[str, Any], postgres_url: str, progress: Progress
+) -> dict[str, Any]:
     async with _service.service_database(postgres_url) as db:
         slots = db.service.settings.worker.slots
         task = progress.add_task(f"{workers} worker process(es): starting", total=runs_count)
@@ -72,36 +79,65 @@ async def measure_workers(workers: int, runs_count: int, options: dict[str, Any]
         await _service.closed_loop(db, options, workers * slots, workers * slots, prefix="warm-up")
         progress.update(task, description=f"{workers} worker process(es): measuring")
         started, cpu_before = time.perf_counter(), _service.machine_cpu_times()
-        run_ids = await _service.closed_loop(db, options, runs_count, IN_FLIGHT_PER_SLOT * workers * slots,
-                                             prefix="measured",
-                                    on_sealed=lambda n: progress.update(task, completed=n))
+        run_ids = await _service.closed_loop(
+            db,
+            options,
+            runs_count,
+            IN_FLIGHT_PER_SLOT * workers * slots,
+            prefix="measured",
+            on_sealed=lambda n: progress.update(task, completed=n),
+        )
         wall, cpu_busy = time.perf_counter() - started, _service.busy_fraction(cpu_before, _service.machine_cpu_times())
         rows = await _measured_rows(db, run_ids)
     completed = [r for r in rows if r["status"] == "completed"]
-    result = {"workers": workers, "slots_per_worker": slots, "runs": runs_count, "completed": len(completed),
-              "wall_s": wall, "machine_cpu_busy": cpu_busy, **(figures(completed) if completed else {})}
+    result = {
+        "workers": workers,
+        "slots_per_worker": slots,
+        "runs": runs_count,
+        "completed": len(completed),
+        "wall_s": wall,
+        "machine_cpu_busy": cpu_busy,
+        **(figures(completed) if completed else {}),
+    }
     return result
 
 
 def verdicts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """No numeric target is set for throughput; every measured run must complete."""
-    return [{"target": f"{r['workers']} worker(s): every measured run completed",
-             "value": f"{r['completed']}/{r['runs']}",
-             "met": r["completed"] == r["runs"]} for r in results]
+    return [
+        {
+            "target": f"{r['workers']} worker(s): every measured run completed",
+            "value": f"{r['completed']}/{r['runs']}",
+            "met": r["completed"] == r["runs"],
+        }
+        for r in results
+    ]
 
 
-async def measure(workers_list: list[int], runs_count: int, options: dict[str, Any], postgres_url: str,
-                  console: Console) -> dict[str, Any]:
-    summary: dict[str, Any] = {"bench": "service_throughput", "options": options, "runs": runs_count,
-                               "in_flight_per_slot": IN_FLIGHT_PER_SLOT, "results": [], "skipped": {}}
+async def measure(
+    workers_list: list[int], runs_count: int, options: dict[str, Any], postgres_url: str, console: Console
+) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "bench": "service_throughput",
+        "options": options,
+        "runs": runs_count,
+        "in_flight_per_slot": IN_FLIGHT_PER_SLOT,
+        "results": [],
+        "skipped": {},
+    }
     reason = await _service.postgres_or_skip(postgres_url)
     if reason is not None:
         summary["skipped"]["service_throughput"] = reason
         summary["verdicts"] = []
         return summary
     summary["postgres_version"] = await _store.postgres_version(postgres_url)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
         for workers in workers_list:
             summary["results"].append(await measure_workers(workers, runs_count, options, postgres_url, progress))
     summary["verdicts"] = verdicts(summary["results"])
@@ -130,13 +166,18 @@ def report(summary: dict[str, Any]) -> str:
 
 def table(summary: dict[str, Any]) -> list[str]:
     """The figures as a Markdown table, for docs/benchmarks.md (targets are added by `bench.run_all`)."""
-    lines = ["| Worker processes | Slots | Runs/s | Queue wait p50 ms | Queue wait p99 ms | Run p50 ms | Completed "
-             "| Machine CPU busy |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| Worker processes | Slots | Runs/s | Queue wait p50 ms | Queue wait p99 ms | Run p50 ms | Completed "
+        "| Machine CPU busy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in summary["results"]:
         if "runs_per_s" in r:
-            lines.append(f"| {r['workers']} | {r['workers'] * r['slots_per_worker']} | {r['runs_per_s']:.1f} | "
-                         f"{r['queue_wait_ms_p50']:.1f} | {r['queue_wait_ms_p99']:.1f} | {r['run_ms_p50']:.1f} | "
-                         f"{r['completed']}/{r['runs']} | {r['machine_cpu_busy']:.0%} |")
+            lines.append(
+                f"| {r['workers']} | {r['workers'] * r['slots_per_worker']} | {r['runs_per_s']:.1f} | "
+                f"{r['queue_wait_ms_p50']:.1f} | {r['queue_wait_ms_p99']:.1f} | {r['run_ms_p50']:.1f} | "
+                f"{r['completed']}/{r['runs']} | {r['machine_cpu_busy']:.0%} |"
+            )
     return lines
 
 
@@ -146,8 +187,10 @@ def reading(summary: dict[str, Any]) -> list[str]:
     out: list[str] = []
     if measured:
         one = measured[0]
-        parts = ", ".join(f"{r['workers']} worker(s) {r['runs_per_s']:.1f} runs/s "
-                          f"({r['runs_per_s'] / one['runs_per_s']:.2f}x)" for r in measured)
+        parts = ", ".join(
+            f"{r['workers']} worker(s) {r['runs_per_s']:.1f} runs/s ({r['runs_per_s'] / one['runs_per_s']:.2f}x)"
+            for r in measured
+        )
         top = max(measured, key=lambda r: r["runs_per_s"])
         out.append(
             f"{parts}. A {summary['options']['steps']}-step run takes {one['run_ms_p50']:.0f} ms once started with "
@@ -159,13 +202,15 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"The machine's CPUs were {busy} busy during "
             "the measurements (all processes: workers, control, PostgreSQL, the submitting benchmark, anything else "
             "running); "
-            + (f"with the CPUs saturated, more worker processes cannot add throughput (best: {top['runs_per_s']:.1f} "
-               f"runs/s with {top['workers']})." if max(r["machine_cpu_busy"] for r in measured) >= 0.9 else
-               "the CPUs were not saturated, so latency (database commits, wake-ups) per slot is the limit.")
+            + (
+                f"with the CPUs saturated, more worker processes cannot add throughput (best: {top['runs_per_s']:.1f} "
+                f"runs/s with {top['workers']})."
+                if max(r["machine_cpu_busy"] for r in measured) >= 0.9
+                else "the CPUs were not saturated, so latency (database commits, wake-ups) per slot is the limit."
+            )
         )
     out.extend(_cli.missed_lines(summary))
     return out
-
 
 
 def main(argv: list[str] | None = None) -> int:

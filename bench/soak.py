@@ -52,8 +52,22 @@ from candor.tools import recovery_retryable
 from . import _cli, _service, _store
 
 FACTORY = "bench.soak:factory"  # not `__name__`: run as `-m bench.soak` this module is `__main__`
-QUICK_ARGS = ["--runs", "12", "--restart-runs", "6", "--kill-every", "2", "--steps", "10", "--max-seconds", "40",
-              "--settle-seconds", "60", "--in-flight", "6"]
+QUICK_ARGS = [
+    "--runs",
+    "12",
+    "--restart-runs",
+    "6",
+    "--kill-every",
+    "2",
+    "--steps",
+    "10",
+    "--max-seconds",
+    "40",
+    "--settle-seconds",
+    "60",
+    "--in-flight",
+    "6",
+]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests/test_bench_smoke.py)."""
 SETTINGS = {"worker": {"lease_seconds": 8.0, "authority_seconds": 1.0, "scan_seconds": 0.2, "slots": 8,
                        "drain_seconds": 5.0},
@@ -241,8 +255,9 @@ async def phase(name: str, postgres_url: str, *, runs: int, workers: int, in_fli
             deadline = time.monotonic() + settle_seconds
             # A short phase may seal its runs before its planned disturbances: it waits for them (they hit runs
             # still in flight when there are any), so every phase reports what it was asked to do.
-            while time.monotonic() < deadline and (not planned.is_set()
-                                                   or await _retrying(lambda: _unsealed(db, submitted))):
+            while time.monotonic() < deadline and (
+                not planned.is_set() or await _retrying(lambda: _unsealed(db, submitted))
+            ):
                 await asyncio.sleep(0.25)
         finally:
             for task in background:
@@ -323,7 +338,10 @@ async def _figures(db: _service.ServiceDatabase, run_ids: list[str], kills: list
     recoveries = [(a.finished_at, firsts.get((a.run_id, a.number + 1))) for a in expired if a.finished_at]
     failovers = failover_seconds(kills, recoveries)
     return {
-        "submitted": len(run_ids), "lost": len(lost), "statuses": dict(statuses), "failed_by_reason": dict(failed),
+        "submitted": len(run_ids),
+        "lost": len(lost),
+        "statuses": dict(statuses),
+        "failed_by_reason": dict(failed),
         "lease_expired_attempts": len(expired),
         "failover_p50": round(_store.percentile(failovers, 0.5), 3) if failovers else None,
         "failover_p99": round(_store.percentile(failovers, 0.99), 3) if failovers else None,
@@ -419,17 +437,30 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000, help="runs in the kill phase (default: 1000)")
-    parser.add_argument("--restart-runs", type=int, default=200, help="runs in the PostgreSQL restart phase "
-                        "(default: 200; 0 skips the phase)")
+    parser.add_argument(
+        "--restart-runs",
+        type=int,
+        default=200,
+        help="runs in the PostgreSQL restart phase (default: 200; 0 skips the phase)",
+    )
     parser.add_argument("--workers", type=int, default=3, help="worker processes (default: 3)")
     parser.add_argument("--in-flight", type=int, default=24, help="unsealed runs at a time (default: 24)")
     parser.add_argument("--steps", type=int, default=3, help="retry-safe steps per run after the charge (default: 3)")
     parser.add_argument("--kill-every", type=float, default=4.0, help="seconds between SIGKILLs (default: 4)")
-    parser.add_argument("--max-seconds", type=float, default=35.0, help="submission time bound per phase "
-                        "(default: 35; with the settle bound and start-ups the whole soak fits about 2.5 minutes, "
-                        "which `make bench`'s 15-minute budget leaves it)")
-    parser.add_argument("--settle-seconds", type=float, default=20.0, help="longest wait for the submitted runs to "
-                        "seal after submission ends (default: 20)")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=35.0,
+        help="submission time bound per phase "
+        "(default: 35; with the settle bound and start-ups the whole soak fits about 2.5 minutes, "
+        "which `make bench`'s 15-minute budget leaves it)",
+    )
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=20.0,
+        help="longest wait for the submitted runs to seal after submission ends (default: 20)",
+    )
     parser.add_argument("--rss-every", type=float, default=2.0, help="RSS sampling period (default: 2)")
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)

@@ -44,17 +44,28 @@ def verdicts(peak_kib: int, rss_half_kib: int, rss_end_kib: int) -> list[dict[st
     """The issue's two targets: peak RSS <= 250 MB, and RSS after all runs within 10% of RSS after half of them."""
     growth = (rss_end_kib - rss_half_kib) / rss_half_kib
     return [
-        {"target": f"peak RSS (VmHWM) of the worker <= {PEAK_TARGET_MB:.0f} MB", "value": f"{mib(peak_kib):.1f} MB",
-         "met": mib(peak_kib) <= PEAK_TARGET_MB},
-        {"target": f"RSS after the second half of the runs within {GROWTH_TARGET:.0%} of RSS after the first half",
-         "value": f"{growth:+.1%} ({mib(rss_half_kib):.1f} -> {mib(rss_end_kib):.1f} MB)",
-         "met": abs(growth) <= GROWTH_TARGET},
+        {
+            "target": f"peak RSS (VmHWM) of the worker <= {PEAK_TARGET_MB:.0f} MB",
+            "value": f"{mib(peak_kib):.1f} MB",
+            "met": mib(peak_kib) <= PEAK_TARGET_MB,
+        },
+        {
+            "target": f"RSS after the second half of the runs within {GROWTH_TARGET:.0%} of RSS after the first half",
+            "value": f"{growth:+.1%} ({mib(rss_half_kib):.1f} -> {mib(rss_end_kib):.1f} MB)",
+            "met": abs(growth) <= GROWTH_TARGET,
+        },
     ]
 
 
 async def measure(runs_count: int, steps: int, slots: int, postgres_url: str, console: Console) -> dict[str, Any]:
-    summary: dict[str, Any] = {"bench": "worker_memory", "runs": runs_count, "steps": steps, "slots": slots,
-                               "skipped": {}, "verdicts": []}
+    summary: dict[str, Any] = {
+        "bench": "worker_memory",
+        "runs": runs_count,
+        "steps": steps,
+        "slots": slots,
+        "skipped": {},
+        "verdicts": [],
+    }
     reason = await _service.postgres_or_skip(postgres_url)
     if reason is not None:
         summary["skipped"]["worker_memory"] = reason
@@ -68,8 +79,13 @@ async def measure(runs_count: int, steps: int, slots: int, postgres_url: str, co
         marks["ready"] = worker.memory_kib()
         started = time.perf_counter()
         last_sample = 0.0
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
             task = progress.add_task(f"runs of {steps} steps on one worker", total=runs_count)
 
             def observe(sealed: int) -> None:
@@ -83,23 +99,37 @@ async def measure(runs_count: int, steps: int, slots: int, postgres_url: str, co
             # Two halves, each ending with every run sealed: the two readings see the same (idle) worker.
             done, submitted = 0, 0
             for mark, count in (("half", half), ("end", runs_count - half)):
-                run_ids = await _service.closed_loop(db, {"script": "loop", "steps": steps}, count,
-                                                     IN_FLIGHT_PER_SLOT * slots, prefix=mark, on_sealed=observe,
-                                                     poll_seconds=POLL_SECONDS)
+                run_ids = await _service.closed_loop(
+                    db,
+                    {"script": "loop", "steps": steps},
+                    count,
+                    IN_FLIGHT_PER_SLOT * slots,
+                    prefix=mark,
+                    on_sealed=observe,
+                    poll_seconds=POLL_SECONDS,
+                )
                 done, submitted = done + count, submitted + len(run_ids)
                 marks[mark] = worker.memory_kib()
         summary["seconds"] = time.perf_counter() - started
         summary["completed"] = await db.count_runs("completed")
         summary["submitted"] = submitted
-    summary.update(marks=marks, samples=samples, peak_kib=marks["end"]["VmHWM"], rss_ready_kib=marks["ready"]["VmRSS"],
-                   rss_half_kib=marks["half"]["VmRSS"], rss_end_kib=marks["end"]["VmRSS"])
+    summary.update(
+        marks=marks,
+        samples=samples,
+        peak_kib=marks["end"]["VmHWM"],
+        rss_ready_kib=marks["ready"]["VmRSS"],
+        rss_half_kib=marks["half"]["VmRSS"],
+        rss_end_kib=marks["end"]["VmRSS"],
+    )
     summary["verdicts"] = verdicts(summary["peak_kib"], summary["rss_half_kib"], summary["rss_end_kib"])
     return summary
 
 
 def report(summary: dict[str, Any]) -> str:
-    lines = [f"worker_memory: one worker process, {summary['slots']} slots, {summary['runs']} runs of "
-             f"{summary['steps']} steps on PostgreSQL (/proc/<pid>/status)"]
+    lines = [
+        f"worker_memory: one worker process, {summary['slots']} slots, {summary['runs']} runs of "
+        f"{summary['steps']} steps on PostgreSQL (/proc/<pid>/status)"
+    ]
     if "peak_kib" in summary:
         lines += [
             f"  completed runs: {summary['completed']}/{summary['runs']} in {summary['seconds']:.1f} s",
@@ -118,7 +148,8 @@ def table(summary: dict[str, Any]) -> list[str]:
         return []
     half = summary["runs"] // 2
     return [
-        "| Metric | Value |", "|---|---|",
+        "| Metric | Value |",
+        "|---|---|",
         f"| Runs x steps, slots | {summary['runs']} x {summary['steps']}, {summary['slots']} |",
         f"| Completed | {summary['completed']}/{summary['runs']} in {summary['seconds']:.1f} s |",
         f"| RSS when ready | {mib(summary['rss_ready_kib']):.1f} MB |",
@@ -138,8 +169,11 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"{mib(summary['peak_kib']):.0f} MB, and its resident set after {summary['runs']} runs is "
             f"{mib(summary['rss_end_kib']):.1f} MB against {mib(summary['rss_half_kib']):.1f} MB after "
             f"{summary['runs'] // 2}"
-            + (": each attempt's harness, history and encoded messages are released when it ends."
-               if summary["verdicts"][1]["met"] else ": it keeps growing with the runs served, a leak to find.")
+            + (
+                ": each attempt's harness, history and encoded messages are released when it ends."
+                if summary["verdicts"][1]["met"]
+                else ": it keeps growing with the runs served, a leak to find."
+            )
         )
     out.extend(_cli.missed_lines(summary))
     return out

@@ -101,7 +101,9 @@ def history_table(messages: list[ModelMessage], title: str, *, start: int = 0) -
                 table.add_row(str(index), kind, "text", Text(_short(part.content, 200), style="cyan"))
             elif isinstance(part, ToolCallPart):
                 table.add_row(
-                    str(index), kind, Text(f"call {part.tool_call_id}"),
+                    str(index),
+                    kind,
+                    Text(f"call {part.tool_call_id}"),
                     Text(f"{part.tool_name}({_short(part.args_as_dict(), 60)})"),
                 )
             elif isinstance(part, ToolReturnPart):
@@ -120,8 +122,12 @@ def ledger_table(source: Path | list[dict[str, Any]], title: str = "ledger (what
     entries = read_ledger(source) if isinstance(source, Path) else source
     for index, entry in enumerate(entries, start=1):
         table.add_row(
-            str(index), entry["tool"], entry.get("order_id", ""), str(entry.get("amount", "")),
-            entry.get("charge_id", entry.get("refund_id", "")), str(entry.get("pid", "")),
+            str(index),
+            entry["tool"],
+            entry.get("order_id", ""),
+            str(entry.get("amount", "")),
+            entry.get("charge_id", entry.get("refund_id", "")),
+            str(entry.get("pid", "")),
         )
     if not entries:
         table.add_row("-", "(empty)", "", "", "", "")
@@ -165,8 +171,12 @@ class Act1Facts:
 
 async def act1(out_dir: Path, console: Console) -> Act1Facts:
     """Continue a thread, save it as JSON, load it back, fork it and continue both (H-5, H-7, H-8, H-9, H-10)."""
-    _act_header(console, 1, "Continue and fork",
-                "A thread is just a HarnessState value: continue it, store it as JSON, load it elsewhere, fork it.")
+    _act_header(
+        console,
+        1,
+        "Continue and fork",
+        "A thread is just a HarnessState value: continue it, store it as JSON, load it elsewhere, fork it.",
+    )
     harness = Harness(support_agent())
     rows: list[tuple[str, RunResult[str], str]] = []
 
@@ -193,13 +203,20 @@ async def act1(out_dir: Path, console: Console) -> Act1Facts:
     for column in ("step", "thread_id", "run_id", "status", "user said", "model answered"):
         table.add_column(column, overflow="fold")
     for step, result, prompt in rows:
-        table.add_row(step, result.thread_id[:12] + "…", result.run_id[:12] + "…", result.status, prompt,
-                      Text(str(result.output), style="cyan"))
+        table.add_row(
+            step,
+            result.thread_id[:12] + "…",
+            result.run_id[:12] + "…",
+            result.status,
+            prompt,
+            Text(str(result.output), style="cyan"),
+        )
     console.print(table)
 
     saved = json.loads(state_file.read_text(encoding="utf-8"))
-    file_table = Table(title=f"{state_file} ({state_file.stat().st_size} bytes)", box=box.SIMPLE_HEAD,
-                       title_justify="left")
+    file_table = Table(
+        title=f"{state_file} ({state_file.stat().st_size} bytes)", box=box.SIMPLE_HEAD, title_justify="left"
+    )
     file_table.add_column("key")
     file_table.add_column("value")
     file_table.add_row("schema_version", saved["schema_version"])
@@ -217,8 +234,10 @@ async def act1(out_dir: Path, console: Console) -> Act1Facts:
             Group(
                 Text(f"original thread: {loaded.thread_id}"),
                 Text(f"forked thread:   {fork.thread_id}   (a new id: H-7)"),
-                Text(f"shared history:  the fork starts with the original's {shared} messages, byte for byte "
-                     f"(H-8); after that the two threads diverge."),
+                Text(
+                    f"shared history:  the fork starts with the original's {shared} messages, byte for byte "
+                    f"(H-8); after that the two threads diverge."
+                ),
                 Text(f"original thread now says: {original_third.output}", style="cyan"),
                 Text(f"forked thread now says:   {fork_second.output}", style="cyan"),
             ),
@@ -279,9 +298,25 @@ def crash_child(state_file: Path, ledger_file: Path, *, timeout: float = 60.0) -
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env.pop("CANDOR_DEMO_CRASH_AFTER", None)
     return subprocess.run(
-        [sys.executable, "-m", "examples.crash_child", "--state", str(state_file), "--ledger", str(ledger_file),
-         "--prompt", CHARGE_PROMPT, "--crash-after", "charge_card"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False,
+        [
+            sys.executable,
+            "-m",
+            "examples.crash_child",
+            "--state",
+            str(state_file),
+            "--ledger",
+            str(ledger_file),
+            "--prompt",
+            CHARGE_PROMPT,
+            "--crash-after",
+            "charge_card",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -303,50 +338,77 @@ async def run_crash(mode: str, workdir: Path) -> CrashOutcome:
         previous_state=saved, tool_recovery=mode, bindings=RunBindings(deps=SupportDeps(ledger_path=ledger_file))
     )
     return CrashOutcome(
-        mode=mode, child_returncode=child.returncode, child_output=child.stdout, state_file=state_file,
-        ledger_file=ledger_file, saved_state=saved, ledger_after_crash=ledger_after_crash,
-        ledger_after_resume=read_ledger(ledger_file), result=result, returns=_returns(result.new_messages()),
+        mode=mode,
+        child_returncode=child.returncode,
+        child_output=child.stdout,
+        state_file=state_file,
+        ledger_file=ledger_file,
+        saved_state=saved,
+        ledger_after_crash=ledger_after_crash,
+        ledger_after_resume=read_ledger(ledger_file),
+        result=result,
+        returns=_returns(result.new_messages()),
     )
 
 
 async def act2(out_dir: Path, console: Console, modes: tuple[str, ...] = MODES) -> dict[str, CrashOutcome]:
     """The crash story: one charge on the ledger, an unknown outcome for the model, a replayed read."""
-    _act_header(console, 2, "A crash mid-tool",
-                "A worker is killed after charge_card charged the card but before its result was saved. "
-                "What happens when another process picks the thread up?")
+    _act_header(
+        console,
+        2,
+        "A crash mid-tool",
+        "A worker is killed after charge_card charged the card but before its result was saved. "
+        "What happens when another process picks the thread up?",
+    )
     outcomes: dict[str, CrashOutcome] = {}
     for mode in modes:
         outcomes[mode] = await run_crash(mode, out_dir / f"act2-{mode}")
 
     first = outcomes[modes[0]]
-    console.print(Panel(
-        Text(first.child_output.rstrip() + f"\n(exit status {first.child_returncode}: killed by SIGKILL)"),
-        title="child process: python -m examples.crash_child", subtitle="saves a checkpoint at every boundary",
-    ))
+    console.print(
+        Panel(
+            Text(first.child_output.rstrip() + f"\n(exit status {first.child_returncode}: killed by SIGKILL)"),
+            title="child process: python -m examples.crash_child",
+            subtitle="saves a checkpoint at every boundary",
+        )
+    )
     saved_history = list(first.saved_state.message_history)
-    console.print(history_table(saved_history, f"last checkpoint on disk ({first.state_file.name}): "
-                                                "the response's calls have no returns"))
+    console.print(
+        history_table(
+            saved_history, f"last checkpoint on disk ({first.state_file.name}): the response's calls have no returns"
+        )
+    )
     console.print(ledger_table(first.ledger_after_crash, "ledger right after the crash"))
 
     if "declared" in outcomes:
         declared = outcomes["declared"]
-        console.print(Text("\nResume in this process: Harness.run(previous_state=<checkpoint>, "
-                           "tool_recovery=\"declared\")", style="bold"))
-        console.print(history_table(
-            declared.result.new_messages(), f"new messages of the resumed run {declared.result.run_id[:12]}… "
-            f"(status {declared.result.status})", start=len(saved_history)))
+        console.print(
+            Text(
+                '\nResume in this process: Harness.run(previous_state=<checkpoint>, tool_recovery="declared")',
+                style="bold",
+            )
+        )
+        console.print(
+            history_table(
+                declared.result.new_messages(),
+                f"new messages of the resumed run {declared.result.run_id[:12]}… (status {declared.result.status})",
+                start=len(saved_history),
+            )
+        )
         console.print(ledger_table(declared.ledger_after_resume, "ledger after the resume"))
-        console.print(Panel(
-            Group(
-                Text(f"charges on the ledger: {declared.charges}  (charge_card was not run again)"),
-                Text(f"lookup_order was retry-safe and ran again: {declared.ran_again('lookup_order')}"),
-                Text("the model received for charge_card: ").append(
-                    describe_return(declared.returns.get("charge_card"), 200)
+        console.print(
+            Panel(
+                Group(
+                    Text(f"charges on the ledger: {declared.charges}  (charge_card was not run again)"),
+                    Text(f"lookup_order was retry-safe and ran again: {declared.ran_again('lookup_order')}"),
+                    Text("the model received for charge_card: ").append(
+                        describe_return(declared.returns.get("charge_card"), 200)
+                    ),
+                    Text(f"\nmodel: {declared.answer}", style="bold cyan"),
                 ),
-                Text(f"\nmodel: {declared.answer}", style="bold cyan"),
-            ),
-            title="declared (the default)",
-        ))
+                title="declared (the default)",
+            )
+        )
 
     table = Table(title="the same crash under each tool_recovery mode", box=box.HEAVY_HEAD, show_lines=True)
     table.add_column("", style="bold")
@@ -356,20 +418,27 @@ async def act2(out_dir: Path, console: Console, modes: tuple[str, ...] = MODES) 
     def row(label: str, cell: Any) -> None:
         table.add_row(label, *(cell(o) for o in outcomes.values()))
 
-    row("charge_card on resume", lambda o: Text("ran AGAIN", style="bold red") if o.ran_again("charge_card")
-        else Text("not run", style="green"))
+    row(
+        "charge_card on resume",
+        lambda o: Text("ran AGAIN", style="bold red") if o.ran_again("charge_card") else Text("not run", style="green"),
+    )
     row("model got for charge_card", lambda o: describe_return(o.returns.get("charge_card"), 60))
-    row("lookup_order on resume", lambda o: Text("ran again (read)") if o.ran_again("lookup_order")
-        else Text("not run"))
+    row(
+        "lookup_order on resume", lambda o: Text("ran again (read)") if o.ran_again("lookup_order") else Text("not run")
+    )
     row("model got for lookup_order", lambda o: describe_return(o.returns.get("lookup_order"), 60))
     row("charges on the ledger", lambda o: Text(str(o.charges), style="bold red" if o.charges > 1 else "bold green"))
     row("lookups on the ledger", lambda o: Text(str(o.lookups)))
     row("model's answer", lambda o: Text(o.answer, style="cyan"))
     console.print(table)
-    console.print(Text(
-        "No mode promises exactly-once: \"declared\" replays only what its author marked retry-safe and tells the "
-        "model the truth about the rest; \"never\" replays nothing; \"always\" replays everything, here charging "
-        "the card twice.", style="italic"))
+    console.print(
+        Text(
+            'No mode promises exactly-once: "declared" replays only what its author marked retry-safe and tells the '
+            'model the truth about the rest; "never" replays nothing; "always" replays everything, here charging '
+            "the card twice.",
+            style="italic",
+        )
+    )
     return outcomes
 
 
@@ -394,9 +463,13 @@ class Act3Facts:
 
 async def act3(out_dir: Path, console: Console) -> Act3Facts:
     """Approvals and questions suspend the run; answers are checked as a batch, then applied (H-63–H-79)."""
-    _act_header(console, 3, "Human in the loop",
-                "refund_order needs a person's approval and the agent asks the user a question: the run suspends "
-                "until the host has every answer.")
+    _act_header(
+        console,
+        3,
+        "Human in the loop",
+        "refund_order needs a person's approval and the agent asks the user a question: the run suspends "
+        "until the host has every answer.",
+    )
     ledger = out_dir / "act3-ledger.jsonl"
     ledger.unlink(missing_ok=True)
     bindings = RunBindings(deps=SupportDeps(ledger_path=ledger))
@@ -413,9 +486,12 @@ async def act3(out_dir: Path, console: Console) -> Act3Facts:
 
     items = [*requests.approvals, *requests.calls]
     pending = [(c.tool_call_id, requests.kind(c.tool_call_id), c.tool_name) for c in items]
-    table = Table(title=f"run {suspended.run_id[:12]}… ended {suspended.status!r} "
-                        f"(suspend_reason={suspended.suspend_reason!r}); pending items:",
-                  box=box.SIMPLE_HEAD, title_justify="left")
+    table = Table(
+        title=f"run {suspended.run_id[:12]}… ended {suspended.status!r} "
+        f"(suspend_reason={suspended.suspend_reason!r}); pending items:",
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+    )
     for column in ("tool_call_id", "kind", "tool", "arguments", "shown to the person"):
         table.add_column(column)
     question = ""
@@ -424,11 +500,20 @@ async def act3(out_dir: Path, console: Console) -> Act3Facts:
         shown = meta.get("question", "approve or deny?")
         if requests.kind(call.tool_call_id) == "question":
             question = shown
-        table.add_row(call.tool_call_id, requests.kind(call.tool_call_id), call.tool_name,
-                      Text(_short(call.args_as_dict())), Text(shown))
+        table.add_row(
+            call.tool_call_id,
+            requests.kind(call.tool_call_id),
+            call.tool_name,
+            Text(_short(call.args_as_dict())),
+            Text(shown),
+        )
     console.print(table)
-    console.print(Text(f"state and pending requests saved to {state_file.name} and {pending_file.name}; "
-                       f"ledger so far: {len(read_ledger(ledger))} entries (nothing ran)."))
+    console.print(
+        Text(
+            f"state and pending requests saved to {state_file.name} and {pending_file.name}; "
+            f"ledger so far: {len(read_ledger(ledger))} entries (nothing ran)."
+        )
+    )
 
     approval_ids = [c.tool_call_id for c in requests.approvals]
     question_id = requests.calls[0].tool_call_id
@@ -446,24 +531,36 @@ async def act3(out_dir: Path, console: Console) -> Act3Facts:
     left_no_trace = state.model_dump_json() == before and read_ledger(ledger) == []
 
     # 2. An edited approval whose arguments fail the tool's schema: the approver hears about it, not the model.
-    bad_override = DeferredToolResume(requests, DeferredToolResults(
-        approvals={a1: ToolApproved(override_args={"order_id": "A1", "amount": "forty"}), b2: False},
-        calls={question_id: "card"},
-    ))
+    bad_override = DeferredToolResume(
+        requests,
+        DeferredToolResults(
+            approvals={a1: ToolApproved(override_args={"order_id": "A1", "amount": "forty"}), b2: False},
+            calls={question_id: "card"},
+        ),
+    )
     try:
         await harness.run(previous_state=state, deferred_resume=bad_override, bindings=bindings)
         raise AssertionError("invalid override_args must be rejected")
     except RunError as exc:
         override_error = exc
 
-    errors = Table(title="rejected batches (raised before any model request or tool effect)", box=box.SIMPLE_HEAD,
-                   title_justify="left")
+    errors = Table(
+        title="rejected batches (raised before any model request or tool effect)",
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+    )
     for column in ("batch", "RunError.code", "details"):
         errors.add_column(column, overflow="fold")
-    errors.add_row(f"approves {a1}, answers {question_id}, forgets {b2}", Text(rejected.code, style="bold red"),
-                   Text(json.dumps(rejected.details)))
-    errors.add_row(f"approves {a1} with amount='forty'", Text(override_error.code, style="bold red"),
-                   Text(json.dumps(override_error.details)))
+    errors.add_row(
+        f"approves {a1}, answers {question_id}, forgets {b2}",
+        Text(rejected.code, style="bold red"),
+        Text(json.dumps(rejected.details)),
+    )
+    errors.add_row(
+        f"approves {a1} with amount='forty'",
+        Text(override_error.code, style="bold red"),
+        Text(json.dumps(override_error.details)),
+    )
     console.print(errors)
     console.print(Text(f"state unchanged and ledger still empty: {left_no_trace}"))
 
@@ -480,7 +577,7 @@ async def act3(out_dir: Path, console: Console) -> Act3Facts:
     answer_table.add_column("tool_call_id")
     answer_table.add_column("answer")
     answer_table.add_row(a1, "ToolApproved(override_args={'order_id': 'A1', 'amount': '40'})  # edited: 50 → '40'")
-    answer_table.add_row(b2, "ToolDenied(\"Refunds over $100 need a manager's sign-off.\")")
+    answer_table.add_row(b2, 'ToolDenied("Refunds over $100 need a manager\'s sign-off.")')
     answer_table.add_row(question_id, "'Back to the card, please.'")
     console.print(answer_table)
 
@@ -488,33 +585,61 @@ async def act3(out_dir: Path, console: Console) -> Act3Facts:
         previous_state=state, deferred_resume=DeferredToolResume(requests, answers), bindings=bindings
     )
     assert final.state is not None
-    console.print(history_table(final.new_messages(), f"new messages of run {final.run_id[:12]}… "
-                                                      f"(status {final.status})", start=len(state.message_history)))
+    console.print(
+        history_table(
+            final.new_messages(),
+            f"new messages of run {final.run_id[:12]}… (status {final.status})",
+            start=len(state.message_history),
+        )
+    )
     console.print(ledger_table(ledger))
     history_args = next(
-        p.args_as_dict() for m in final.all_messages() if isinstance(m, ModelResponse)
-        for p in m.parts if isinstance(p, ToolCallPart) and p.tool_call_id == a1
+        p.args_as_dict()
+        for m in final.all_messages()
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+        if isinstance(p, ToolCallPart) and p.tool_call_id == a1
     )
     entries = read_ledger(ledger)
-    console.print(Panel(
-        Group(
-            Text(f"refund ran once, with amount={entries[0]['amount']!r} "
-                 f"({type(entries[0]['amount']).__name__}: '40' was re-validated by the tool's schema, H-75)"
-                 if entries else "refund did not run"),
-            Text(f"the history still shows the model's original arguments {history_args} "
-                 "(overridden arguments are not recorded in history)"),
-            Text(f"{b2} was denied: its return has outcome 'denied' and the tool did not run (H-78)"),
-            Text(f"\nmodel: {final.output}", style="bold cyan"),
-        ),
-        title="resumed and finished",
-    ))
-    outcomes = {p.tool_call_id: p.outcome for m in final.new_messages() if isinstance(m, ModelRequest)
-                for p in m.parts if isinstance(p, ToolReturnPart)}
+    console.print(
+        Panel(
+            Group(
+                Text(
+                    f"refund ran once, with amount={entries[0]['amount']!r} "
+                    f"({type(entries[0]['amount']).__name__}: '40' was re-validated by the tool's schema, H-75)"
+                    if entries
+                    else "refund did not run"
+                ),
+                Text(
+                    f"the history still shows the model's original arguments {history_args} "
+                    "(overridden arguments are not recorded in history)"
+                ),
+                Text(f"{b2} was denied: its return has outcome 'denied' and the tool did not run (H-78)"),
+                Text(f"\nmodel: {final.output}", style="bold cyan"),
+            ),
+            title="resumed and finished",
+        )
+    )
+    outcomes = {
+        p.tool_call_id: p.outcome
+        for m in final.new_messages()
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    }
     return Act3Facts(
-        first_status=suspended.status, pending=pending, question=question, rejected_code=rejected.code,
-        rejected_details=dict(rejected.details), rejected_left_no_trace=left_no_trace,
-        override_invalid_code=override_error.code, final_status=final.status, final_answer=str(final.output),
-        outcomes=outcomes, ledger=entries, history_args_for_a1=history_args,
+        first_status=suspended.status,
+        pending=pending,
+        question=question,
+        rejected_code=rejected.code,
+        rejected_details=dict(rejected.details),
+        rejected_left_no_trace=left_no_trace,
+        override_invalid_code=override_error.code,
+        final_status=final.status,
+        final_answer=str(final.output),
+        outcomes=outcomes,
+        ledger=entries,
+        history_args_for_a1=history_args,
     )
 
 
@@ -523,21 +648,34 @@ async def act3(out_dir: Path, console: Console) -> Act3Facts:
 
 async def run_demo(out_dir: Path, console: Console) -> dict[str, Any]:
     started = time.perf_counter()
-    console.print(Panel(
-        Text("candor: a durable runtime for pydantic-ai agents.\n"
-             "Scripted agents (pydantic_ai FunctionModel): no API key, no network.\n"
-             f"Files written to: {out_dir}"),
-        title="candor demo", border_style="bold",
-    ))
+    console.print(
+        Panel(
+            Text(
+                "candor: a durable runtime for pydantic-ai agents.\n"
+                "Scripted agents (pydantic_ai FunctionModel): no API key, no network.\n"
+                f"Files written to: {out_dir}"
+            ),
+            title="candor demo",
+            border_style="bold",
+        )
+    )
     facts: dict[str, Any] = {}
     facts["act1"] = await act1(out_dir, console)
     facts["act2"] = await act2(out_dir, console)
     facts["act3"] = await act3(out_dir, console)
-    _act_header(console, 4, "The same crash, hosted by the service",
-                "candor serve on the embedded SQLite default: a worker process dies, another finishes the run")
+    _act_header(
+        console,
+        4,
+        "The same crash, hosted by the service",
+        "candor serve on the embedded SQLite default: a worker process dies, another finishes the run",
+    )
     facts["act4"] = await act4(out_dir, console)
-    _act_header(console, 5, "Reconcile before unknown",
-                "charge_card has a reconciler that asks an idempotent payment API what became of the call's key")
+    _act_header(
+        console,
+        5,
+        "Reconcile before unknown",
+        "charge_card has a reconciler that asks an idempotent payment API what became of the call's key",
+    )
     facts["act5"] = await act5(out_dir, console)
     console.print()
     console.print(Rule(Text(f"done in {time.perf_counter() - started:.1f} s", style="bold")))
@@ -551,8 +689,12 @@ from examples.service_demo import act4  # noqa: E402 - the service act lives in 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.demo", description="The candor demo (five acts).")
-    parser.add_argument("--out", type=Path, default=None, help="directory for the files the demo writes "
-                        "(default: a new temporary directory)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="directory for the files the demo writes (default: a new temporary directory)",
+    )
     args = parser.parse_args(argv)
     out_dir = args.out if args.out is not None else Path(tempfile.mkdtemp(prefix="candor-demo-"))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -180,10 +180,21 @@ def _crash_child(api_file: Path, state_file: Path, timeout: float = 60.0) -> sub
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return subprocess.run(
         [
-            sys.executable, "-m", "examples.reconcile_demo",
-            "--child", "--api", str(api_file), "--state", str(state_file),
+            sys.executable,
+            "-m",
+            "examples.reconcile_demo",
+            "--child",
+            "--api",
+            str(api_file),
+            "--state",
+            str(state_file),
         ],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -220,7 +231,12 @@ async def run_scenario(name: str, workdir: Path) -> Scenario:
     result = await harness.run(previous_state=saved, bindings=RunBindings(deps=deps))
     api = PaymentAPI(api_file)
     return Scenario(
-        name=name, saved=saved, result=result, charges=api.charges, requests=api.requests, keys_sent=deps.keys_sent,
+        name=name,
+        saved=saved,
+        result=result,
+        charges=api.charges,
+        requests=api.requests,
+        keys_sent=deps.keys_sent,
         crash_key=crash_key,
     )
 
@@ -229,11 +245,15 @@ SCENARIOS = ("charged, then killed", "killed before charging", "killed before ch
 
 
 async def act5(out_dir: Path, console: Console) -> dict[str, Scenario]:
-    console.print(Text("charge_card sends call_key(ctx) as its idempotency key; its reconciler, "
-                       "@reconciler_for(charge_card), asks the payment API about that key on recovery.",
-                       style="italic"))
+    console.print(
+        Text(
+            "charge_card sends call_key(ctx) as its idempotency key; its reconciler, "
+            "@reconciler_for(charge_card), asks the payment API about that key on recovery.",
+            style="italic",
+        )
+    )
     scenarios = {name: await run_scenario(name, out_dir / f"act5-{index}") for index, name in enumerate(SCENARIOS, 1)}
-    table = Table(title="recovery with a reconciler (tool_recovery=\"declared\")", box=box.HEAVY_HEAD, show_lines=True)
+    table = Table(title='recovery with a reconciler (tool_recovery="declared")', box=box.HEAVY_HEAD, show_lines=True)
     for column in ("crash", "reconciler said", "recovery", "model got", "charges at the API", "model's answer"):
         table.add_column(column, overflow="fold", max_width=34)
     said = {"reconciled": "found the charge", "rerun": "not done", "unknown": "(raised: API down)"}
@@ -242,7 +262,10 @@ async def act5(out_dir: Path, console: Console) -> dict[str, Scenario]:
         got = Text(f"{ret.outcome}: ", style="bold")
         got.append(str(ret.content["charge_id"]) if isinstance(ret.content, dict) else str(ret.content)[:48] + "…")
         table.add_row(
-            scenario.name, said.get(scenario.recovery, scenario.recovery), Text(scenario.recovery, style="bold"), got,
+            scenario.name,
+            said.get(scenario.recovery, scenario.recovery),
+            Text(scenario.recovery, style="bold"),
+            got,
             Text(f"{len(scenario.charges)} (requests: {scenario.requests})", style="bold green"),
             Text(str(scenario.result.output), style="cyan"),
         )
@@ -250,10 +273,14 @@ async def act5(out_dir: Path, console: Console) -> dict[str, Scenario]:
     first = scenarios[SCENARIOS[0]]
     key = first.recovery_return.metadata.get("candor.call_key") if first.recovery_return.metadata else None
     rerun = scenarios[SCENARIOS[1]]
-    console.print(Text(f"The dying child sent key {first.crash_key}…; the parent's reconciler looked it up as "
-                       f"{str(key)[:14]}…: the same key, derived from thread id, issuing run id and tool_call_id "
-                       f"(docs/state-and-resume.md). After \"not done\" the rerun sent {rerun.keys_sent[0][:14]}…, "
-                       "the key it would have sent the first time: a charge that did go through cannot be repeated."))
+    console.print(
+        Text(
+            f"The dying child sent key {first.crash_key}…; the parent's reconciler looked it up as "
+            f"{str(key)[:14]}…: the same key, derived from thread id, issuing run id and tool_call_id "
+            f'(docs/state-and-resume.md). After "not done" the rerun sent {rerun.keys_sent[0][:14]}…, '
+            "the key it would have sent the first time: a charge that did go through cannot be repeated."
+        )
+    )
     return scenarios
 
 

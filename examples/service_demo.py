@@ -77,7 +77,10 @@ async def run_service_crash(out_dir: Path, *, timeout: float = 60.0) -> ServiceC
         assert authenticated is not None
         principal = authenticated.principal
         accepted = await commands.create_thread(
-            service, principal, agent="support", key="demo-crash",
+            service,
+            principal,
+            agent="support",
+            key="demo-crash",
             input={"content": [{"type": "text", "text": CHARGE_PROMPT}]},
         )
         assert accepted.run is not None
@@ -86,7 +89,9 @@ async def run_service_crash(out_dir: Path, *, timeout: float = 60.0) -> ServiceC
         worker = subprocess.run(
             [sys.executable, "-m", "candor.cli", "serve", "--role", "worker"],
             env={**os.environ, **env, CRASH_AFTER_ENV: "charge_card"},
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if worker.returncode != -signal.SIGKILL:
             raise RuntimeError(f"worker 1 did not die as planned (rc={worker.returncode}):\n{worker.stderr[-2000:]}")
@@ -120,8 +125,12 @@ async def act4(out_dir: Path, console: Console) -> ServiceCrashFacts:
     for attempt in facts.attempts:
         failure = (attempt.failure or {}).get("code", "")
         attempts.add_row(str(attempt.number), attempt.start_reason, attempt.status, failure, attempt.worker_id)
-    console.print(Text(f"worker 1 (a real `candor serve --role worker` process) exited with {facts.worker_returncode}"
-                       " (SIGKILL) right after charging the card."))
+    console.print(
+        Text(
+            f"worker 1 (a real `candor serve --role worker` process) exited with {facts.worker_returncode}"
+            " (SIGKILL) right after charging the card."
+        )
+    )
     console.print(attempts)
     charges = sum(1 for entry in facts.ledger if entry.get("tool") == "charge_card")
     console.print(Text(f"ledger: {charges} charge(s), {len(facts.ledger)} effect(s) in all"))

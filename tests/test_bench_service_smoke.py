@@ -86,13 +86,30 @@ def test_resume_latency_measures_a_baseline_source_side_by_side(tmp_path: Path, 
     """`--baseline-src`: a second control process importing that source is measured at every client count, in
     interleaved rounds; only this checkout's figures count for the target and docs/benchmarks.md's table."""
     summary = tmp_path / "resume_latency.json"
-    proc = run("-m", "bench.resume_latency", "--clients", "2", "--requests", "4", "--warmup", "1", "--rounds", "2",
-               "--baseline-src", str(ROOT / "src"), "--json", str(summary), timeout=240)
+    proc = run(
+        "-m",
+        "bench.resume_latency",
+        "--clients",
+        "2",
+        "--requests",
+        "4",
+        "--warmup",
+        "1",
+        "--rounds",
+        "2",
+        "--baseline-src",
+        str(ROOT / "src"),
+        "--json",
+        str(summary),
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(summary.read_text(encoding="utf-8"))
     assert data["skipped"] == {}, data["skipped"]
-    assert [(r["system"], r["clients"], r["requests"]) for r in data["results"]] == [("candor", 2, 4),
-                                                                                     ("baseline", 2, 4)]
+    assert [(r["system"], r["clients"], r["requests"]) for r in data["results"]] == [
+        ("candor", 2, 4),
+        ("baseline", 2, 4),
+    ]
     assert all(r["control_net_cpu_ms"] <= r["control_cpu_ms"] for r in data["results"])
     assert set(data["control_idle_cpu_ms_per_s"]) == {"candor", "baseline"}
     assert "baseline" in proc.stdout and "load average" in proc.stdout

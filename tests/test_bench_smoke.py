@@ -54,12 +54,23 @@ def run_quick(tmp_path: Path, *names: str) -> tuple[str, dict[str, dict[str, obj
     and returns it with each benchmark's JSON summary."""
     report, summaries = tmp_path / "benchmarks.md", tmp_path / "summaries"
     only = [arg for name in names for arg in ("--only", name)]
-    proc = run("-m", "bench.run_all", "--quick", *only, "--output", str(report), "--summaries", str(summaries),
-               timeout=600)
+    proc = run(
+        "-m", "bench.run_all", "--quick", *only, "--output", str(report), "--summaries", str(summaries), timeout=600
+    )
     text = report.read_text(encoding="utf-8") if report.exists() else "(no report)"
     assert proc.returncode == 0, proc.stderr[-2000:] + "\n" + text[-6000:]  # the report holds each bench's errors
-    needles = ["# Benchmarks", "## Machine", "`nproc`", "/proc/meminfo", "pydantic-ai-slim", "| PostgreSQL |",
-               "Reading:", "Output:", "## Time per benchmark", "| **Total** |"]
+    needles = [
+        "# Benchmarks",
+        "## Machine",
+        "`nproc`",
+        "/proc/meminfo",
+        "pydantic-ai-slim",
+        "| PostgreSQL |",
+        "Reading:",
+        "Output:",
+        "## Time per benchmark",
+        "| **Total** |",
+    ]
     for name in names:
         needles += [f"## {name}", f"Command: `python -m bench.{name}", f"| {name} | "]
     for needle in needles:
@@ -115,8 +126,18 @@ def test_store_bench_help(module: str, options: tuple[str, ...]) -> None:
 
 def test_checkpoint_cost_tiny_run_prints_flat_bytes(tmp_path: Path) -> None:
     summary = tmp_path / "cost.json"
-    proc = run("-m", "bench.checkpoint_cost", "--sizes", "4,8", "--commits", "2", "--backends", "sqlite",
-               "--json", str(summary))
+    proc = run(
+        "-m",
+        "bench.checkpoint_cost",
+        "--sizes",
+        "4,8",
+        "--commits",
+        "2",
+        "--backends",
+        "sqlite",
+        "--json",
+        str(summary),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "bytes/commit" in proc.stdout and "commit ms p50" in proc.stdout
     data = json.loads(summary.read_text(encoding="utf-8"))
@@ -129,8 +150,19 @@ def test_checkpoint_cost_tiny_run_prints_flat_bytes(tmp_path: Path) -> None:
 
 def test_durable_steps_tiny_run_candor_side_only(tmp_path: Path) -> None:
     summary = tmp_path / "steps.json"
-    proc = run("-m", "bench.durable_steps", "--steps", "2,5", "--runs", "1", "--backends", "sqlite",
-               "--no-langgraph", "--json", str(summary))
+    proc = run(
+        "-m",
+        "bench.durable_steps",
+        "--steps",
+        "2,5",
+        "--runs",
+        "1",
+        "--backends",
+        "sqlite",
+        "--no-langgraph",
+        "--json",
+        str(summary),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "langgraph: SKIPPED (--no-langgraph given)" in proc.stdout
     data = json.loads(summary.read_text(encoding="utf-8"))

@@ -107,8 +107,11 @@ def _line(result: Any) -> str:
     [
         ({"CANDOR_DATABASE__URL": "mysql://u@h/db"}, 2, "invalid settings: database.url: unsupported"),
         ({"CANDOR_DATABASE__URL": "sqlite:///:memory:"}, 2, "invalid settings: database.url"),
-        ({"CANDOR_DATABASE__URL": "postgresql://postgres@127.0.0.1:1/none", "CANDOR_DATABASE__TIMEOUT": "1"}, 3,
-         "database unreachable"),
+        (
+            {"CANDOR_DATABASE__URL": "postgresql://postgres@127.0.0.1:1/none", "CANDOR_DATABASE__TIMEOUT": "1"},
+            3,
+            "database unreachable",
+        ),
         ({"CANDOR_WORKER__NOPE": "1"}, 2, "invalid settings: unknown CANDOR_ variables: CANDOR_WORKER__NOPE"),
     ],
     ids=["bad-scheme", "in-memory-sqlite", "unreachable", "unknown-setting"],

@@ -45,7 +45,11 @@ def assert_unknown_outcome(part: ToolReturnPart | None, call: ToolCallPart) -> N
     assert part is not None
     expected = unknown_outcome_result(call)
     assert (part.tool_name, part.tool_call_id, part.content, part.outcome, part.metadata) == (
-        expected.tool_name, expected.tool_call_id, UNKNOWN_OUTCOME_CONTENT, "interrupted", {"candor.unknown_outcome": True},
+        expected.tool_name,
+        expected.tool_call_id,
+        UNKNOWN_OUTCOME_CONTENT,
+        "interrupted",
+        {"candor.unknown_outcome": True},
     )
 
 
@@ -111,7 +115,8 @@ async def test_act2_crash_mid_tool_under_each_mode(tmp_path: Path) -> None:
         assert outcome.child_returncode == -signal.SIGKILL, mode
         assert [e["tool"] for e in outcome.ledger_after_crash] == ["lookup_order", "charge_card"], mode
         assert [c.tool_name for c in calls_of(outcome.saved_state.message_history[-1])] == [
-            "lookup_order", "charge_card",
+            "lookup_order",
+            "charge_card",
         ]
         assert outcome.result.status == "completed", mode
         assert outcome.result.thread_id == outcome.saved_state.thread_id  # H-9
@@ -127,7 +132,9 @@ async def test_act2_crash_mid_tool_under_each_mode(tmp_path: Path) -> None:
     assert declared.charges == 1  # the one charge made before the crash, never repeated
     assert_unknown_outcome(declared.returns.get("charge_card"), charge_call)
     assert declared.ran_again("lookup_order") and declared.returns["lookup_order"].outcome == "success"
-    assert declared.answer.startswith("I could not confirm the charge of $40 on order A1; let me check before retrying.")
+    assert declared.answer.startswith(
+        "I could not confirm the charge of $40 on order A1; let me check before retrying."
+    )
 
     never = outcomes["never"]
     assert never.charges == 1 and not never.ran_again("lookup_order")
@@ -150,14 +157,26 @@ def test_make_demo_runs_under_a_minute(tmp_path: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "examples.demo", "--out", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
     assert elapsed < 60
-    for needle in ("Act 1: Continue and fork", "Act 2: A crash mid-tool", "Act 3: Human in the loop",
-                   "deferred_results_incomplete", "unknown outcome", "let me check before retrying",
-                   "Act 5: Reconcile before unknown", "reconciled"):
+    for needle in (
+        "Act 1: Continue and fork",
+        "Act 2: A crash mid-tool",
+        "Act 3: Human in the loop",
+        "deferred_results_incomplete",
+        "unknown outcome",
+        "let me check before retrying",
+        "Act 5: Reconcile before unknown",
+        "reconciled",
+    ):
         assert needle in proc.stdout
 
 

@@ -96,8 +96,15 @@ def test_scanner_resolves_imports() -> None:
         "if TYPE_CHECKING:\n    from .x import Y\n"
     )
     found = imported_modules(source, "candor.harness.mod")
-    assert {"sqlalchemy.orm", "fastapi", "candor.service", "candor.service.store", "candor.harness.sibling", "httpx",
-            "candor.harness.x"} <= found
+    assert {
+        "sqlalchemy.orm",
+        "fastapi",
+        "candor.service",
+        "candor.service.store",
+        "candor.harness.sibling",
+        "httpx",
+        "candor.harness.x",
+    } <= found
     assert "candor.harness.inner.z" in imported_modules("from .z import q\n", "candor.harness.inner", is_package=True)
 
 
@@ -182,7 +189,9 @@ def _package_of(path: Path) -> str:
 
 
 def _trees() -> dict[Path, ast.Module]:
-    return {p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(CANDOR.rglob("*.py")) if not _under(p, MIGRATIONS)}
+    return {
+        p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(CANDOR.rglob("*.py")) if not _under(p, MIGRATIONS)
+    }
 
 
 def private_definitions(trees: dict[str, ast.Module]) -> dict[str, set[str]]:
@@ -231,7 +240,8 @@ def test_private_member_scanner() -> None:
     trees = {
         "candor.harness": ast.parse("class S:\n    def _ref(self):\n        return self._ref()\n"),
         "candor.service.worker": ast.parse(
-            "from candor.harness.state import _trusted\nx = s._ref()\nself._ref()\ny = s.__dict__\n"),
+            "from candor.harness.state import _trusted\nx = s._ref()\nself._ref()\ny = s.__dict__\n"
+        ),
     }
     owners = private_definitions(trees)
     assert sorted(private_reaches("candor.service.worker", trees["candor.service.worker"], owners)) == [
@@ -276,8 +286,11 @@ def dialect_branches(tree: ast.Module) -> list[int]:
             continue
         operands = [node.left, *node.comparators]
         names_dialect = any(
-            isinstance(o, ast.Attribute) and o.attr == "name" and isinstance(o.value, ast.Attribute)
-            and o.value.attr == "dialect" for o in operands
+            isinstance(o, ast.Attribute)
+            and o.attr == "name"
+            and isinstance(o.value, ast.Attribute)
+            and o.value.attr == "dialect"
+            for o in operands
         )
         literal = any(isinstance(o, ast.Constant) and o.value in ("postgresql", "sqlite") for o in operands)
         if names_dialect or literal:
@@ -287,7 +300,9 @@ def dialect_branches(tree: ast.Module) -> list[int]:
 
 def test_dialect_branch_scanner() -> None:
     """The scanner finds both spellings of a dialect branch and ignores other comparisons."""
-    source = 'a = e.dialect.name == "x"\nb = name != "sqlite"\nc = kind == "webhook"\nd = url.set(drivername="postgresql")\n'
+    source = (
+        'a = e.dialect.name == "x"\nb = name != "sqlite"\nc = kind == "webhook"\nd = url.set(drivername="postgresql")\n'
+    )
     assert dialect_branches(ast.parse(source)) == [1, 2]
 
 

@@ -52,9 +52,7 @@ def test_all_lists_nothing_else(module_name: str) -> None:
     assert set(module.__all__) == set(SPEC_EXPORTS[module_name])
 
 
-@pytest.mark.parametrize(
-    ("module_name", "name"), [(m, n) for m, names in SPEC_EXPORTS.items() for n in names]
-)
+@pytest.mark.parametrize(("module_name", "name"), [(m, n) for m, names in SPEC_EXPORTS.items() for n in names])
 def test_every_spec_name_imports(module_name: str, name: str) -> None:
     """§3.1: `from <module> import <name>` works for every listed name."""
     namespace: dict[str, object] = {}
@@ -121,7 +119,11 @@ def test_unknown_outcome_result_shape() -> None:
     part = unknown_outcome_result(ToolCallPart(tool_name="pay", args={"n": 1}, tool_call_id="call_9"))
     assert isinstance(part, ToolReturnPart)
     assert (part.tool_name, part.tool_call_id, part.content, part.outcome, part.metadata) == (
-        "pay", "call_9", UNKNOWN_OUTCOME_CONTENT, "interrupted", {"candor.unknown_outcome": True}
+        "pay",
+        "call_9",
+        UNKNOWN_OUTCOME_CONTENT,
+        "interrupted",
+        {"candor.unknown_outcome": True},
     )
 
 

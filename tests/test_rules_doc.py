@@ -21,7 +21,12 @@ SOURCES = [
     ("tests/service/test_runs.py", '"""S-20, §7.3, STYLE §2."""'),
 ]
 STATEMENTS = {
-    "H-1": "one", "H-2": "two", "S-20": "fenced", "harness §3.3": "state", "service §7.3": "leases", "STYLE §2": "habits",
+    "H-1": "one",
+    "H-2": "two",
+    "S-20": "fenced",
+    "harness §3.3": "state",
+    "service §7.3": "leases",
+    "STYLE §2": "habits",
 }
 
 
@@ -65,7 +70,9 @@ def test_fails_on_a_row_no_test_cites() -> None:
     """A row whose id only the code (or nothing) cites is reported."""
     sources = [*SOURCES, ("src/candor/harness/x.py", "# H-3")]
     document = _document({**STATEMENTS, "H-3": "three"}, sources)
-    assert rules_doc.problems(rules_doc.collect(sources), document) == ["H-3: listed in docs/rules.md but no test cites it"]
+    assert rules_doc.problems(rules_doc.collect(sources), document) == [
+        "H-3: listed in docs/rules.md but no test cites it"
+    ]
     stale_row = _document() + "| H-9 | nine | — | — |\n"
     assert rules_doc.problems(rules_doc.collect(SOURCES), stale_row) == [
         "H-9: listed in docs/rules.md but no test cites it"

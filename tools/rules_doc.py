@@ -94,8 +94,11 @@ def collect(files: Iterable[tuple[str, str]]) -> Citations:
     modules: dict[str, set[str]] = defaultdict(set)
     tests: dict[str, set[str]] = defaultdict(set)
     for path, text in files:
-        target, shown = (tests, path.removeprefix("tests/")) if path.startswith("tests/") else (
-            modules, path.removeprefix("src/candor/"))
+        target, shown = (
+            (tests, path.removeprefix("tests/"))
+            if path.startswith("tests/")
+            else (modules, path.removeprefix("src/candor/"))
+        )
         for rule_id in ids_in(text, path):
             target[rule_id].add(shown)
     return Citations(

@@ -105,8 +105,11 @@ def postgres_saver(url: str) -> Iterator[tuple[Any, Callable[[str], int]]]:
         admin.execute(f'CREATE DATABASE "{name}"')
     target = psycopg.conninfo.make_conninfo(url, dbname=name)
     try:
-        with psycopg.connect(target, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn, \
-                psycopg.connect(target, autocommit=True) as probe_conn:
+        with (
+            psycopg.connect(target, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn,
+            psycopg.connect(target, autocommit=True) as probe_conn,
+        ):
+
             def count(thread_id: str) -> int:
                 return int(probe_conn.execute(PG_BYTES, {"t": thread_id}).fetchone()[0])
 
@@ -123,6 +126,7 @@ def sqlite_saver() -> Iterator[tuple[Any, Callable[[str], int]]]:
     with tempfile.TemporaryDirectory(prefix="langgraph-bench-") as tmp:
         conn = sqlite3.connect(str(Path(tmp) / "checkpoints.db"), check_same_thread=False)
         try:
+
             def count(thread_id: str) -> int:
                 return int(conn.execute(SQLITE_BYTES, (thread_id, thread_id)).fetchone()[0])
 
@@ -145,8 +149,9 @@ def one_run(graph: Any, steps: int) -> tuple[str, float]:
     return thread_id, elapsed
 
 
-def measure_backend(saver: Any, count: Callable[[str], int], backend: str, steps_list: list[int], runs: int,
-                    warmup: int) -> list[dict[str, Any]]:
+def measure_backend(
+    saver: Any, count: Callable[[str], int], backend: str, steps_list: list[int], runs: int, warmup: int
+) -> list[dict[str, Any]]:
     results = []
     for steps in steps_list:
         graph = build_graph(steps, saver)
@@ -160,10 +165,16 @@ def measure_backend(saver: Any, count: Callable[[str], int], backend: str, steps
         for messages, total in probe:
             at_count[messages] = total
         cumulative = [at_count.get(1 + 2 * k, 0) for k in range(steps + 1)]
-        results.append({
-            "backend": backend, "steps": steps, "run_seconds": times, "stored_bytes": count(thread_id),
-            "cumulative_bytes": cumulative, "puts": len(probe),
-        })
+        results.append(
+            {
+                "backend": backend,
+                "steps": steps,
+                "run_seconds": times,
+                "stored_bytes": count(thread_id),
+                "cumulative_bytes": cumulative,
+                "puts": len(probe),
+            }
+        )
     return results
 
 
@@ -178,10 +189,21 @@ def main(argv: list[str] | None = None) -> int:
     steps_list = [int(s) for s in args.steps.split(",") if s.strip()]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     out: dict[str, Any] = {
-        "versions": {p: importlib.metadata.version(p) for p in (
-            "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-postgres", "langgraph-checkpoint-sqlite",
-            "langchain-core", "psycopg")},
-        "python": sys.version.split()[0], "results": [], "skipped": {}, "postgres_version": None,
+        "versions": {
+            p: importlib.metadata.version(p)
+            for p in (
+                "langgraph",
+                "langgraph-checkpoint",
+                "langgraph-checkpoint-postgres",
+                "langgraph-checkpoint-sqlite",
+                "langchain-core",
+                "psycopg",
+            )
+        },
+        "python": sys.version.split()[0],
+        "results": [],
+        "skipped": {},
+        "postgres_version": None,
     }
     for backend in backends:
         if backend == "postgresql":

@@ -100,8 +100,7 @@ async def dbos_runner(database_url: str | None) -> tuple[Runner, Callable[[], No
     # DBOS registers workflows at import/wrap time, before launch: one agent per workload shape, made up front.
     shapes = [(s, m) for s in (2, 5, 20, 80) for m in (0.0, 0.02)]
     agents = {
-        shape: DBOSAgent(_pydantic_agent(*shape, name=f"bench_{shape[0]}_{int(shape[1] * 1000)}"))
-        for shape in shapes
+        shape: DBOSAgent(_pydantic_agent(*shape, name=f"bench_{shape[0]}_{int(shape[1] * 1000)}")) for shape in shapes
     }
     DBOS.launch()
 
@@ -121,8 +120,13 @@ async def langgraph_runner(database_url: str | None) -> tuple[Runner, Callable[[
         from psycopg.rows import dict_row
         from psycopg_pool import ConnectionPool
 
-        pool = ConnectionPool(database_url, min_size=1, max_size=16, open=True,
-                              kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
+        pool = ConnectionPool(
+            database_url,
+            min_size=1,
+            max_size=16,
+            open=True,
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        )
         saver: Any = PostgresSaver(pool)  # type: ignore[arg-type]
         close: Callable[[], None] = pool.close
     else:
@@ -152,11 +156,18 @@ def graph_invoke(graph: Any, inputs: Any, config: Any) -> None:
     graph.invoke(inputs, config, durability="sync")
 
 
-RUNNERS = {"pydantic-ai": pydantic_ai_runner, "harness": harness_runner, "dbos": dbos_runner,
-           "langgraph": langgraph_runner}
-VERSIONS = {"pydantic-ai": ("pydantic-ai-slim",), "harness": ("candor", "pydantic-ai-slim"),
-            "dbos": ("dbos", "pydantic-ai-slim"), "langgraph": ("langgraph", "langgraph-checkpoint-postgres",
-                                                                "langgraph-checkpoint-sqlite")}
+RUNNERS = {
+    "pydantic-ai": pydantic_ai_runner,
+    "harness": harness_runner,
+    "dbos": dbos_runner,
+    "langgraph": langgraph_runner,
+}
+VERSIONS = {
+    "pydantic-ai": ("pydantic-ai-slim",),
+    "harness": ("candor", "pydantic-ai-slim"),
+    "dbos": ("dbos", "pydantic-ai-slim"),
+    "langgraph": ("langgraph", "langgraph-checkpoint-postgres", "langgraph-checkpoint-sqlite"),
+}
 
 
 async def workload(run: Runner, command: dict[str, Any]) -> dict[str, Any]:

@@ -16,8 +16,8 @@ def test_events_comments_and_multiline_data() -> None:
     joined with a newline, a blank line dispatches."""
     text = (
         ": ping - 2026-01-05 09:30:00\n\n"
-        "event: delta\nid: 7\ndata: {\"run_id\": \"run_1\",\ndata:  \"x\": 1}\n\n"
-        "event: changed\ndata:{\"version\": 3}\n\n"
+        'event: delta\nid: 7\ndata: {"run_id": "run_1",\ndata:  "x": 1}\n\n'
+        'event: changed\ndata:{"version": 3}\n\n'
     )
     events = _parse(text)
     assert [(e.event, e.id) for e in events] == [("delta", "7"), ("changed", None)]

@@ -168,7 +168,9 @@ def echo(value: str) -> str:
     return value
 
 
-def make_agent(model: FunctionModel, *tools: Any, system_prompt: str | Sequence[str] = (), **kwargs: Any) -> Agent[Any, Any]:
+def make_agent(
+    model: FunctionModel, *tools: Any, system_prompt: str | Sequence[str] = (), **kwargs: Any
+) -> Agent[Any, Any]:
     """An agent on `model` with the tools `add` and `echo`, plus any `tools` given."""
     return Agent(model, tools=[add, echo, *tools], system_prompt=system_prompt, **kwargs)
 

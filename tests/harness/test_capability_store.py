@@ -43,7 +43,9 @@ def prior(**namespaces: CapabilityState) -> HarnessState:
     return HarnessState(schema_version="1", thread_id="thr_caps", capabilities=dict(namespaces))
 
 
-async def run_with_tool(tool: Any, *, previous_state: HarnessState | None = None, **options: Any) -> candor.RunResult[Any]:
+async def run_with_tool(
+    tool: Any, *, previous_state: HarnessState | None = None, **options: Any
+) -> candor.RunResult[Any]:
     """One run in which the model calls `tool` once (no arguments) and then answers "done"."""
     name = tool.name if isinstance(tool, Tool) else tool.__name__
     agent = make_agent(script(calls(tool_call(name)), text("done")), tool)
@@ -90,6 +92,7 @@ async def test_write_replaces_whole_namespace_and_read_returns_it() -> None:
 
 async def test_write_can_change_the_version() -> None:
     """H-18: a write replaces version and data of the namespace together."""
+
     async def writer() -> str:
         await candor.capability_state().write("ns", Small(n=5), version="2")
         return "ok"
@@ -100,6 +103,7 @@ async def test_write_can_change_the_version() -> None:
 
 async def test_state_written_in_one_run_is_read_by_the_next() -> None:
     """H-14, H-18: namespaces travel in the state from one run to the next."""
+
     async def bump() -> int:
         store = candor.capability_state()
         counter = await store.read("counter", Counter, version="1") or Counter()
@@ -154,6 +158,7 @@ async def test_version_mismatch_raises_version_unsupported() -> None:
 
 async def test_state_error_escaping_a_tool_is_raised_from_run() -> None:
     """H-15, H-31: a StateError is a HarnessError, so it is not turned into a failed result."""
+
     async def probe() -> str:
         await candor.capability_state().read("ns", Counter, version="2")
         return "unreachable"
@@ -329,7 +334,10 @@ async def test_unwritten_namespaces_are_unchanged_at_every_boundary() -> None:
                 exported.append(await stream.export_state())
     assert len(exported) == 3
     for s in [*exported, stream.outcome.state]:  # type: ignore[union-attr]
-        assert json.loads(s.model_dump_json())["capabilities"]["plain"] == {"version": "3", "data": {"k": [1, {"z": None}]}}
+        assert json.loads(s.model_dump_json())["capabilities"]["plain"] == {
+            "version": "3",
+            "data": {"k": [1, {"z": None}]},
+        }
 
 
 # ---------------------------------------------------------------------------------------------- H-21
@@ -360,6 +368,7 @@ async def test_capability_state_before_enter_and_after_close_raises() -> None:
 
 async def test_capability_state_after_a_failed_run_raises() -> None:
     """H-21: a run that ends by raising leaves no active store behind."""
+
     async def fail() -> str:
         await candor.capability_state().read("ns", Counter, version="")
         return "unreachable"
@@ -373,6 +382,7 @@ async def test_capability_state_after_a_failed_run_raises() -> None:
 
 async def test_interleaved_streams_keep_their_own_stores() -> None:
     """H-18, H-20, H-21: two streams driven from the same task each see their own run's store."""
+
     async def mark() -> str:
         await candor.capability_state().write("mark", Small(n=1), version="1")
         return "ok"
@@ -426,7 +436,9 @@ async def test_unbound_environment_entries_are_carried_unchanged() -> None:
     )
     provider = Provider()
     agent = make_agent(script(calls(tool_call("add", {"a": 1, "b": 2})), text("done")))
-    result = await Harness(agent).run("go", previous_state=state, bindings=RunBindings(environments={"bound": provider}))
+    result = await Harness(agent).run(
+        "go", previous_state=state, bindings=RunBindings(environments={"bound": provider})
+    )
     env = json.loads(result.state.model_dump_json())["environment"]  # type: ignore[union-attr]
     assert env["unbound"] == {"deep": [1, {"x": None}], "f": 2.5}
     assert env["flag"] is False
@@ -475,7 +487,9 @@ async def test_every_boundary_exports_the_provider() -> None:
     )
     state = HarnessState(schema_version="1", thread_id="thr_env", environment={"m": {"n": 10}})
     seen: list[tuple[str, Any]] = []
-    async with Harness(agent).stream("go", previous_state=state, bindings=RunBindings(environments={"m": provider})) as stream:
+    async with Harness(agent).stream(
+        "go", previous_state=state, bindings=RunBindings(environments={"m": provider})
+    ) as stream:
         async for event in stream:
             if isinstance(event, BoundaryEvent):
                 seen.append((event.kind, (await stream.export_state()).environment["m"]))
@@ -497,7 +511,9 @@ async def test_exported_value_is_detached_from_the_provider() -> None:
         async def export(self) -> JsonValue:
             return shared  # type: ignore[return-value]
 
-    result = await Harness(make_agent(script(text("done")))).run("go", bindings=RunBindings(environments={"m": Sharing()}))
+    result = await Harness(make_agent(script(text("done")))).run(
+        "go", bindings=RunBindings(environments={"m": Sharing()})
+    )
     shared["items"].append(2)
     assert result.state.environment == {"m": {"items": [1]}}  # type: ignore[union-attr]
 
@@ -523,7 +539,9 @@ async def test_run_end_exports_the_provider_when_suspending() -> None:
 async def test_environment_is_restored_in_the_next_run() -> None:
     """H-22, H-23: the exported entry is what the next run's provider receives."""
     first_provider = Provider(counter=5)
-    result = await Harness(make_agent(script(text("a")))).run("go", bindings=RunBindings(environments={"m": first_provider}))
+    result = await Harness(make_agent(script(text("a")))).run(
+        "go", bindings=RunBindings(environments={"m": first_provider})
+    )
     second_provider = Provider()
     await Harness(make_agent(script(text("b")))).run(
         "go", previous_state=result.state, bindings=RunBindings(environments={"m": second_provider})
@@ -533,6 +551,7 @@ async def test_environment_is_restored_in_the_next_run() -> None:
 
 async def test_restore_receives_a_copy() -> None:
     """H-23: a provider mutating what restore() received does not change the previous state."""
+
     class Mutating(Provider):
         async def restore(self, data: JsonValue | None) -> None:
             assert isinstance(data, dict)
@@ -541,12 +560,15 @@ async def test_restore_receives_a_copy() -> None:
 
     state = HarnessState(schema_version="1", thread_id="thr_env", environment={"m": {"n": 1}, "x": [1]})
     before = state.model_dump_json()
-    await Harness(make_agent(script(text("a")))).run("go", previous_state=state, bindings=RunBindings(environments={"m": Mutating()}))
+    await Harness(make_agent(script(text("a")))).run(
+        "go", previous_state=state, bindings=RunBindings(environments={"m": Mutating()})
+    )
     assert state.model_dump_json() == before
 
 
 async def test_concurrent_runs_have_separate_stores() -> None:
     """H-18, H-21: runs in separate tasks never see each other's namespaces."""
+
     async def mark() -> str:
         store = candor.capability_state()
         await asyncio.sleep(0.01)

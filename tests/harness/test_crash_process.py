@@ -101,6 +101,9 @@ async def test_sigkill_inside_a_tool_then_recover_under_declared(tmp_path: Path)
     assert isinstance(recovery_request, ModelRequest)
     assert [p.tool_call_id for p in recovery_request.parts] == ["call_charge", "call_lookup"]
     assert len(seen) == 1
-    assert [p.tool_call_id for p in seen[0][-1].parts if isinstance(p, ToolReturnPart)] == ["call_charge", "call_lookup"]
+    assert [p.tool_call_id for p in seen[0][-1].parts if isinstance(p, ToolReturnPart)] == [
+        "call_charge",
+        "call_lookup",
+    ]
 
     assert time.monotonic() - started < 5

@@ -32,15 +32,30 @@ _SHARED_OK = (str, int, float, bool, type(None), bytes, datetime)
 def rich_history() -> list[ModelMessage]:
     shared_args = {"nested": {"list": [1, 2.5, None], "flag": True}}
     return [
-        ModelRequest(parts=[UserPromptPart(["look", ImageUrl("https://example.com/a.png"),
-                                            BinaryContent(b"\x89PNG", media_type="image/png")], timestamp=EPOCH)]),
-        ModelResponse(
-            parts=[ThinkingPart("hmm", signature="sig"), TextPart("ok"),
-                   ToolCallPart("t", shared_args, "c1"), ToolCallPart("t", shared_args, "c2")],
-            timestamp=EPOCH, provider_details={"z": [1], "a": {"b": 2}},
+        ModelRequest(
+            parts=[
+                UserPromptPart(
+                    ["look", ImageUrl("https://example.com/a.png"), BinaryContent(b"\x89PNG", media_type="image/png")],
+                    timestamp=EPOCH,
+                )
+            ]
         ),
-        ModelRequest(parts=[ToolReturnPart("t", {"k": [True]}, "c1", timestamp=EPOCH),
-                            ToolReturnPart("t", ["again", {"why": None}], "c2", timestamp=EPOCH)]),
+        ModelResponse(
+            parts=[
+                ThinkingPart("hmm", signature="sig"),
+                TextPart("ok"),
+                ToolCallPart("t", shared_args, "c1"),
+                ToolCallPart("t", shared_args, "c2"),
+            ],
+            timestamp=EPOCH,
+            provider_details={"z": [1], "a": {"b": 2}},
+        ),
+        ModelRequest(
+            parts=[
+                ToolReturnPart("t", {"k": [True]}, "c1", timestamp=EPOCH),
+                ToolReturnPart("t", ["again", {"why": None}], "c2", timestamp=EPOCH),
+            ]
+        ),
     ]
 
 
@@ -99,6 +114,7 @@ async def test_a_tool_changing_the_run_messages_does_not_change_the_committed_hi
     """H-6, H-11: messages enter the run's history as detached copies at a boundary; a tool that later changes the
     objects pydantic-ai hands it (`ctx.messages`) changes neither the state exported at that boundary nor the
     final history."""
+
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:
             return ModelResponse(parts=[ToolCallPart("scribble", {"note": "original"}, "c1")])

@@ -167,7 +167,8 @@ async def test_failed_fresh_resume_keeps_pending_batch_calls_open() -> None:
     then finishes them (the approved call is not replayed, H-94)."""
     c1 = ToolCallPart("risky", {}, tool_call_id="c1")
     state = HarnessState(
-        schema_version="1", thread_id="thr_fail",
+        schema_version="1",
+        thread_id="thr_fail",
         message_history=[ModelRequest(parts=[UserPromptPart("hi")]), ModelResponse(parts=[c1])],
     )
     attempts: list[int] = []
@@ -176,7 +177,9 @@ async def test_failed_fresh_resume_keeps_pending_batch_calls_open() -> None:
         attempts.append(1)
         raise RuntimeError("boom")
 
-    agent: Agent[None, str] = Agent(FunctionModel(ScriptedModel(text("after"))), tools=[Tool(risky, requires_approval=True)])
+    agent: Agent[None, str] = Agent(
+        FunctionModel(ScriptedModel(text("after"))), tools=[Tool(risky, requires_approval=True)]
+    )
     batch = DeferredToolResume(DeferredToolRequests(approvals=[c1]), DeferredToolResults(approvals={"c1": True}))
     stream = Harness(agent).stream(previous_state=state, deferred_resume=batch)
     async with stream:
@@ -272,22 +275,29 @@ def response(*parts: Any, state: str = "complete") -> ModelResponse:
         pytest.param([ThinkingPart(content=""), TextPart("x")], [TextPart("x")], id="unfinished-thinking-dropped"),
         pytest.param([ThinkingPart(content="why")], [ThinkingPart(content="why")], id="thinking-with-content"),
         pytest.param(
-            [ThinkingPart(content="", signature="sig")], [ThinkingPart(content="", signature="sig")],
+            [ThinkingPart(content="", signature="sig")],
+            [ThinkingPart(content="", signature="sig")],
             id="thinking-with-signature",
         ),
         pytest.param(
             [TextPart("before"), NativeToolCallPart("web_search", {"q": 1}, tool_call_id="n1"), TextPart("after")],
-            [TextPart("before"), TextPart("after")], id="unbalanced-native-call",
+            [TextPart("before"), TextPart("after")],
+            id="unbalanced-native-call",
         ),
         pytest.param(
             [NativeToolReturnPart("web_search", "r", tool_call_id="n2", timestamp=EPOCH), TextPart("after")],
-            [TextPart("after")], id="unbalanced-native-return",
+            [TextPart("after")],
+            id="unbalanced-native-return",
         ),
         pytest.param(
-            [NativeToolCallPart("web_search", {"q": 1}, tool_call_id="n3"),
-             NativeToolReturnPart("web_search", "r", tool_call_id="n3", timestamp=EPOCH)],
-            [NativeToolCallPart("web_search", {"q": 1}, tool_call_id="n3"),
-             NativeToolReturnPart("web_search", "r", tool_call_id="n3", timestamp=EPOCH)],
+            [
+                NativeToolCallPart("web_search", {"q": 1}, tool_call_id="n3"),
+                NativeToolReturnPart("web_search", "r", tool_call_id="n3", timestamp=EPOCH),
+            ],
+            [
+                NativeToolCallPart("web_search", {"q": 1}, tool_call_id="n3"),
+                NativeToolReturnPart("web_search", "r", tool_call_id="n3", timestamp=EPOCH),
+            ],
             id="balanced-native-group",
         ),
     ],
@@ -325,7 +335,8 @@ def closed(message: ModelMessage) -> list[tuple[Any, ...]]:
     """A closing request's returns, without their timestamps."""
     assert isinstance(message, ModelRequest)
     return [
-        (p.tool_name, p.tool_call_id, p.content, p.outcome, p.metadata) for p in message.parts
+        (p.tool_name, p.tool_call_id, p.content, p.outcome, p.metadata)
+        for p in message.parts
         if isinstance(p, ToolReturnPart)
     ] + [("other", type(p).__name__) for p in message.parts if not isinstance(p, ToolReturnPart)]
 
@@ -355,7 +366,8 @@ def test_normalize_candidate_leaves_pending_batch_calls_open() -> None:
 
     assert closed(result[-1]) == [unknown(calls[1])]
     assert normalize_candidate([PROMPT, response(*calls)], stable_prefix=1, pending_answer_ids={"a", "b", "c"}) == [
-        PROMPT, response(*calls)
+        PROMPT,
+        response(*calls),
     ]
 
 

@@ -126,9 +126,7 @@ SCENARIOS: dict[str, Any] = {
     ),
     "recovery": lambda: (
         make_agent(script(text("ok")), recovery_retryable(Tool(lambda value: value, name="safe_echo"))),
-        open_call_state(
-            tool_call("echo", {"value": "x"}, "c1"), tool_call("safe_echo", {"value": "y"}, "c2")
-        ),
+        open_call_state(tool_call("echo", {"value": "x"}, "c1"), tool_call("safe_echo", {"value": "y"}, "c2")),
         {},
     ),
     "usage-limit": lambda: (
@@ -218,7 +216,11 @@ MODEL_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize(("exc", "code", "hint"), MODEL_ERRORS, ids=lambda v: getattr(v, "status_code", None) or type(v).__name__ if isinstance(v, BaseException) else None)
+@pytest.mark.parametrize(
+    ("exc", "code", "hint"),
+    MODEL_ERRORS,
+    ids=lambda v: getattr(v, "status_code", None) or type(v).__name__ if isinstance(v, BaseException) else None,
+)
 async def test_model_errors_end_failed(exc: BaseException, code: str, hint: str) -> None:
     """H-31: model exceptions end the run failed with model_unavailable or agent_run_failed; no message leaks."""
     result = await Harness(make_agent(script(_raiser(exc)))).run("go")
@@ -234,7 +236,9 @@ async def test_model_errors_end_failed(exc: BaseException, code: str, hint: str)
 
 async def test_tool_error_ends_failed_with_safe_state() -> None:
     """H-31, H-103: a tool's exception → agent_run_failed (dependency_change); the call gets an unknown outcome."""
-    agent = make_agent(script(calls(tool_call("add", {"a": 1, "b": 1}, "c0"), tool_call("failing_tool", call_id="c1"))), failing_tool)
+    agent = make_agent(
+        script(calls(tool_call("add", {"a": 1, "b": 1}, "c0"), tool_call("failing_tool", call_id="c1"))), failing_tool
+    )
     result = await Harness(agent).run("go")
     assert result.status == "failed"
     failure = result.failure
@@ -258,6 +262,7 @@ async def test_tool_error_ends_failed_with_safe_state() -> None:
 @pytest.mark.parametrize("exc", [TimeoutError("t"), ConnectionError("c")], ids=["timeout", "connection"])
 async def test_tool_timeout_is_not_a_model_error(exc: BaseException) -> None:
     """H-31: only the model client's connection/timeout errors are model_unavailable; a tool's are agent_run_failed."""
+
     async def flaky() -> str:
         raise exc
 
@@ -375,7 +380,9 @@ async def test_resume_usage_continues_counting() -> None:
     second = await Harness(two_request_agent()).run("go", previous_state=first.state, resume_usage=True)
     assert second.usage.requests == 4
     assert second.usage.tool_calls == 2
-    assert second.usage.input_tokens == 2 * first.usage.input_tokens + (second.usage.input_tokens - 2 * first.usage.input_tokens)
+    assert second.usage.input_tokens == 2 * first.usage.input_tokens + (
+        second.usage.input_tokens - 2 * first.usage.input_tokens
+    )
     assert stored_usage(second)["requests"] == 4
     restored = HarnessState.model_validate_json(second.state.model_dump_json())  # type: ignore[union-attr]
     third = await Harness(two_request_agent()).run("go", previous_state=restored, resume_usage=True)
@@ -422,7 +429,10 @@ async def test_new_messages_are_exactly_the_appended_ones() -> None:
     assert canonical(all_messages[:2]) == canonical(previous.message_history)
     assert canonical(result.new_messages()) == canonical(all_messages[2:])
     assert [type(m).__name__ for m in result.new_messages()] == [
-        "ModelRequest", "ModelResponse", "ModelRequest", "ModelResponse"
+        "ModelRequest",
+        "ModelResponse",
+        "ModelRequest",
+        "ModelResponse",
     ]
 
 
@@ -437,7 +447,11 @@ async def test_new_messages_include_unknown_outcome_requests() -> None:
     expected = unknown_outcome_result(tool_call("echo", {"value": "x"}, "c1"))
     assert isinstance(part, ToolReturnPart)
     assert (part.tool_name, part.tool_call_id, part.content, part.outcome, part.metadata) == (
-        expected.tool_name, expected.tool_call_id, expected.content, expected.outcome, expected.metadata
+        expected.tool_name,
+        expected.tool_call_id,
+        expected.content,
+        expected.outcome,
+        expected.metadata,
     )
     assert canonical(result.all_messages()) == canonical(result.state.message_history)  # type: ignore[union-attr]
     assert canonical(result.all_messages()[:2]) == canonical(previous.message_history)
@@ -477,7 +491,9 @@ class Answer(BaseModel):
 RUN_SCENARIOS: dict[str, Any] = {
     "text": lambda: (make_agent(script(text("ok"))), None, {}),
     "tools": lambda: (
-        make_agent(script(calls(tool_call("add", {"a": 1, "b": 2}), tool_call("echo", {"value": "v"}, "c2")), text("3"))),
+        make_agent(
+            script(calls(tool_call("add", {"a": 1, "b": 2}), tool_call("echo", {"value": "v"}, "c2")), text("3"))
+        ),
         conversation(),
         {},
     ),
@@ -493,7 +509,10 @@ RUN_SCENARIOS: dict[str, Any] = {
         {},
     ),
     "suspended": lambda: (
-        make_agent(script(calls(tool_call("delete", {"path": "/x"}), tool_call("add", {"a": 1, "b": 1}, "c2"))), _approval_tool()),
+        make_agent(
+            script(calls(tool_call("delete", {"path": "/x"}), tool_call("add", {"a": 1, "b": 1}, "c2"))),
+            _approval_tool(),
+        ),
         conversation(),
         {},
     ),
@@ -553,7 +572,9 @@ async def test_result_states_round_trip(name: str) -> None:
 
 
 def system_prompts(messages: list[Any]) -> list[str]:
-    return [p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, SystemPromptPart)]
+    return [
+        p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, SystemPromptPart)
+    ]
 
 
 async def test_continuation_sends_the_current_system_prompt() -> None:
@@ -586,9 +607,9 @@ async def test_continuation_drops_every_historical_system_prompt() -> None:
     await Harness(make_agent(model)).run("next", previous_state=previous)
     sent = model.seen[0]  # type: ignore[attr-defined]
     assert system_prompts(sent) == []
-    assert [p.content for m in sent if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)] == [
-        "a", "c", "next"
-    ]
+    assert [
+        p.content for m in sent if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)
+    ] == ["a", "c", "next"]
 
 
 async def test_continuation_of_imported_history_without_system_prompt() -> None:

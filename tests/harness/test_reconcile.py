@@ -143,7 +143,9 @@ def test_reconciler_declarations() -> None:
     assert marked.metadata == {"team": "payments", RECONCILER_METADATA_KEY: Reconciler(look, 3)}
     assert registered_reconciler(marked.tool_def, None) == Reconciler(look, 3)
     # A bare callable in metadata gets the default timeout.
-    assert registered_reconciler(ToolDefinition(name="x", metadata={RECONCILER_METADATA_KEY: look}), None) == Reconciler(look)
+    assert registered_reconciler(
+        ToolDefinition(name="x", metadata={RECONCILER_METADATA_KEY: look}), None
+    ) == Reconciler(look)
 
     with pytest.raises(ValueError):
         Reconciler(look, 0)
@@ -472,8 +474,10 @@ async def test_a_replayed_tools_own_metadata_is_kept_with_the_mark_added() -> No
 
         return recovery_retryable(Tool(charge_card))
 
-    for given, expected in [({"source": "api"}, {"source": "api", RECOVERY_METADATA_KEY: "replayed"}),
-                            (["a", "list"], ["a", "list"])]:
+    for given, expected in [
+        ({"source": "api"}, {"source": "api", RECOVERY_METADATA_KEY: "replayed"}),
+        (["a", "list"], ["a", "list"]),
+    ]:
         harness = Harness(Agent(FunctionModel(script), tools=[tool_with(given)]))
         async with harness.stream("Charge $40") as stream:
             async for event in stream:

@@ -113,7 +113,9 @@ def test_validate_tool_recovery_accepts_the_three_literals(value: str) -> None:
     assert frozenset(MODES) == TOOL_RECOVERY_MODES
 
 
-@pytest.mark.parametrize("value", ["", "Declared", "ALWAYS", " never", "auto", None, True, 1, ["never"], b"never", object()])
+@pytest.mark.parametrize(
+    "value", ["", "Declared", "ALWAYS", " never", "auto", None, True, 1, ["never"], b"never", object()]
+)
 def test_validate_tool_recovery_rejects_everything_else(value: object) -> None:
     """H-61: any other value raises ValueError (unhashable values included)."""
     with pytest.raises(ValueError):
@@ -360,7 +362,9 @@ ANSWER_CASES = [
     AnswerCase("H-79 H-93", DeferredToolResults(calls={"c1": ToolReturn("v")}), (returned(C1, "v"),)),
     AnswerCase("H-79 H-93", DeferredToolResults(calls={"c1": ToolReturn("v", content="")}), (returned(C1, "v"),)),
     AnswerCase(
-        "H-79 H-93", DeferredToolResults(calls={"c1": ToolFailed("declined")}), (returned(C1, "declined", outcome="failed"),)
+        "H-79 H-93",
+        DeferredToolResults(calls={"c1": ToolFailed("declined")}),
+        (returned(C1, "declined", outcome="failed"),),
     ),
     AnswerCase(
         "H-78 H-93",
@@ -405,9 +409,7 @@ def test_answers_for_closed_or_foreign_ids_are_ignored() -> None:
     """H-93, H-91: answers already in history, for earlier responses or unknown ids never give a second return."""
     old, done, open_ = call("old"), call("done"), call("open")
     history = [request(), response(old), request(), response(done, open_), request(returned(done))]
-    accepted = DeferredToolResults(
-        calls={"old": 1, "done": 2, "ghost": 3}, approvals={"done2": False, "ghost2": True}
-    )
+    accepted = DeferredToolResults(calls={"old": 1, "done": 2, "ghost": 3}, approvals={"done2": False, "ghost2": True})
     with_batch = plan_recovery(history, surface_of(tool()), "never", accepted)
     assert with_batch == plan_recovery(history, surface_of(tool()), "never")
     assert with_batch.unknown_ids == ("open",)
@@ -508,8 +510,7 @@ def surfaces(draw: st.DrawFn) -> dict[str, ToolDefinition]:
     for name in draw(st.lists(st.sampled_from(NAMES[:4]), unique=True)):
         kind = draw(st.sampled_from(["function", "function", "external", "unapproved"]))
         metadata = draw(
-            st.sampled_from([None, {}, {"other": 1}])
-            | st.builds(lambda v: {SAFE_KEY: v}, st.sampled_from(SAFE_VALUES))
+            st.sampled_from([None, {}, {"other": 1}]) | st.builds(lambda v: {SAFE_KEY: v}, st.sampled_from(SAFE_VALUES))
         )
         surface[name] = ToolDefinition(name=name, kind=kind, metadata=copy.deepcopy(metadata))
     if draw(st.booleans()):
@@ -540,7 +541,9 @@ def histories(draw: st.DrawFn) -> list[ModelMessage]:
             for i in ids
         ]
         parts: list[Any] = [*([TextPart("t")] if draw(st.booleans()) else []), *calls]
-        messages.append(response(*parts, state=draw(st.sampled_from(["complete", "complete", "interrupted", "suspended"]))))
+        messages.append(
+            response(*parts, state=draw(st.sampled_from(["complete", "complete", "interrupted", "suspended"])))
+        )
         answered = draw(st.lists(st.sampled_from(calls), unique_by=lambda c: c.tool_call_id)) if calls else []
         is_last = index == rounds - 1
         if not is_last or draw(st.booleans()):
@@ -577,10 +580,7 @@ def expected_open_calls(
         return []
     last = positions[-1]
     answered = {
-        p.tool_call_id
-        for m in history[last + 1 :]
-        for p in m.parts
-        if isinstance(p, (ToolReturnPart, RetryPromptPart))
+        p.tool_call_id for m in history[last + 1 :] for p in m.parts if isinstance(p, (ToolReturnPart, RetryPromptPart))
     }
     excluded = output_names | {n for n, d in surface.items() if d.kind == "output"}
     return [
@@ -695,15 +695,15 @@ def test_property_recorded_returns_are_never_reopened(scenario: Any) -> None:
     applied = apply_plan(history, plan)
     last = max(i for i, m in enumerate(applied) if isinstance(m, ModelResponse))
     ids = [
-        p.tool_call_id
-        for m in applied[last + 1 :]
-        for p in m.parts
-        if isinstance(p, (ToolReturnPart, RetryPromptPart))
+        p.tool_call_id for m in applied[last + 1 :] for p in m.parts if isinstance(p, (ToolReturnPart, RetryPromptPart))
     ]
     assert len(ids) == len(set(ids))  # H-93: no call id ever ends up with two returns
     for again in (None, accepted):
         replanned = plan_recovery(applied, surface, "always", again, output_tool_names=output_names)
         assert [d.call.tool_call_id for d in replanned.decisions] == list(plan.suspend_ids)
         assert replanned.answer_ids == ()
-    closed = [*applied, request(*(returned(d.call, "no", outcome="denied") for d in plan.decisions if d.action == "suspend"))]
+    closed = [
+        *applied,
+        request(*(returned(d.call, "no", outcome="denied") for d in plan.decisions if d.action == "suspend")),
+    ]
     assert plan_recovery(closed, surface, "always", accepted, output_tool_names=output_names).is_empty

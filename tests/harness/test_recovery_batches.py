@@ -169,7 +169,9 @@ async def test_interrupted_fresh_run_is_finished_by_its_recovery_batch() -> None
 
     script = ScriptedModel(text("after recovery"))
     agent: Agent[None, str] = Agent(FunctionModel(script), tools=[Tool(gated, requires_approval=True)])
-    state = HarnessState(schema_version="1", thread_id="thr_batch", message_history=[PROMPT, ModelResponse(parts=[C1, C2])])
+    state = HarnessState(
+        schema_version="1", thread_id="thr_batch", message_history=[PROMPT, ModelResponse(parts=[C1, C2])]
+    )
     fresh = DeferredToolResume(requests(C1, C2), DeferredToolResults(approvals={"c1": True}, calls={"c2": "answer"}))
 
     stream = Harness(agent).stream(previous_state=state, deferred_resume=fresh, bindings=BINDINGS)
@@ -221,8 +223,12 @@ async def test_pending_deferred_input_after_cancel_matches_the_outcome_state() -
         await asyncio.Event().wait()
         return "never"
 
-    agent: Agent[None, str] = Agent(FunctionModel(ScriptedModel(text("x"))), tools=[Tool(gated, requires_approval=True)])
-    state = HarnessState(schema_version="1", thread_id="thr_batch", message_history=[PROMPT, ModelResponse(parts=[C1, C2])])
+    agent: Agent[None, str] = Agent(
+        FunctionModel(ScriptedModel(text("x"))), tools=[Tool(gated, requires_approval=True)]
+    )
+    state = HarnessState(
+        schema_version="1", thread_id="thr_batch", message_history=[PROMPT, ModelResponse(parts=[C1, C2])]
+    )
     fresh = DeferredToolResume(requests(C1, C2), DeferredToolResults(approvals={"c1": True}, calls={"c2": "answer"}))
     stream = Harness(agent).stream(previous_state=state, deferred_resume=fresh, bindings=BINDINGS)
 
@@ -270,7 +276,9 @@ async def test_pending_deferred_input_while_items_remain_and_after() -> None:
 async def test_fresh_batch_pending_input_is_reported_as_recovery() -> None:
     """H-96: a fresh batch's items not yet incorporated are reported as a recovery batch."""
     agent, _, _ = agent_with(safe=False)
-    stream = Harness(agent).stream(previous_state=suspended_state(), deferred_resume=full_batch(recovery=False), bindings=BINDINGS)
+    stream = Harness(agent).stream(
+        previous_state=suspended_state(), deferred_resume=full_batch(recovery=False), bindings=BINDINGS
+    )
     pending = stream.pending_deferred_input
     assert pending is not None and pending.recovery is True
     async with stream:
@@ -357,7 +365,9 @@ async def test_recovery_batch_is_still_checked_against_history(changed: ToolCall
         pytest.param(ToolReturn("v", metadata={"m": 1}), "success", "v", id="tool-return"),
     ],
 )
-async def test_accepted_answers_are_written_once_in_every_mode(answer: Any, outcome: str, content: Any, mode: str) -> None:
+async def test_accepted_answers_are_written_once_in_every_mode(
+    answer: Any, outcome: str, content: Any, mode: str
+) -> None:
     """H-93, H-78, H-79: external results in any accepted form and explicit denials are written into history once,
     also under "never"; no call id ends up with two returns."""
     agent, _, ran = agent_with(safe=False)
@@ -367,7 +377,9 @@ async def test_accepted_answers_are_written_once_in_every_mode(answer: Any, outc
         recovery=True,
     )
 
-    result = await Harness(agent).run(previous_state=suspended_state(), deferred_resume=batch, tool_recovery=mode, bindings=BINDINGS)
+    result = await Harness(agent).run(
+        previous_state=suspended_state(), deferred_resume=batch, tool_recovery=mode, bindings=BINDINGS
+    )
 
     assert result.status == "completed"
     history = result.state.message_history
@@ -384,7 +396,9 @@ async def test_tool_return_content_is_added_once_in_a_recovery_batch() -> None:
     agent, _script, _ = agent_with(safe=False)
     batch = full_batch(c1=False, c2=ToolReturn("v", content="extra context", metadata={"m": 1}))
 
-    result = await Harness(agent).run("next", previous_state=suspended_state(), deferred_resume=batch, bindings=BINDINGS)
+    result = await Harness(agent).run(
+        "next", previous_state=suspended_state(), deferred_resume=batch, bindings=BINDINGS
+    )
 
     [request, _] = result.new_messages()
     kinds = [type(p).__name__ for p in request.parts]
@@ -440,17 +454,26 @@ async def test_asked_again_approval_can_be_answered_after_other_answers_were_wri
 
 @pytest.mark.parametrize(
     ("safe", "mode"),
-    [pytest.param(True, "never", id="never-retry-safe"), pytest.param(False, "declared", id="declared-unmarked"),
-     pytest.param(False, "never", id="never-unmarked")],
+    [
+        pytest.param(True, "never", id="never-retry-safe"),
+        pytest.param(False, "declared", id="declared-unmarked"),
+        pytest.param(False, "never", id="never-unmarked"),
+    ],
 )
-@pytest.mark.parametrize("approval", [True, ToolApproved(), ToolApproved(override_args={"n": 5})], ids=["true", "approved", "override"])
-async def test_approval_is_closed_with_unknown_outcome_when_not_replayable(safe: bool, mode: str, approval: Any) -> None:
+@pytest.mark.parametrize(
+    "approval", [True, ToolApproved(), ToolApproved(override_args={"n": 5})], ids=["true", "approved", "override"]
+)
+async def test_approval_is_closed_with_unknown_outcome_when_not_replayable(
+    safe: bool, mode: str, approval: Any
+) -> None:
     """H-94, H-93: under "never", or when the tool is not marked, an approved call of a recovery batch is closed with
     an unknown-outcome result; the effect is not performed again; the batch's other answers are still written."""
     agent, _script, ran = agent_with(safe=safe)
     batch = full_batch(c1=approval)
 
-    result = await Harness(agent).run(previous_state=suspended_state(), deferred_resume=batch, tool_recovery=mode, bindings=BINDINGS)
+    result = await Harness(agent).run(
+        previous_state=suspended_state(), deferred_resume=batch, tool_recovery=mode, bindings=BINDINGS
+    )
 
     assert result.status == "completed"
     assert ran == []

@@ -188,7 +188,9 @@ class Watch(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         return None
 
-    async def before_tool_execute(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: Any) -> Any:
+    async def before_tool_execute(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: Any
+    ) -> Any:
         self.before.append(call.tool_call_id)
         if call.tool_call_id in self.skip:
             raise SkipToolExecution("blocked by policy")
@@ -211,7 +213,9 @@ class Watch(AbstractCapability[Any]):
 async def test_tool_boundary_state_abandoned_then_recovered_under_declared() -> None:
     """H-40, H-36, H-37, H-46: a state exported at a tool boundary, abandoned and run again under "declared"."""
     ledger = Ledger()
-    first_script = Script(ModelResponse(parts=[call("charge", "c1", x=1), call("lookup", "c2", x=2), call("notify", "c3", x=3)]))
+    first_script = Script(
+        ModelResponse(parts=[call("charge", "c1", x=1), call("lookup", "c2", x=2), call("notify", "c3", x=3)])
+    )
     first = harness(first_script, ledger.tool("charge"), ledger.tool("lookup", safe=True), ledger.tool("notify"))
     saved: str | None = None
     stream = first.stream("pay the invoice")
@@ -262,7 +266,11 @@ async def test_recovery_run_boundaries() -> None:
                 if event.kind == "model":
                     # H-37: every call of the last response has a return
                     every_call_answered_once(snapshots[-1].message_history)
-    kinds = [(type(e).__name__, getattr(e, "kind", None)) for e in events if isinstance(e, (BoundaryEvent, FunctionToolCallEvent))]
+    kinds = [
+        (type(e).__name__, getattr(e, "kind", None))
+        for e in events
+        if isinstance(e, (BoundaryEvent, FunctionToolCallEvent))
+    ]
     assert kinds == [
         ("FunctionToolCallEvent", None),  # the replay of c1, before any boundary (H-38: none while it runs)
         ("BoundaryEvent", "model"),
@@ -412,7 +420,10 @@ async def test_recorded_returns_are_never_reopened() -> None:
         parts=[
             unknown_outcome_result(calls[0]),
             ToolReturnPart(
-                "a", "interrupted by pydantic-ai", tool_call_id="c2", outcome="interrupted",
+                "a",
+                "interrupted by pydantic-ai",
+                tool_call_id="c2",
+                outcome="interrupted",
                 metadata={"pydantic_ai_synthesized_tool_return": True},
             ),
             ToolReturnPart("a", "bad args", tool_call_id="c3", outcome="retried"),
@@ -459,7 +470,9 @@ async def test_retry_safe_flag_comes_from_the_current_surface() -> None:
     saved = open_state(call("lookup", "c1", x=1)).model_dump_json()
 
     marked = Ledger()
-    r1 = await harness(Script(), marked.tool("lookup", safe=True)).run(previous_state=HarnessState.model_validate_json(saved))
+    r1 = await harness(Script(), marked.tool("lookup", safe=True)).run(
+        previous_state=HarnessState.model_validate_json(saved)
+    )
     assert marked.ids() == ["c1"]
     assert only_return(r1.state.message_history, "c1").content == "lookup:1"
 
@@ -482,7 +495,17 @@ async def test_retry_safe_flag_comes_from_the_current_surface() -> None:
 
 @pytest.mark.parametrize(
     ("value", "replayed"),
-    [(True, True), (1, False), (1.0, False), ("true", False), ("True", False), ([True], False), ({"v": True}, False), (False, False), (None, False)],
+    [
+        (True, True),
+        (1, False),
+        (1.0, False),
+        ("true", False),
+        ("True", False),
+        ([True], False),
+        ({"v": True}, False),
+        (False, False),
+        (None, False),
+    ],
     ids=repr,
 )
 async def test_only_boolean_true_marks_a_tool(value: Any, replayed: bool) -> None:
@@ -578,7 +601,11 @@ def _marking(mechanism: str, ledger: Ledger) -> tuple[list[Any], dict[str, Any],
         return [Tool(lookup_fn, name="lookup"), other], {}, RunBindings(capabilities=[cap])
     if mechanism == "set_tool_metadata_dict_selector":
         cap = SetToolMetadata(tools={"group": "reads"}, **{SAFE: True})
-        return [Tool(lookup_fn, name="lookup", metadata={"group": "reads"}), other], {"capabilities": [cap]}, RunBindings()
+        return (
+            [Tool(lookup_fn, name="lookup", metadata={"group": "reads"}), other],
+            {"capabilities": [cap]},
+            RunBindings(),
+        )
     if mechanism == "set_metadata_toolset":
         toolset = SetMetadataToolset(FunctionToolset([Tool(lookup_fn, name="lookup")]), {SAFE: True})
         return [other], {"toolsets": [toolset]}, RunBindings()
@@ -628,7 +655,9 @@ async def test_every_marking_mechanism_is_equivalent(mechanism: str, mode: str) 
         assert is_unknown_for(only_return(history, "c1"), calls[0])
 
 
-@pytest.mark.parametrize("args", [{"x": "not a number"}, {"y": 1}, '{"x": 1'], ids=["wrong_type", "missing", "broken_json"])
+@pytest.mark.parametrize(
+    "args", [{"x": "not a number"}, {"y": 1}, '{"x": 1'], ids=["wrong_type", "missing", "broken_json"]
+)
 async def test_replayed_call_with_invalid_args_is_retried_not_run(args: Any) -> None:
     """H-54: a replay passes normal argument validation; invalid arguments give `outcome="retried"`."""
     ledger = Ledger()
@@ -652,9 +681,7 @@ async def test_replayed_call_with_invalid_args_is_retried_not_run(args: Any) -> 
 
 
 @pytest.mark.parametrize("mode", ["declared", "always"])
-@pytest.mark.parametrize(
-    "sibling", [False, True]
-)
+@pytest.mark.parametrize("sibling", [False, True])
 async def test_replay_of_approval_gated_tool_asks_again(mode: str, sibling: bool) -> None:
     """H-55, H-63: a `requires_approval=True` tool suspends with a fresh approval request instead of running;
     approving it through a fresh batch runs it with `tool_call_approved` True. With `sibling`, an unapproved
@@ -675,7 +702,9 @@ async def test_replay_of_approval_gated_tool_asks_again(mode: str, sibling: bool
         only_return(suspended.state.message_history, "c2")
     assert_prefix(state, suspended.state)
     assert suspended.all_messages() == list(suspended.state.message_history)  # H-34
-    assert canonical(suspended.new_messages()) == canonical(suspended.state.message_history[len(state.message_history) :])
+    assert canonical(suspended.new_messages()) == canonical(
+        suspended.state.message_history[len(state.message_history) :]
+    )
 
     resume = DeferredToolResume(deferred, DeferredToolResults(approvals={"c1": True}))
     done = await harness(Script(), *tools).run(previous_state=suspended.state, deferred_resume=resume)
@@ -713,9 +742,7 @@ async def test_replay_of_tool_raising_approval_required_asks_again() -> None:
 
 
 @pytest.mark.parametrize(("mode", "marked"), [("declared", True), ("always", False)])
-@pytest.mark.parametrize(
-    "sibling", [False, True]
-)
+@pytest.mark.parametrize("sibling", [False, True])
 async def test_replay_of_external_tool_suspends_again(mode: str, marked: bool, sibling: bool) -> None:
     """H-56: a replayed external call ends the run suspended, the call listed in `deferred.calls`; the host's
     answer through a fresh batch is then written into history."""
@@ -1033,7 +1060,15 @@ async def test_new_input_follows_the_recovery_returns(mode: str) -> None:
     assert request.parts[-1].content == "what happened?"
     sent = script.seen[0]
     assert canonical([sent[-1]])[0]["parts"] == canonical([request])[0]["parts"]
-    assert sum(isinstance(p, UserPromptPart) and p.content == "what happened?" for m in sent if isinstance(m, ModelRequest) for p in m.parts) == 1
+    assert (
+        sum(
+            isinstance(p, UserPromptPart) and p.content == "what happened?"
+            for m in sent
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+        )
+        == 1
+    )
 
 
 # -- H-90 to H-96: recovery batches ---------------------------------------------------------------------------
@@ -1120,7 +1155,13 @@ async def test_recovery_batch_answers_written_once_in_every_form(mode: str) -> N
     a1, a2 = only_return(history, "a1"), only_return(history, "a2")
     assert a1.outcome == "denied"
     assert (a2.content, a2.outcome) == ("not today", "denied")
-    extra = [p for m in history if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart) and p.content == "extra context"]
+    extra = [
+        p
+        for m in history
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, UserPromptPart) and p.content == "extra context"
+    ]
     assert len(extra) == 1
     new = result.new_messages()
     assert [p.tool_call_id for p in new[0].parts if isinstance(p, ToolReturnPart)] == ["e1", "e2", "e3", "a1", "a2"]
@@ -1146,7 +1187,9 @@ async def test_recovery_batch_approval_asks_again_when_replay_would_happen(exter
         calls={"e1": {"marker": "ANSWER-MARKER-1"}} if external else {}, approvals={"a1": True}
     )
     batch = DeferredToolResume(suspended.deferred, answers, recovery=True)
-    asked = await h.run(previous_state=suspended.state, deferred_resume=batch, bindings=bindings, tool_recovery="declared")
+    asked = await h.run(
+        previous_state=suspended.state, deferred_resume=batch, bindings=bindings, tool_recovery="declared"
+    )
     assert asked.status == "suspended"
     assert [c.tool_call_id for c in asked.deferred.approvals] == ["a1"]
     assert asked.deferred.calls == []
@@ -1286,7 +1329,9 @@ async def test_pending_batch_input_survives_cancel_and_is_not_closed() -> None:
     slow_started.clear()
     state = open_state(e1, s1)
     requests = DeferredToolRequests(calls=[e1])
-    batch = DeferredToolResume(requests, DeferredToolResults(calls={"e1": {"marker": "ANSWER-MARKER-2"}}), recovery=True)
+    batch = DeferredToolResume(
+        requests, DeferredToolResults(calls={"e1": {"marker": "ANSWER-MARKER-2"}}), recovery=True
+    )
     stream = harness(Script(), *tools).stream(previous_state=state, deferred_resume=batch, bindings=bindings)
     async with stream:
         pending = stream.pending_deferred_input
@@ -1310,7 +1355,9 @@ async def test_pending_batch_input_survives_cancel_and_is_not_closed() -> None:
 
     # The host re-offers what is pending: applied once; s1 (unknown outcome) is not run again.
     executions.clear()
-    stream2 = harness(Script(), *tools).stream(previous_state=result.state, deferred_resume=after, bindings=bindings, tool_recovery="always")
+    stream2 = harness(Script(), *tools).stream(
+        previous_state=result.state, deferred_resume=after, bindings=bindings, tool_recovery="always"
+    )
     await consume(stream2)
     final = stream2.outcome
     assert final.status == "completed"
@@ -1358,7 +1405,9 @@ async def test_failed_run_keeps_pending_batch_calls_open() -> None:
 
     bindings = RunBindings(toolsets=[_ext_toolset("fetch")])
     e1, b1 = call("fetch", "e1", q="x"), call("boom", "b1", x=1)
-    batch = DeferredToolResume(DeferredToolRequests(calls=[e1]), DeferredToolResults(calls={"e1": "answer"}), recovery=True)
+    batch = DeferredToolResume(
+        DeferredToolRequests(calls=[e1]), DeferredToolResults(calls={"e1": "answer"}), recovery=True
+    )
     stream = harness(Script(), recovery_retryable(Tool(boom))).stream(
         previous_state=open_state(e1, b1), deferred_resume=batch, bindings=bindings
     )

@@ -90,7 +90,9 @@ def test_disallowed_combinations_raise_value_error(status: str, fields: dict[str
         make(status, **fields)
 
 
-@pytest.mark.parametrize(("status", "fields"), INVALID[:-2], ids=[f"{s}-{'+'.join(f) or 'nothing'}" for s, f in INVALID[:-2]])
+@pytest.mark.parametrize(
+    ("status", "fields"), INVALID[:-2], ids=[f"{s}-{'+'.join(f) or 'nothing'}" for s, f in INVALID[:-2]]
+)
 def test_replace_rejects_disallowed_combinations(status: str, fields: dict[str, Any]) -> None:
     """H-24: replace() validates like the constructor."""
     base = make("cancelled")
@@ -272,8 +274,10 @@ def test_raise_for_status_suspended_and_cancelled(status: str, fields: dict[str,
 @pytest.mark.parametrize("hint", ["none", "new_run", "dependency_change"])
 def test_raise_for_status_failed_uses_the_failure(hint: str) -> None:
     """H-28, H-29: failed → RunError with the SafeFailure's code, details and retry_hint."""
-    result = make("failed", failure=SafeFailure(code="model_unavailable", message="m", details={"error_type": "E"},
-                                                retry_hint=hint))  # type: ignore[arg-type]
+    result = make(
+        "failed",
+        failure=SafeFailure(code="model_unavailable", message="m", details={"error_type": "E"}, retry_hint=hint),
+    )  # type: ignore[arg-type]
     for call in (result.raise_for_status, result.output_or_raise):
         with pytest.raises(RunError) as info:
             call()

@@ -233,7 +233,12 @@ def test_accepted_approval_answers(answer: Any) -> None:
 @pytest.mark.parametrize(
     "answer",
     [
-        "approved", 1, 0, None, {"approved": True}, ToolFailed("x"),
+        "approved",
+        1,
+        0,
+        None,
+        {"approved": True},
+        ToolFailed("x"),
         ToolApproved(override_args="n=2"),  # type: ignore[arg-type]
         ToolApproved(override_args={1: 2}),  # type: ignore[dict-item]
         ToolDenied(message=5),  # type: ignore[arg-type]
@@ -248,8 +253,16 @@ def test_rejected_approval_answers(answer: Any) -> None:
 @pytest.mark.parametrize(
     "answer",
     [
-        None, 0, 1.5, "text", True, [1, "a", None], {"a": {"b": [1.0, False]}},
-        ToolReturn({"x": 1}, content="see"), ToolReturn("v", metadata={"m": 1}), ToolFailed("it broke"),
+        None,
+        0,
+        1.5,
+        "text",
+        True,
+        [1, "a", None],
+        {"a": {"b": [1.0, False]}},
+        ToolReturn({"x": 1}, content="see"),
+        ToolReturn("v", metadata={"m": 1}),
+        ToolFailed("it broke"),
     ],
 )
 def test_accepted_call_answers(answer: Any) -> None:
@@ -266,9 +279,16 @@ class _Opaque:
 @pytest.mark.parametrize(
     "answer",
     [
-        ModelRetry("again"), _Opaque(), {1: "int key"}, {"a": {2}}, (1, 2), b"bytes",
+        ModelRetry("again"),
+        _Opaque(),
+        {1: "int key"},
+        {"a": {2}},
+        (1, 2),
+        b"bytes",
         ToolFailed(5),  # type: ignore[arg-type]
-        ToolDenied("no"), ToolApproved(), "legacy-retry-prompt",
+        ToolDenied("no"),
+        ToolApproved(),
+        "legacy-retry-prompt",
     ],
 )
 @pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
@@ -510,7 +530,11 @@ def tool(name: str, kind: str = "function", function_id: str | None = None) -> T
 
 
 def surface_resume(
-    *, approval: str | None = None, external: str | None = None, answer: Any = 1, function_id: Any = None,
+    *,
+    approval: str | None = None,
+    external: str | None = None,
+    answer: Any = 1,
+    function_id: Any = None,
     question: bool = False,
 ) -> DeferredToolResume:
     approvals = [call("a1", approval)] if approval else []
@@ -519,9 +543,7 @@ def surface_resume(
     requests = DeferredToolRequests(
         approvals=approvals, calls=calls, metadata=metadata, _kinds={"e1": "question"} if question else {}
     )
-    results = DeferredToolResults(
-        approvals={"a1": True} if approval else {}, calls={"e1": answer} if external else {}
-    )
+    results = DeferredToolResults(approvals={"a1": True} if approval else {}, calls={"e1": answer} if external else {})
     return DeferredToolResume(requests=requests, results=results)
 
 

@@ -51,7 +51,12 @@ CASES = [
     Case("H-80: a fresh batch comes first", deferred_history(deferred_call("a")), _batch("a"), True, None, None, True),
     Case(
         "H-91: an incorporated recovery batch is no batch",
-        deferred_history(deferred_call("a"), answered=("a",)), _batch("a", recovery=True), False, "go", None, False,
+        deferred_history(deferred_call("a"), answered=("a",)),
+        _batch("a", recovery=True),
+        False,
+        "go",
+        None,
+        False,
     ),
     Case("H-59: a suspended response is continued first", _provider_suspended(), None, False, None, "go", False),
 ]

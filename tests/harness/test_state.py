@@ -91,10 +91,23 @@ def test_new_state_with_given_thread_id() -> None:
 
 # ---------------------------------------------------------------------------------------------- H-2
 
-REJECTED_IDS = ["", "1-thread", "thread with space", "thread-custom", "Thr_abc", "thr_", "thr_ABC", "_abc", "thr",
-                "thr__", "thr_a\n", "thr_é", "thr_a_b", "t" + "_" + "a" * 255]
-ACCEPTED_IDS = ["thr_hostroot", "thr_" + "0123456789abcdef" * 2, "ticket_42", "a_b", "t" + "_" + "a" * 254,
-                "a1b2_9z"]
+REJECTED_IDS = [
+    "",
+    "1-thread",
+    "thread with space",
+    "thread-custom",
+    "Thr_abc",
+    "thr_",
+    "thr_ABC",
+    "_abc",
+    "thr",
+    "thr__",
+    "thr_a\n",
+    "thr_é",
+    "thr_a_b",
+    "t" + "_" + "a" * 255,
+]
+ACCEPTED_IDS = ["thr_hostroot", "thr_" + "0123456789abcdef" * 2, "ticket_42", "a_b", "t" + "_" + "a" * 254, "a1b2_9z"]
 
 
 @pytest.mark.parametrize("thread_id", REJECTED_IDS, ids=repr)
@@ -218,7 +231,10 @@ def test_message_history_json_is_the_native_encoding() -> None:
 
 
 _json_leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**53), 2**53),
+    st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=8),
 )
 _json = st.recursive(
@@ -230,7 +246,9 @@ _json = st.recursive(
 
 @settings(max_examples=60, deadline=None)
 @given(
-    caps=st.dictionaries(st.text(min_size=1, max_size=8), st.tuples(st.text(min_size=1, max_size=3), _json), max_size=3),
+    caps=st.dictionaries(
+        st.text(min_size=1, max_size=8), st.tuples(st.text(min_size=1, max_size=3), _json), max_size=3
+    ),
     env=st.dictionaries(st.text(max_size=8), _json, max_size=3),
     prompts=st.lists(st.text(max_size=20), max_size=3),
 )
@@ -416,7 +434,9 @@ def test_capability_version_must_not_be_empty() -> None:
 # ---------------------------------------------------------------------------------------------- H-13
 
 
-@pytest.mark.parametrize("make", [HarnessState.new, full_state, lambda: full_state().fork()], ids=["new", "full", "fork"])
+@pytest.mark.parametrize(
+    "make", [HarnessState.new, full_state, lambda: full_state().fork()], ids=["new", "full", "fork"]
+)
 def test_json_has_exactly_the_five_keys(make: Any) -> None:
     """H-13: the JSON of a state has exactly the five top-level keys."""
     keys = set(json.loads(make().model_dump_json()))

@@ -44,14 +44,20 @@ def open_calls(history: tuple[Any, ...] | list[Any]) -> list[ToolCallPart]:
     if index is None:
         return []
     answered = {
-        p.tool_call_id for m in history[index + 1 :] if isinstance(m, ModelRequest) for p in m.parts
+        p.tool_call_id
+        for m in history[index + 1 :]
+        if isinstance(m, ModelRequest)
+        for p in m.parts
         if isinstance(p, ToolReturnPart)
     }
     return [p for p in history[index].parts if isinstance(p, ToolCallPart) and p.tool_call_id not in answered]
 
 
-def two_step_agent(log: list[Any], *, stream_model: bool = False, delay: float = 0.0, extra: tuple[Any, ...] = ()) -> Any:
+def two_step_agent(
+    log: list[Any], *, stream_model: bool = False, delay: float = 0.0, extra: tuple[Any, ...] = ()
+) -> Any:
     """Model: add → (echo, add) → "done". Tools and model append to `log`."""
+
     async def logged_add(a: int, b: int) -> int:
         log.append(("tool-start", "add"))
         await asyncio.sleep(delay)
@@ -157,8 +163,10 @@ async def test_output_tool_call_has_no_tool_boundary_requirement() -> None:
     class Answer(BaseModel):
         value: int
 
-    agent = make_agent(script(calls(tool_call("add", {"a": 1, "b": 2})), calls(tool_call("final_result", {"value": 3}, "c9"))),
-                       output_type=Answer)
+    agent = make_agent(
+        script(calls(tool_call("add", {"a": 1, "b": 2})), calls(tool_call("final_result", {"value": 3}, "c9"))),
+        output_type=Answer,
+    )
     stream = Harness(agent).stream("go")
     events = await consume(stream)
     assert stream.outcome.output == Answer(value=3)  # type: ignore[union-attr]
@@ -231,14 +239,16 @@ APPEND_SCENARIOS = {
     "fresh": lambda: (None, None),
     "continued": lambda: (
         HarnessState(
-            schema_version="1", thread_id="thr_prev",
+            schema_version="1",
+            thread_id="thr_prev",
             message_history=[ModelRequest(parts=[UserPromptPart("hello")]), ModelResponse(parts=[TextPart("hi")])],
         ),
         "go",
     ),
     "recovered": lambda: (
         HarnessState(
-            schema_version="1", thread_id="thr_open",
+            schema_version="1",
+            thread_id="thr_open",
             message_history=[
                 ModelRequest(parts=[UserPromptPart("hello")]),
                 ModelResponse(parts=[tool_call("echo", {"value": "x"}, "c0")]),
@@ -248,10 +258,13 @@ APPEND_SCENARIOS = {
     ),
     "replayed": lambda: (
         HarnessState(
-            schema_version="1", thread_id="thr_open",
+            schema_version="1",
+            thread_id="thr_open",
             message_history=[
                 ModelRequest(parts=[UserPromptPart("hello")]),
-                ModelResponse(parts=[tool_call("echo", {"value": "x"}, "c0"), tool_call("safe_echo", {"value": "y"}, "c1")]),
+                ModelResponse(
+                    parts=[tool_call("echo", {"value": "x"}, "c0"), tool_call("safe_echo", {"value": "y"}, "c1")]
+                ),
             ],
         ),
         None,
@@ -264,7 +277,9 @@ APPEND_SCENARIOS = {
 async def test_histories_grow_append_only(stream_model: bool, scenario: str) -> None:
     """H-39: each boundary's history starts with the previous boundary's history (canonical JSON equal)."""
     previous, prompt = APPEND_SCENARIOS[scenario]()
-    agent = two_step_agent([], stream_model=stream_model, extra=(recovery_retryable(Tool(echo_value, name="safe_echo")),))
+    agent = two_step_agent(
+        [], stream_model=stream_model, extra=(recovery_retryable(Tool(echo_value, name="safe_echo")),)
+    )
     states: list[HarnessState] = [previous] if previous is not None else []
     async with Harness(agent).stream(prompt or "go", previous_state=previous) as stream:
         async for event in stream:
@@ -280,10 +295,13 @@ async def test_histories_grow_append_only(stream_model: bool, scenario: str) -> 
 
 async def test_failed_and_cancelled_states_extend_the_last_boundary() -> None:
     """H-39: the state of a failed or cancelled run also starts with the last boundary's history."""
+
     async def broken() -> str:
         raise RuntimeError("x")
 
-    agent = make_agent(script(calls(tool_call("add", {"a": 1, "b": 2})), calls(tool_call("broken", call_id="c2"))), broken)
+    agent = make_agent(
+        script(calls(tool_call("add", {"a": 1, "b": 2})), calls(tool_call("broken", call_id="c2"))), broken
+    )
     states: list[HarnessState] = []
     async with Harness(agent).stream("go") as stream:
         async for event in stream:
@@ -389,6 +407,7 @@ async def _assert_refused_before_model_work(code: str, *args: Any, **options: An
 
 async def test_input_and_input_factory_conflict() -> None:
     """H-97: both input and input_factory → input_source_conflict, raised by run() and stream() at once."""
+
     async def factory() -> str:
         return "lazy"
 
@@ -414,6 +433,7 @@ async def test_input_factory_supplies_the_input_lazily() -> None:
 
 async def test_input_factory_failure() -> None:
     """H-97: an input_factory that raises → RunError(input_factory_failed); no model request is made."""
+
     async def factory() -> str:
         raise OSError("secret")
 
@@ -757,7 +777,9 @@ async def test_cancel_at_a_tool_boundary_runs_no_tool() -> None:
     assert open_calls(state.message_history) == []
     assert state.message_history[-1].parts[0].outcome == "interrupted"  # type: ignore[union-attr]
     # the cancelled state can be continued with "always" without executing anything
-    again = await Harness(make_agent(script(text("ok")), effect)).run(None, previous_state=state, tool_recovery="always")
+    again = await Harness(make_agent(script(text("ok")), effect)).run(
+        None, previous_state=state, tool_recovery="always"
+    )
     assert again.status == "completed"
     assert ran == []
 

@@ -183,7 +183,9 @@ async def test_resume_after_sibling_ran() -> None:
     [
         pytest.param({"deferred_resume": "batch"}, "deferred_resume_invalid", id="not-a-batch"),
         pytest.param(
-            {"deferred_resume": "batch", "previous_state": "state"}, "deferred_resume_invalid", id="not-a-batch-with-state"
+            {"deferred_resume": "batch", "previous_state": "state"},
+            "deferred_resume_invalid",
+            id="not-a-batch-with-state",
         ),
         pytest.param({"deferred_resume": "valid"}, "deferred_state_required", id="no-previous-state"),
     ],
@@ -219,60 +221,85 @@ def _requests(deferred: DeferredToolRequests, **changes: Any) -> DeferredToolReq
 PREFLIGHT_CASES: list[Any] = [
     pytest.param(lambda d: (d, DeferredToolResults()), "deferred_results_incomplete", id="H-65-empty-results"),
     pytest.param(
-        lambda d: (d, DeferredToolResults(calls={"c1": True, "c2": "v"})), "deferred_results_incomplete",
+        lambda d: (d, DeferredToolResults(calls={"c1": True, "c2": "v"})),
+        "deferred_results_incomplete",
         id="H-65-approval-in-calls",
     ),
     pytest.param(
         lambda d: (d, d.build_results(approve_all=True)), "deferred_results_incomplete", id="H-86-approve-all-only"
     ),
     pytest.param(
-        lambda d: (_requests(d, calls=[], approvals=[]), DeferredToolResults()), "deferred_requests_empty",
+        lambda d: (_requests(d, calls=[], approvals=[]), DeferredToolResults()),
+        "deferred_requests_empty",
         id="H-66-empty",
     ),
     pytest.param(
-        lambda d: (_requests(d, calls=[d.calls[0], d.approvals[0]]), DeferredToolResults(
-            calls={"c1": "v", "c2": "v"}, approvals={"c1": True})),
-        "deferred_request_category_overlap", id="H-66-overlap",
+        lambda d: (
+            _requests(d, calls=[d.calls[0], d.approvals[0]]),
+            DeferredToolResults(calls={"c1": "v", "c2": "v"}, approvals={"c1": True}),
+        ),
+        "deferred_request_category_overlap",
+        id="H-66-overlap",
     ),
     pytest.param(
         lambda d: (d, DeferredToolResults(approvals={"c1": "approved"}, calls={"c2": "v"})),
-        "deferred_approval_invalid", id="H-67-approval-string",
+        "deferred_approval_invalid",
+        id="H-67-approval-string",
     ),
     pytest.param(
         lambda d: (d, DeferredToolResults(approvals={"c1": True}, calls={"c2": ModelRetry("again")})),
-        "deferred_results_invalid", id="H-67-model-retry",
+        "deferred_results_invalid",
+        id="H-67-model-retry",
     ),
     pytest.param(
         lambda d: (d, DeferredToolResults(approvals={"c1": True}, calls={"c2": {"x": math.nan}})),
-        "deferred_results_invalid", id="H-68-nan",
+        "deferred_results_invalid",
+        id="H-68-nan",
     ),
     pytest.param(
-        lambda d: (d, DeferredToolResults(approvals={"c1": ToolApproved(override_args={"n": math.inf})}, calls={"c2": 1})),
-        "deferred_results_invalid", id="H-68-override-inf",
+        lambda d: (
+            d,
+            DeferredToolResults(approvals={"c1": ToolApproved(override_args={"n": math.inf})}, calls={"c2": 1}),
+        ),
+        "deferred_results_invalid",
+        id="H-68-override-inf",
     ),
     pytest.param(
         lambda d: (d, DeferredToolResults(approvals={"c1": True}, calls={"c2": 1}, metadata={"zz": {}})),
-        "deferred_metadata_invalid", id="H-69-foreign-key",
+        "deferred_metadata_invalid",
+        id="H-69-foreign-key",
     ),
     pytest.param(
-        lambda d: (_requests(d, calls=[ToolCallPart("ext", {"q": "x"}, tool_call_id="nope")]),
-                   DeferredToolResults(approvals={"c1": True}, calls={"nope": 1})),
-        "deferred_request_missing", id="H-70-unknown-id",
+        lambda d: (
+            _requests(d, calls=[ToolCallPart("ext", {"q": "x"}, tool_call_id="nope")]),
+            DeferredToolResults(approvals={"c1": True}, calls={"nope": 1}),
+        ),
+        "deferred_request_missing",
+        id="H-70-unknown-id",
     ),
     pytest.param(
-        lambda d: (_requests(d, approvals=[ToolCallPart("plain", {"n": 1}, tool_call_id="c1")]),
-                   DeferredToolResults(approvals={"c1": True}, calls={"c2": 1})),
-        "deferred_request_mismatch", id="H-72-tool-name",
+        lambda d: (
+            _requests(d, approvals=[ToolCallPart("plain", {"n": 1}, tool_call_id="c1")]),
+            DeferredToolResults(approvals={"c1": True}, calls={"c2": 1}),
+        ),
+        "deferred_request_mismatch",
+        id="H-72-tool-name",
     ),
     pytest.param(
-        lambda d: (_requests(d, approvals=[ToolCallPart("gated", {"n": 2}, tool_call_id="c1")]),
-                   DeferredToolResults(approvals={"c1": True}, calls={"c2": 1})),
-        "deferred_request_mismatch", id="H-72-args",
+        lambda d: (
+            _requests(d, approvals=[ToolCallPart("gated", {"n": 2}, tool_call_id="c1")]),
+            DeferredToolResults(approvals={"c1": True}, calls={"c2": 1}),
+        ),
+        "deferred_request_mismatch",
+        id="H-72-args",
     ),
     pytest.param(
-        lambda d: (_requests(d, approvals=[ToolCallPart("gated", '{"n": ', tool_call_id="c1")]),
-                   DeferredToolResults(approvals={"c1": True}, calls={"c2": 1})),
-        "deferred_request_invalid", id="H-72-unparsable",
+        lambda d: (
+            _requests(d, approvals=[ToolCallPart("gated", '{"n": ', tool_call_id="c1")]),
+            DeferredToolResults(approvals={"c1": True}, calls={"c2": 1}),
+        ),
+        "deferred_request_invalid",
+        id="H-72-unparsable",
     ),
 ]
 
@@ -463,7 +490,9 @@ class Policy(AbstractCapability[Any]):
     seen: list[tuple[str, dict[str, Any], bool]] = field(default_factory=list)
     block: frozenset[str] = frozenset()
 
-    async def before_tool_execute(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: Any) -> Any:
+    async def before_tool_execute(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: Any
+    ) -> Any:
         self.seen.append((call.tool_call_id, dict(args), ctx.tool_call_approved))
         if call.tool_call_id in self.block:
             raise SkipToolExecution("blocked by current policy")
@@ -488,8 +517,13 @@ async def test_override_args_are_coerced_and_hooks_see_them() -> None:
     assert g.ran == [("gated", 4, True)]
     assert policy.seen == [("c1", {"n": 4}, True)]
     assert [p.content for p in returns(result.state.message_history, "c1")] == ["g4"]
-    [call] = [p for m in result.state.message_history if isinstance(m, ModelResponse) for p in m.parts
-              if isinstance(p, ToolCallPart) and p.tool_call_id == "c1"]
+    [call] = [
+        p
+        for m in result.state.message_history
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+        if isinstance(p, ToolCallPart) and p.tool_call_id == "c1"
+    ]
     assert call.args == {"n": 1}
 
 
@@ -534,7 +568,8 @@ async def test_current_hook_blocks_an_approved_call() -> None:
     batch = DeferredToolResume(first.deferred, first.deferred.build_results(approve_all=True, calls={"c2": "v"}))
 
     result = await Harness(g.agent).run(
-        previous_state=first.state, deferred_resume=batch,
+        previous_state=first.state,
+        deferred_resume=batch,
         bindings=RunBindings(toolsets=[external("ext")], capabilities=[policy]),
     )
 
@@ -581,8 +616,13 @@ async def test_host_built_history_and_native_answers(answer: Any) -> None:
     history = [
         ModelRequest(parts=[UserPromptPart("import")]),
         ModelResponse(parts=[ToolCallPart("gated", {"n": 0}, tool_call_id="h0")]),
-        ModelRequest(parts=[ToolReturnPart("gated", "old", tool_call_id="h0",
-                                           metadata={"candor.deferred_function_id": "stale", "old": 1})]),
+        ModelRequest(
+            parts=[
+                ToolReturnPart(
+                    "gated", "old", tool_call_id="h0", metadata={"candor.deferred_function_id": "stale", "old": 1}
+                )
+            ]
+        ),
         ModelResponse(parts=[call]),
     ]
     state = state_of(*history)
@@ -656,7 +696,9 @@ async def test_tool_return_answer_keeps_value_metadata_and_adds_content_once() -
     answer = ToolReturn({"id": 9}, content="see the attached summary", metadata={"source": "crm"})
     batch = DeferredToolResume(first.deferred, DeferredToolResults(approvals={"c1": True}, calls={"c2": answer}))
 
-    result = await Harness(g.agent).run("and now?", previous_state=first.state, deferred_resume=batch, bindings=g.bindings)
+    result = await Harness(g.agent).run(
+        "and now?", previous_state=first.state, deferred_resume=batch, bindings=g.bindings
+    )
 
     assert result.status == "completed"
     history = result.state.message_history
@@ -724,7 +766,8 @@ async def test_reused_call_ids_are_handled_per_cycle() -> None:
     first = await harness.run("hi")
     assert first.deferred.approvals[0].args == {"n": 1}
     second = await harness.run(
-        previous_state=first.state, deferred_resume=DeferredToolResume(first.deferred, DeferredToolResults(approvals={"x": True}))
+        previous_state=first.state,
+        deferred_resume=DeferredToolResume(first.deferred, DeferredToolResults(approvals={"x": True})),
     )
     assert second.status == "suspended"
     assert [c.tool_call_id for c in second.deferred.approvals] == ["x"]
@@ -738,7 +781,9 @@ async def test_reused_call_ids_are_handled_per_cycle() -> None:
     assert raised.value.code == "deferred_request_mismatch"
     third = await harness.run(
         previous_state=second.state,
-        deferred_resume=DeferredToolResume(second.deferred, DeferredToolResults(approvals={"x": ToolDenied("no more")})),
+        deferred_resume=DeferredToolResume(
+            second.deferred, DeferredToolResults(approvals={"x": ToolDenied("no more")})
+        ),
     )
 
     assert third.status == "completed" and third.output == "done"

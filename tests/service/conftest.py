@@ -151,8 +151,9 @@ def copy_sqlite(source: Path, target: Path) -> None:
 
 
 @pytest.fixture
-async def db(db_kind: DbKind, _postgres: _PostgresDatabase | None, tmp_path: Any,
-             request: pytest.FixtureRequest) -> AsyncIterator[TestDatabase]:
+async def db(
+    db_kind: DbKind, _postgres: _PostgresDatabase | None, tmp_path: Any, request: pytest.FixtureRequest
+) -> AsyncIterator[TestDatabase]:
     """A database migrated to head and holding no rows, with an engine that is disposed afterwards.
 
     Tests must not change the schema through `db` (use `empty_db` for that): on PostgreSQL, consecutive `db` tests

@@ -81,6 +81,5 @@ def test_star_import_and_errors_are_service_errors() -> None:
 def test_importing_the_face_is_lazy() -> None:
     """`import candor.service` loads no engine, HTTP or harness code until a name is used."""
     code = "import json, sys, candor.service; print(json.dumps(sorted(sys.modules)))"
-    loaded = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                                       text=True).stdout)
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
     assert not [m for m in loaded if m.startswith(("sqlalchemy", "fastapi", "candor.service."))]

@@ -48,7 +48,9 @@ def test_serve_all_runs_a_thread_end_to_end_and_stops_on_sigterm(tmp_path: Path)
         "CANDOR_SERVER__LISTEN": f"127.0.0.1:{port}",
     }
     base = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen([*CANDOR, "serve"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [*CANDOR, "serve"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         wait_ready(base, process)
         assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "role": "all"}
@@ -107,8 +109,11 @@ def test_serve_prints_its_summary_and_logs_requests_admin_writes_and_attempts(tm
         booted = subprocess.run([*CANDOR, "bootstrap"], env=env, capture_output=True, check=True, text=True)
         secret = json.loads(booted.stdout)["secret"]
         auth = {"Authorization": f"Bearer {secret}"}
-        created = httpx.post(f"{base}/v1/threads", headers=auth | {"Idempotency-Key": "t"},
-                             json={"agent": "support", "input": {"content": [{"type": "text", "text": "Hi Ada"}]}})
+        created = httpx.post(
+            f"{base}/v1/threads",
+            headers=auth | {"Idempotency-Key": "t"},
+            json={"agent": "support", "input": {"content": [{"type": "text", "text": "Hi Ada"}]}},
+        )
         assert created.status_code == 201, created.text
         key = httpx.post(f"{base}/v1/keys", headers=auth, json={"name": "ci", "permissions": ["read"]})
         assert key.status_code == 201

@@ -182,7 +182,6 @@ def test_security_keys_must_be_fernet_keys_and_are_never_echoed(tmp_path: Path) 
     assert "security.keys" in str(error)
 
 
-
 @pytest.mark.parametrize(
     ("environ", "names"),
     [

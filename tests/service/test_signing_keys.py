@@ -39,8 +39,9 @@ async def test_each_service_owns_its_ring(tmp_path) -> None:
     from candor.service.store.engine import key_ring_of
 
     keys = [_key()]
-    with_keys = await Service.open(ServiceSettings(database={"url": f"sqlite:///{tmp_path}/a.db"},
-                                                   security={"keys": keys}))
+    with_keys = await Service.open(
+        ServiceSettings(database={"url": f"sqlite:///{tmp_path}/a.db"}, security={"keys": keys})
+    )
     without = await Service.open(ServiceSettings(database={"url": f"sqlite:///{tmp_path}/b.db"}))
     try:
         secret = KeyRing.from_keys(keys).encrypt_secret("whsec")

@@ -229,8 +229,13 @@ def _calls_by_id(messages: list[ModelMessage]) -> dict[str, ToolCallPart]:
 
 def _chat(prompt: str, messages: list[ModelMessage]) -> str:
     seen = f"(history: {len(messages) - 1} earlier message(s))"
-    names = [m.group(1) for msg in messages for p in getattr(msg, "parts", []) if isinstance(p, UserPromptPart)
-             and isinstance(p.content, str) for m in _NAME.finditer(p.content)]
+    names = [
+        m.group(1)
+        for msg in messages
+        for p in getattr(msg, "parts", [])
+        if isinstance(p, UserPromptPart) and isinstance(p.content, str)
+        for m in _NAME.finditer(p.content)
+    ]
     if _NAME.search(prompt):
         return f"Nice to meet you, {names[-1]}. {seen}"
     if "my name" in prompt.lower():
@@ -260,20 +265,22 @@ def _summarize(returns: list[ToolReturnPart], calls: dict[str, ToolCallPart]) ->
             sentences.append(f"I could not confirm {what}; let me check before retrying.")
             if record is not None and record["charges"]:
                 n = len(record["charges"])
-                sentences.append(
-                    f"The order record already lists {n} charge(s), so I will not charge the card again."
-                )
+                sentences.append(f"The order record already lists {n} charge(s), so I will not charge the card again.")
             elif record is not None:
                 sentences.append("The order record shows no charge yet; say 'retry' and I will charge it.")
             else:
-                sentences.append("I could not read the order record either, so I will not charge again until "
-                                 "someone checks it.")
+                sentences.append(
+                    "I could not read the order record either, so I will not charge again until someone checks it."
+                )
         elif ret.outcome == "success" and isinstance(ret.content, dict):
-            sentences.append(f"Charged ${ret.content['amount']} on order {ret.content['order_id']} "
-                             f"({ret.content['charge_id']}).")
+            sentences.append(
+                f"Charged ${ret.content['amount']} on order {ret.content['order_id']} ({ret.content['charge_id']})."
+            )
             if record is not None and record["charges"]:
-                sentences.append(f"Warning: the order record already listed {len(record['charges'])} earlier "
-                                 "charge(s) - this may be a double charge.")
+                sentences.append(
+                    f"Warning: the order record already listed {len(record['charges'])} earlier "
+                    "charge(s) - this may be a double charge."
+                )
         else:
             sentences.append(f"Charging failed ({ret.outcome}): {ret.model_response_str()}")
 
@@ -281,8 +288,9 @@ def _summarize(returns: list[ToolReturnPart], calls: dict[str, ToolCallPart]) ->
         args = calls[ret.tool_call_id].args_as_dict() if ret.tool_call_id in calls else {}
         order = args.get("order_id", "?")
         if ret.outcome == "success" and isinstance(ret.content, dict):
-            sentences.append(f"Refunded ${ret.content['amount']} on order {ret.content['order_id']} "
-                             f"({ret.content['refund_id']}).")
+            sentences.append(
+                f"Refunded ${ret.content['amount']} on order {ret.content['order_id']} ({ret.content['refund_id']})."
+            )
         elif ret.outcome == "denied":
             sentences.append(f"I did not refund order {order}: {ret.model_response_str()}")
         elif _was_interrupted(ret):

@@ -156,8 +156,11 @@ class HarnessCapability(AbstractCapability[Any]):
             return request_context
         stripped = _without_system_prompts(messages)
         current = await ctx.agent.system_prompt_parts(  # the run's model: the agent may have none of its own
-            deps=ctx.deps, model=ctx.model,  # type: ignore[arg-type]
-            message_history=stripped, prompt=ctx.prompt, usage=ctx.usage
+            deps=ctx.deps,
+            model=ctx.model,  # type: ignore[arg-type]
+            message_history=stripped,
+            prompt=ctx.prompt,
+            usage=ctx.usage,
         )
         # Only the copy sent to the model changes; stored messages are never rewritten (H-39).
         request_context.messages = _with_head(stripped, current)

@@ -34,7 +34,8 @@ def deferred_unsupported_failure() -> SafeFailure:
 def usage_limit_failure(exc: BaseException) -> SafeFailure:
     """pydantic-ai's usage-limit error, as a safe failure (STYLE habit 3)."""
     return SafeFailure(
-        code="usage_limit_exceeded", message="A usage limit of the run was exceeded.",
+        code="usage_limit_exceeded",
+        message="A usage limit of the run was exceeded.",
         details={"error_type": type(exc).__name__},
     )
 
@@ -61,15 +62,27 @@ class RunOutcomes(Generic[OutputT]):
     def completed(self, output: Any, *, usage: RunUsage) -> RunResult[OutputT]:
         state = self._final_state(self._history.messages, usage)
         return RunResult(
-            thread_id=self._thread_id, run_id=self._run_id, status="completed", output=output, state=state,
-            usage=usage, messages=state._history_ref(), new_message_index=self._history.base_len,
+            thread_id=self._thread_id,
+            run_id=self._run_id,
+            status="completed",
+            output=output,
+            state=state,
+            usage=usage,
+            messages=state._history_ref(),
+            new_message_index=self._history.base_len,
         )
 
     def suspended(self, deferred: DeferredToolRequests, *, usage: RunUsage) -> RunResult[OutputT]:
         state = self._final_state(self._history.messages, usage)
         return RunResult(
-            thread_id=self._thread_id, run_id=self._run_id, status="suspended", state=state, usage=usage,
-            suspend_reason="deferred", deferred=deferred, messages=state._history_ref(),
+            thread_id=self._thread_id,
+            run_id=self._run_id,
+            status="suspended",
+            state=state,
+            usage=usage,
+            suspend_reason="deferred",
+            deferred=deferred,
+            messages=state._history_ref(),
             new_message_index=self._history.base_len,
         )
 
@@ -96,8 +109,14 @@ class RunOutcomes(Generic[OutputT]):
             state = None
             normalized = list(stable)
         return RunResult(
-            thread_id=self._thread_id, run_id=self._run_id, status=status, state=state, usage=usage,
-            failure=failure, messages=normalized, new_message_index=self._history.base_len,
+            thread_id=self._thread_id,
+            run_id=self._run_id,
+            status=status,
+            state=state,
+            usage=usage,
+            failure=failure,
+            messages=normalized,
+            new_message_index=self._history.base_len,
         )
 
     def _final_state(self, history: Sequence[ModelMessage], usage: RunUsage) -> HarnessState:

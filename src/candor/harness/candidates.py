@@ -50,9 +50,7 @@ def _balanced_native_groups(parts: list[ModelResponsePart]) -> list[ModelRespons
     return_ids = {p.tool_call_id for p in parts if isinstance(p, NativeToolReturnPart)}
     paired = call_ids & return_ids
     return [
-        p
-        for p in parts
-        if not isinstance(p, (NativeToolCallPart, NativeToolReturnPart)) or p.tool_call_id in paired
+        p for p in parts if not isinstance(p, (NativeToolCallPart, NativeToolReturnPart)) or p.tool_call_id in paired
     ]
 
 

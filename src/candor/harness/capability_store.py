@@ -42,9 +42,7 @@ class CapabilityStore:
 
     def __init__(self, initial: dict[str, CapabilityState]) -> None:
         # Namespaces are kept as (version, data) with data owned by the store; CapabilityState reads are copies.
-        self._namespaces: dict[str, tuple[str, Any]] = {
-            cid: (cs.version, cs.data) for cid, cs in initial.items()
-        }
+        self._namespaces: dict[str, tuple[str, Any]] = {cid: (cs.version, cs.data) for cid, cs in initial.items()}
         self._originals = dict(initial)
         self._written: set[str] = set()
 

@@ -71,9 +71,7 @@ class DeferredToolResume:
         """
         index = last_response_index(messages)
         if index is None:
-            raise RunError(
-                "the history has no model response to apply the batch to", code="deferred_request_missing"
-            )
+            raise RunError("the history has no model response to apply the batch to", code="deferred_request_missing")
         response: ModelResponse = messages[index]  # type: ignore[assignment]
         answered = answered_call_ids(messages, index)
         open_ids = {call.tool_call_id for call in tool_calls(response)} - answered

@@ -65,8 +65,6 @@ class RunCleanupError(HarnessError):
     causes: tuple[BaseException, ...]
 
     def __init__(self, message: str, *, outcome: RunResult[Any] | None, causes: tuple[BaseException, ...]) -> None:
-        super().__init__(
-            message, code="run_cleanup_failed", details={"cause_count": len(causes)}, retry_hint="new_run"
-        )
+        super().__init__(message, code="run_cleanup_failed", details={"cause_count": len(causes)}, retry_hint="new_run")
         self.outcome = outcome
         self.causes = tuple(causes)

@@ -25,6 +25,7 @@ InputValue = str | Sequence[UserContent] | None
 
 __all__ = ("Harness",)
 
+
 class Harness(Generic[OutputT]):
     """Wraps an agent so a conversation can stop in one process and continue in another.
 
@@ -88,4 +89,3 @@ class Harness(Generic[OutputT]):
             # H-32: a run-level limit replaces the harness default entirely
             usage_limits=usage_limits if usage_limits is not None else self.usage_limits,
         )
-

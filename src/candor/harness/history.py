@@ -45,9 +45,7 @@ def tool_calls(response: ModelResponse, *, output_tool_names: frozenset[str] = f
     return [
         part
         for part in response.parts
-        if isinstance(part, ToolCallPart)
-        and part.tool_kind != "output"
-        and part.tool_name not in output_tool_names
+        if isinstance(part, ToolCallPart) and part.tool_kind != "output" and part.tool_name not in output_tool_names
     ]
 
 

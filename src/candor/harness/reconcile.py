@@ -229,10 +229,7 @@ def wants_reconcile(decision: RecoveryDecision, tool_def: ToolDefinition | None,
     included), and no accepted answer already decides the call.
     """
     return (
-        tool_def is not None
-        and mode != "never"
-        and decision.action != "apply_answer"
-        and not is_retry_safe(tool_def)
+        tool_def is not None and mode != "never" and decision.action != "apply_answer" and not is_retry_safe(tool_def)
     )
 
 

@@ -116,9 +116,7 @@ class RunResult(Generic[OutputT]):
         self._suspend_reason = suspend_reason
         self._deferred = copy.deepcopy(deferred)
         # A state's own history is immutable from the outside (reads are detached): no copy needed.
-        self._messages: tuple[ModelMessage, ...] = (
-            tuple(messages) if owned else tuple(copy.deepcopy(list(messages)))
-        )
+        self._messages: tuple[ModelMessage, ...] = tuple(messages) if owned else tuple(copy.deepcopy(list(messages)))
         self._new_message_index = max(0, min(new_message_index, len(self._messages)))
 
     # -- read-only accessors (deep copies, H-27) ---------------------------------------------------------

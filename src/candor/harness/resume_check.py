@@ -151,7 +151,9 @@ def _check_shape(approval_ids: list[str], call_ids: list[str]) -> None:
             raise _error("deferred_request_duplicate", "a pending request has a blank id", category=category)
         if repeated := _repeated(ids):
             raise _error(
-                "deferred_request_duplicate", "a pending id repeats within its category", category=category,
+                "deferred_request_duplicate",
+                "a pending id repeats within its category",
+                category=category,
                 tool_call_ids=repeated,
             )
     if overlap := sorted(set(approval_ids) & set(call_ids)):
@@ -185,7 +187,8 @@ def _check_answer_types(results: DeferredToolResults) -> None:
     for tool_call_id, answer in results.approvals.items():
         if not _is_approval_answer(answer):
             raise _error(
-                "deferred_approval_invalid", "an approval answer must be a bool, ToolApproved or ToolDenied",
+                "deferred_approval_invalid",
+                "an approval answer must be a bool, ToolApproved or ToolDenied",
                 tool_call_id=tool_call_id,
             )
     for tool_call_id, call_answer in results.calls.items():
@@ -197,8 +200,11 @@ def _check_answer_types(results: DeferredToolResults) -> None:
             problem = _json_problem(call_answer)
         if problem is not None:
             raise _error(
-                "deferred_results_invalid", "a call answer must be a finite JSON value, ToolReturn or ToolFailed",
-                tool_call_id=tool_call_id, field="results.calls", reason=problem,
+                "deferred_results_invalid",
+                "a call answer must be a finite JSON value, ToolReturn or ToolFailed",
+                tool_call_id=tool_call_id,
+                field="results.calls",
+                reason=problem,
             )
 
 
@@ -226,8 +232,11 @@ def _check_finite(results: DeferredToolResults) -> None:
     for field, tool_call_id, values in carried:
         if any(_has_non_finite(value) for value in values):
             raise _error(
-                "deferred_results_invalid", "answers must not contain NaN or infinity",
-                tool_call_id=tool_call_id, field=field, reason="non_finite",
+                "deferred_results_invalid",
+                "answers must not contain NaN or infinity",
+                tool_call_id=tool_call_id,
+                field=field,
+                reason="non_finite",
             )
 
 
@@ -239,19 +248,28 @@ def _check_metadata(field: str, metadata: dict[Any, Any], pending: frozenset[str
     for key, value in metadata.items():
         if not isinstance(key, str) or key not in pending:
             raise _error(
-                "deferred_metadata_invalid", f"{field} names an id that is not pending",
-                field=field, reason="unknown_id",
+                "deferred_metadata_invalid",
+                f"{field} names an id that is not pending",
+                field=field,
+                reason="unknown_id",
             )
         if not isinstance(value, dict) or _json_problem(value) is not None:
             raise _error(
-                "deferred_metadata_invalid", f"{field} entries must be finite JSON objects",
-                field=field, tool_call_id=key, reason="not_json",
+                "deferred_metadata_invalid",
+                f"{field} entries must be finite JSON objects",
+                field=field,
+                tool_call_id=key,
+                reason="not_json",
             )
     # The encoded form is compact UTF-8 JSON, the way a host stores or sends it.
     size = len(json.dumps(metadata, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     if size > MAX_DEFERRED_METADATA_BYTES:
         raise _error(
-            "deferred_metadata_invalid", f"{field} is too large", field=field, reason="too_large", size=size,
+            "deferred_metadata_invalid",
+            f"{field} is too large",
+            field=field,
+            reason="too_large",
+            size=size,
             limit=MAX_DEFERRED_METADATA_BYTES,
         )
 
@@ -273,7 +291,9 @@ def _check_history(requests: DeferredToolRequests, messages: Sequence[ModelMessa
         )
     if repeated := _repeated([call.tool_call_id for call in calls]):
         raise _error(
-            "deferred_request_duplicate", "the last model response repeats a call id", tool_call_ids=repeated,
+            "deferred_request_duplicate",
+            "the last model response repeats a call id",
+            tool_call_ids=repeated,
             where="history",
         )
     answered = answered_call_ids(messages, index)
@@ -296,8 +316,10 @@ def _check_same_call(request: ToolCallPart, recorded: ToolCallPart) -> None:
     tool_call_id = request.tool_call_id
     if request.tool_name != recorded.tool_name:
         raise _error(
-            "deferred_request_mismatch", "a pending request names another tool than the call in history",
-            tool_call_id=tool_call_id, field="tool_name",
+            "deferred_request_mismatch",
+            "a pending request names another tool than the call in history",
+            tool_call_id=tool_call_id,
+            field="tool_name",
         )
     parsed = []
     for source, call in (("request", request), ("history", recorded)):
@@ -307,14 +329,18 @@ def _check_same_call(request: ToolCallPart, recorded: ToolCallPart) -> None:
             args = None
         if not isinstance(args, dict):
             raise _error(
-                "deferred_request_invalid", "the arguments of a pending call cannot be parsed",
-                tool_call_id=tool_call_id, source=source,
+                "deferred_request_invalid",
+                "the arguments of a pending call cannot be parsed",
+                tool_call_id=tool_call_id,
+                source=source,
             )
         parsed.append(args)
     if not _same_json(parsed[0], parsed[1]):
         raise _error(
-            "deferred_request_mismatch", "a pending request carries other arguments than the call in history",
-            tool_call_id=tool_call_id, field="args",
+            "deferred_request_mismatch",
+            "a pending request carries other arguments than the call in history",
+            tool_call_id=tool_call_id,
+            field="args",
         )
 
 

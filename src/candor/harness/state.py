@@ -162,5 +162,3 @@ def _trusted_state(
         capabilities=capabilities,
         environment=environment,
     )
-
-

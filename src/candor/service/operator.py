@@ -42,9 +42,7 @@ def rfc3339(timestamp: float | None) -> str | None:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def startup_lines(
-    settings: ServiceSettings, role: str, *, agents: Sequence[str], workspace_exists: bool
-) -> list[str]:
+def startup_lines(settings: ServiceSettings, role: str, *, agents: Sequence[str], workspace_exists: bool) -> list[str]:
     """What `candor serve` prints when it is ready: role, address, database (no password), hosted agents, and how
     to create the first workspace when there is none."""
     database = display_url(settings.database.url)
@@ -66,9 +64,7 @@ async def has_workspace(engine: Any) -> bool:
         return bool(await auth.list_workspaces(conn))
 
 
-async def _in_transaction(
-    settings: ServiceSettings, action: Callable[[Any], Awaitable[T]], *, write: bool = True
-) -> T:
+async def _in_transaction(settings: ServiceSettings, action: Callable[[Any], Awaitable[T]], *, write: bool = True) -> T:
     await require_current_schema(settings.database.url, timeout=settings.database.timeout)
     engine = create_engine(settings.database.url, timeout=settings.database.timeout)
     try:
@@ -143,8 +139,10 @@ async def enable_key(settings: ServiceSettings, key_id: str) -> dict[str, Any]:
 
     async def enable(conn: Any) -> auth.PrincipalRow:
         found = await auth.get_principal(conn, principal_id=key_id)
-        current = None if found is None else await auth.lock_principal(
-            conn, principal_id=key_id, workspace_id=found.workspace_id
+        current = (
+            None
+            if found is None
+            else await auth.lock_principal(conn, principal_id=key_id, workspace_id=found.workspace_id)
         )
         if current is None:
             raise NotFound("key", key_id)

@@ -208,5 +208,3 @@ def _refuse_unknown_variables(environ: Mapping[str, str]) -> None:
     # Deeper paths (outbox kinds, agent fields) are refused by the models' extra="forbid" and the kind literal.
     if unknown:
         raise SettingsError("unknown CANDOR_ variables: " + ", ".join(sorted(unknown)))
-
-

@@ -127,6 +127,9 @@ def test_removes_last_admin(
     is_enabled_admin: bool, permissions: list[str] | None, disabled: bool | None, enabled_admins: int, refused: bool
 ) -> None:
     """§4.2, decision of `admin.keys`: a change that leaves a workspace without an enabled admin key is refused."""
-    assert removes_last_admin(
-        is_enabled_admin=is_enabled_admin, permissions=permissions, disabled=disabled, enabled_admins=enabled_admins
-    ) is refused
+    assert (
+        removes_last_admin(
+            is_enabled_admin=is_enabled_admin, permissions=permissions, disabled=disabled, enabled_admins=enabled_admins
+        )
+        is refused
+    )

@@ -181,7 +181,6 @@ async def seal_run(
     return await run_row(service, run_id)
 
 
-
 async def commit_history(
     service: Service, run: RunRow, history: Sequence[ModelMessage], *,
     base: tuple[str, Sequence[ModelMessage]] | None, seq: int,

@@ -79,8 +79,11 @@ async def test_a_tampered_message_row_is_corrupt(db: Any) -> None:
     async with write_transaction(service.engine) as conn:  # rows are insert-only, so tamper by delete + insert
         row = (await conn.execute(select(checkpoint_messages).where(second))).one()
         await conn.execute(delete(checkpoint_messages).where(second))
-        await conn.execute(insert(checkpoint_messages).values(
-            checkpoint_id=checkpoint_id, index=1, body=row.body.replace("answer", "ANSWER"), digest=row.digest))
+        await conn.execute(
+            insert(checkpoint_messages).values(
+                checkpoint_id=checkpoint_id, index=1, body=row.body.replace("answer", "ANSWER"), digest=row.digest
+            )
+        )
     with pytest.raises(CheckpointCorrupt):
         await commands.list_run_messages_page(service, key, accepted.run.id)
     expected = _json(_turn(1), accepted.run.id)[:1]

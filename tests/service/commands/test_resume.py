@@ -111,9 +111,7 @@ async def test_racing_identical_resumes_create_one_successor(db: Any) -> None:
     service = make_service(db)
     key = await new_key(service)
     waiting = await _waiting(service, key)
-    results = await asyncio.gather(
-        *(commands.resume_run(service, key, waiting.id, ANSWERS, key="r") for _ in range(2))
-    )
+    results = await asyncio.gather(*(commands.resume_run(service, key, waiting.id, ANSWERS, key="r") for _ in range(2)))
     assert sorted(created for _, created in results) == [False, True]
     assert len({run.id for run, _ in results}) == 1
     assert await count(service, runs, runs.c.parent_run_id == waiting.id) == 1
@@ -364,5 +362,8 @@ async def test_resume_stages_run_accepted_only_for_an_enabled_subscription(db: A
     async with read_transaction(service.engine) as conn:
         staged = (await conn.execute(select(outbox).where(outbox.c.kind == "webhook"))).mappings().all()
     assert len(staged) == before + 1
-    assert [row["payload"]["data"]["run"]["id"] for row in staged if row["payload"]["type"] == "run.accepted"
-            and row["payload"]["data"]["run"]["id"] == successor.id] == [successor.id]
+    assert [
+        row["payload"]["data"]["run"]["id"]
+        for row in staged
+        if row["payload"]["type"] == "run.accepted" and row["payload"]["data"]["run"]["id"] == successor.id
+    ] == [successor.id]

@@ -72,9 +72,7 @@ async def test_archive_thread(db: Any) -> None:
     with pytest.raises(PreconditionFailed) as stale:
         await commands.archive_thread(service, key, accepted.thread.id, expected_version=accepted.thread.version)
     assert stale.value.details == {"current_etag": f'"{accepted.thread.id}:{queued.thread.version}"'}
-    archived = await commands.archive_thread(
-        service, key, accepted.thread.id, expected_version=queued.thread.version
-    )
+    archived = await commands.archive_thread(service, key, accepted.thread.id, expected_version=queued.thread.version)
     assert archived.state == "archived" and archived.archived_at is not None and archived.current_run_id is None
     assert (await entry_row(service, key.workspace_id, queued.entry.id)).status == "withdrawn"
     run = await run_row(service, accepted.run.id)

@@ -342,8 +342,6 @@ async def test_post_to_archived_thread_conflicts(db: Any) -> None:
     assert caught.value.reason == "archived"
 
 
-
-
 async def test_idle_thread_starts_child_results_and_undelivered_steers(db: Any) -> None:
     """S-72, §8.5, §9.5: on an idle thread every pending entry gets its turn in position order, steer entries left
     over by a completed run included; a child result starts a run (trigger `child_result`) under the last run's key."""

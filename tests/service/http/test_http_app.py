@@ -175,7 +175,6 @@ async def test_openapi_and_docs(api: Any) -> None:
     assert docs.status_code == 200 and "/v1/openapi.json" in docs.text
 
 
-
 async def test_openapi_names_operations_and_every_error(api: Any) -> None:
     """§8.1, S-96: clean, stable operation ids (generated clients name methods after them); 413/415 on every
     operation with a body and 500 on every `/v1` operation; no internal spec references in the text."""

@@ -159,7 +159,9 @@ async def test_same_key_in_two_workspaces_creates_two_threads(api: Any) -> None:
     b = await create_thread(api.client, second, idempotency_key="shared")
     assert (a.status_code, b.status_code) == (201, 201)
     assert a.json()["thread"]["id"] != b.json()["thread"]["id"]
-    assert (await api.client.get(f"/v1/threads/{a.json()['thread']['id']}", headers=second.headers())).status_code == 404
+    assert (
+        await api.client.get(f"/v1/threads/{a.json()['thread']['id']}", headers=second.headers())
+    ).status_code == 404
 
 
 async def test_keys_are_scoped_per_principal(api: Any) -> None:

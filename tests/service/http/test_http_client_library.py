@@ -75,7 +75,11 @@ async def test_server_refusals_are_typed(api: Any) -> None:
         with pytest.raises(InvalidArgument) as mismatch:
             await client.resume(accepted.run.id, {"approvals": {}, "calls": {}})
         error = mismatch.value
-        assert (error.status, error.reason, error.details["missing"]) == (400, "pending_coverage_mismatch", ["a1", "c1"])
+        assert (error.status, error.reason, error.details["missing"]) == (
+            400,
+            "pending_coverage_mismatch",
+            ["a1", "c1"],
+        )
         assert error.request_id is not None and error.request_id.startswith("req_")
         run = await client.get_run(accepted.run.id)
         body = ResumeBatch(run.pending).approve("a1").answer("c1", 1)

@@ -78,8 +78,10 @@ class World:
             ("POST", "/v1/threads/{thread}/inbox"): {"input": TEXT, "options": {"a": 1}},
             ("PATCH", "/v1/threads/{thread}/inbox/{entry}"): {"input": TEXT, "options": {"a": 1}},
             ("PUT", "/v1/threads/{thread}/inbox/order"): {"entry_ids": [self.entry_id]},
-            ("POST", "/v1/runs/{run}/resume"): {"approvals": {"call_1": {"action": "deny", "reason": "no"}},
-                                                "calls": {}},  # fmt: skip
+            ("POST", "/v1/runs/{run}/resume"): {
+                "approvals": {"call_1": {"action": "deny", "reason": "no"}},
+                "calls": {},
+            },
             ("POST", "/v1/runs/{run}/fork"): {"input": TEXT, "options": {"a": 1}},
             ("POST", "/v1/keys"): {"name": "k", "permissions": ["read"]},
             ("PATCH", "/v1/keys/{key}"): {"permissions": ["read", "run", "admin"]},
@@ -204,8 +206,9 @@ async def test_no_write_route_answers_5xx_or_writes_half(world: World, request: 
 async def test_hostile_options_are_refused_or_stored_exactly(world: World, value: Any) -> None:
     """§5.1, S-96: options either come back as sent (a 201) or are refused with a 4xx naming the field."""
     body = {"agent": "demo", "input": TEXT, "options": {"x": value}}
-    response = await world.client.post("/v1/threads", content=encode(body),
-                                       headers=world.admin.headers("opt") | {"Content-Type": "application/json"})
+    response = await world.client.post(
+        "/v1/threads", content=encode(body), headers=world.admin.headers("opt") | {"Content-Type": "application/json"}
+    )
     assert response.status_code < 500, response.text
 
 
@@ -220,12 +223,21 @@ async def post(world: World, path: str, body: bytes, **headers: str) -> Any:
 @pytest.mark.parametrize(
     ("body", "field", "reason"),
     [
-        (b'{"agent": "demo", "input": {"content": [{"type": "text", "text": "a\\u0000b"}]}}',
-         "input.content.0.text", "invalid_character"),
-        (b'{"agent": "demo", "input": {"content": [{"type": "text", "text": "\\ud800"}]}}',
-         "input.content.0.text", "invalid_character"),
-        (b'{"agent": "demo", "input": {"content": []}, "options": {"k\\u0000": 1}}', "options.k\ufffd",
-         "invalid_character"),
+        (
+            b'{"agent": "demo", "input": {"content": [{"type": "text", "text": "a\\u0000b"}]}}',
+            "input.content.0.text",
+            "invalid_character",
+        ),
+        (
+            b'{"agent": "demo", "input": {"content": [{"type": "text", "text": "\\ud800"}]}}',
+            "input.content.0.text",
+            "invalid_character",
+        ),
+        (
+            b'{"agent": "demo", "input": {"content": []}, "options": {"k\\u0000": 1}}',
+            "options.k\ufffd",
+            "invalid_character",
+        ),
         (b'{"agent": "demo", "input": {}, "options": {"x": NaN}}', "options.x", "not_finite"),
         (b'{"agent": "demo", "input": {}, "options": {"x": 1e400}}', "options.x", "not_finite"),
         (b'{"agent": "demo", "input": {}, "options": {"x": -Infinity}}', "options.x", "not_finite"),

@@ -86,8 +86,9 @@ async def test_preconditions(api: Any) -> None:
     for response in (
         await api.client.delete(entry_path, headers=key.headers(If_Match=before)),
         await api.client.patch(entry_path, json={"input": TEXT}, headers=key.headers(If_Match=before)),
-        await api.client.put(f"/v1/threads/{thread_id}/inbox/order", json={"entry_ids": [ids[0]]},
-                             headers=key.headers(If_Match=before)),  # fmt: skip
+        await api.client.put(
+            f"/v1/threads/{thread_id}/inbox/order", json={"entry_ids": [ids[0]]}, headers=key.headers(If_Match=before)
+        ),
     ):
         assert response.status_code == 412
         assert error_of(response)["details"] == {"current_etag": withdrawn.headers["etag"]}

@@ -34,7 +34,11 @@ async def test_create_shows_the_secret_once_and_stores_only_its_hash(api: Any) -
     body = created.json()
     assert set(body) == VIEW_FIELDS | {"secret"}
     assert {name: body[name] for name in ("name", "permissions", "disabled", "version")} == {
-        "name": "deploy", "permissions": ["read", "run"], "disabled": False, "version": 1}
+        "name": "deploy",
+        "permissions": ["read", "run"],
+        "disabled": False,
+        "version": 1,
+    }
     assert created.headers["etag"] == f'"{body["id"]}:1"'
     new = {"Authorization": f"Bearer {body['secret']}"}
     assert (await create_thread(api.client, Key(principal=admin.principal, secret=body["secret"]))).status_code == 201

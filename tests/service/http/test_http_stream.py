@@ -152,7 +152,10 @@ async def test_the_sealing_commit_streams_its_boundary_and_trimming_covers_the_r
         entries = [e for e in named(events) if e["event"] in ("delta", "boundary")]
         assert entries[-1]["event"] == "boundary", entries
         assert entries[-1]["data"] == {
-            "run_id": run_id, "attempt": 1, "sequence": len(entries), "checkpoint_seq": run["checkpoint_seq"]
+            "run_id": run_id,
+            "attempt": 1,
+            "sequence": len(entries),
+            "checkpoint_seq": run["checkpoint_seq"],
         }
         async with api.service.engine.begin() as conn:
             await conn.execute(update(stream_entries).where(stream_entries.c.thread_id == thread_id).values(
@@ -171,7 +174,9 @@ async def test_reset_precedes_the_first_entry_of_a_new_attempt(api: Any) -> None
     first, second = await add_entries(api, key, thread_id, [(RUN, 1, 1, "delta"), (RUN, 2, 1, "delta")])
     _, events = await read_stream(api, key, thread_id)
     assert [(e["event"], e.get("id")) for e in named(events)] == [
-        ("delta", str(first)), ("reset", None), ("delta", str(second))
+        ("delta", str(first)),
+        ("reset", None),
+        ("delta", str(second)),
     ]
     assert named(events)[1]["data"] == {"run_id": RUN}
     _, events = await read_stream(api, key, thread_id, last_event_id=str(first))

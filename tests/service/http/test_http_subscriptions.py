@@ -85,7 +85,11 @@ async def test_create_shows_the_signing_secret_once(hooks: Hooks, receiver: Rece
     body = created.json()
     assert set(body) == VIEW_FIELDS | {"signing_secret"}
     assert (body["events"], body["filter"], body["enabled"], body["version"]) == (
-        ["run.failed", "run.accepted"], {"agent": "demo"}, True, 1)
+        ["run.failed", "run.accepted"],
+        {"agent": "demo"},
+        True,
+        1,
+    )
     assert body["created_by_id"] == body["updated_by_id"] == hooks.admin.id
     assert created.headers["etag"] == f'"{body["id"]}:1"'
     secret = body["signing_secret"]
@@ -157,7 +161,12 @@ async def test_edit_and_delete_need_the_current_etag(hooks: Hooks, receiver: Rec
     edited = await hooks.write("PATCH", path, 1, enabled=False, filter={"thread_id": "thr_x"})
     assert edited.status_code == 200 and edited.headers["etag"] == f'"{created["id"]}:2"'
     assert {key: edited.json()[key] for key in ("name", "url", "enabled", "filter", "version")} == {
-        "name": "hooks", "url": receiver.url, "enabled": False, "filter": {"thread_id": "thr_x"}, "version": 2}
+        "name": "hooks",
+        "url": receiver.url,
+        "enabled": False,
+        "filter": {"thread_id": "thr_x"},
+        "version": 2,
+    }
     null = await hooks.write("PATCH", path, 2, name=None)
     assert null.status_code == 400
     empty = await hooks.client.patch(path, json={}, headers=hooks.admin.headers(If_Match=f'"{created["id"]}:2"'))
@@ -215,14 +224,23 @@ async def test_redeliver_posts_a_dead_delivery_again(
     (item,) = listed.json()["items"]
     assert set(item) == DELIVERY_FIELDS and listed.json()["next_cursor"] is None
     assert {name: item[name] for name in ("id", "event_type", "status", "attempts")} == {
-        "id": delivery_id, "event_type": "run.accepted", "status": "dead", "attempts": 1}
+        "id": delivery_id,
+        "event_type": "run.accepted",
+        "status": "dead",
+        "attempts": 1,
+    }
     assert item["last_error"] == "http_status: 500" and item["settled_at"] is not None
     assert "secret" not in listed.text
     with caplog.at_level(logging.INFO, logger="candor.admin"):
         response = await hooks.client.post(f"{base}/{delivery_id}/redeliver", headers=hooks.admin.headers())
     assert response.status_code == 200
     assert {key: response.json()[key] for key in ("id", "status", "attempts", "settled_at", "delivered_at")} == {
-        "id": delivery_id, "status": "pending", "attempts": 0, "settled_at": None, "delivered_at": None}
+        "id": delivery_id,
+        "status": "pending",
+        "attempts": 0,
+        "settled_at": None,
+        "delivered_at": None,
+    }
     (record,) = [record for record in caplog.records if record.getMessage() == "Outbox redelivered"]
     assert (record.delivery_id, record.subscription_id, record.principal_id) == (delivery_id, sub_id, hooks.admin.id)
     again = await hooks.client.post(f"{base}/{delivery_id}/redeliver", headers=hooks.admin.headers())

@@ -33,9 +33,7 @@ def provider_settings(
     )
 
 
-def provider_service(
-    db: Any, base_url: str | None, *, worker: dict[str, Any] | None = None, **model: Any
-) -> Service:
+def provider_service(db: Any, base_url: str | None, *, worker: dict[str, Any] | None = None, **model: Any) -> Service:
     settings = provider_settings(db.url, base_url, worker=worker, **model)
     return Service(
         settings=settings,

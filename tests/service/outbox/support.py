@@ -27,14 +27,29 @@ KEY_RING = KeyRing.from_keys([KEY])
 """The ring of services made with the default `keys`: what tests encrypt stored secrets with."""
 SECRET = "whsec_test_secret"
 ALL_EVENTS = [
-    "run.accepted", "run.running", "run.waiting", "run.completed", "run.failed", "run.cancelled",
-    "run_attempt.leased", "run_attempt.running", "run_attempt.succeeded", "run_attempt.yielded",
-    "run_attempt.failed", "run_attempt.cancelled",
+    "run.accepted",
+    "run.running",
+    "run.waiting",
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+    "run_attempt.leased",
+    "run_attempt.running",
+    "run_attempt.succeeded",
+    "run_attempt.yielded",
+    "run_attempt.failed",
+    "run_attempt.cancelled",
 ]
 
 
-def make_settings(url: str, *, keys: tuple[str, ...] = (KEY,), webhook: dict[str, Any] | None = None,
-                  timeout: float = 2.0, insecure: bool = True) -> ServiceSettings:
+def make_settings(
+    url: str,
+    *,
+    keys: tuple[str, ...] = (KEY,),
+    webhook: dict[str, Any] | None = None,
+    timeout: float = 2.0,
+    insecure: bool = True,
+) -> ServiceSettings:
     return ServiceSettings(
         database={"url": url, "timeout": 0.9},
         worker={"lease_seconds": 10, "authority_seconds": 0.5, "scan_seconds": 0.05},
@@ -58,17 +73,31 @@ def make_service(url: str, engine: AsyncEngine, *, clock: FakeClock | None = Non
 
 
 async def add_subscription(
-    conn: AsyncConnection, tenant: worker_support.Tenant, *, url: str, events: list[str] | None = None,
-    filter: dict[str, Any] | None = None, secret: str = SECRET, encrypted: str | None = None,
+    conn: AsyncConnection,
+    tenant: worker_support.Tenant,
+    *,
+    url: str,
+    events: list[str] | None = None,
+    filter: dict[str, Any] | None = None,
+    secret: str = SECRET,
+    encrypted: str | None = None,
 ) -> str:
     sub_id = worker_support.new_id("sub")
     await conn.execute(
         insert(subscriptions).values(
-            id=sub_id, workspace_id=tenant.workspace_id, name=sub_id, url=url, events=events or ALL_EVENTS,
-            filter=filter or {}, enabled=True,
+            id=sub_id,
+            workspace_id=tenant.workspace_id,
+            name=sub_id,
+            url=url,
+            events=events or ALL_EVENTS,
+            filter=filter or {},
+            enabled=True,
             signing_secret=encrypted if encrypted is not None else KEY_RING.encrypt_secret(secret),
-            version=1, created_by_id=tenant.principal_id, updated_by_id=tenant.principal_id,
-            created_at=db_now(), updated_at=db_now(),
+            version=1,
+            created_by_id=tenant.principal_id,
+            updated_by_id=tenant.principal_id,
+            created_at=db_now(),
+            updated_at=db_now(),
         )
     )
     return sub_id
@@ -81,8 +110,14 @@ async def stage_webhooks(engine: AsyncEngine, tenant: worker_support.Tenant, *, 
         for n, row_id in enumerate(ids):
             payload = {"type": "run.completed", "created_at": 1.0, "data": {"run": {"id": f"run_{n}"}}}
             await enqueue_once(
-                conn, kind="webhook", dedupe_key=f"test-{row_id}", target=url, payload=payload,
-                workspace_id=tenant.workspace_id, signing_secret=KEY_RING.encrypt_secret(SECRET), row_id=row_id,
+                conn,
+                kind="webhook",
+                dedupe_key=f"test-{row_id}",
+                target=url,
+                payload=payload,
+                workspace_id=tenant.workspace_id,
+                signing_secret=KEY_RING.encrypt_secret(SECRET),
+                row_id=row_id,
             )
     return ids
 
@@ -180,8 +215,7 @@ class Receiver:
             return False
         if answer == "redirect":
             writer.write(
-                f"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\nConnection: {connection}\r\n\r\n"
-                .encode()
+                f"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\nConnection: {connection}\r\n\r\n".encode()
             )
         else:
             writer.write(f"HTTP/1.1 {answer} X\r\nContent-Length: 2\r\nConnection: {connection}\r\n\r\nok".encode())

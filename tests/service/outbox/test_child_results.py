@@ -31,8 +31,14 @@ async def _child_of(conn: Any, tenant: Tenant, parent: RunRef, **run_values: Any
     thread_id = new_id("thr")
     await conn.execute(
         insert(threads).values(
-            id=thread_id, workspace_id=tenant.workspace_id, origin="child", origin_thread_id=parent.thread_id,
-            origin_run_id=parent.run_id, origin_tool_call_id="call_spawn", agent="scripted", created_at=db_now(),
+            id=thread_id,
+            workspace_id=tenant.workspace_id,
+            origin="child",
+            origin_thread_id=parent.thread_id,
+            origin_run_id=parent.run_id,
+            origin_tool_call_id="call_spawn",
+            agent="scripted",
+            created_at=db_now(),
             updated_at=db_now(),
         )
     )
@@ -63,18 +69,26 @@ async def test_interrupted_child_delivers_one_entry_even_when_delivered_twice(db
     parent, child = await _cancelled_child(db, tenant)
     (row,) = await outbox_rows(db.engine, kind="child_result")
     assert (row["dedupe_key"], row["target"], row["payload"]) == (
-        child.run_id, parent.thread_id, {"child_run_id": child.run_id}
+        child.run_id,
+        parent.thread_id,
+        {"child_run_id": child.run_id},
     )
 
     assert await deliver_outbox(service, handlers=_HANDLERS) == {"child_result": 1}
     (entry,) = await _entries(db, parent.thread_id)
     assert (entry["delivery"], entry["status"], entry["options"], entry["child_run_id"], entry["agent"]) == (
-        "steer", "pending", None, child.run_id, None
+        "steer",
+        "pending",
+        None,
+        child.run_id,
+        None,
     )
     (item,) = entry["payload"]["content"]
     assert item["type"] == "text"
     assert json.loads(item["text"]) == {
-        "child_run_id": child.run_id, "status": "cancelled", "output": None,
+        "child_run_id": child.run_id,
+        "status": "cancelled",
+        "output": None,
         "failure": {"code": "cancelled", "message": "The run was interrupted"},
     }
     assert (await run_row(db.engine, parent.run_id))["status"] == "accepted"  # active parent: a later commit steers
@@ -116,7 +130,8 @@ async def test_full_parent_inbox_defers_and_never_drops(db, tenant) -> None:
 
     async with db.engine.begin() as conn:  # the parent's run consumed its entry: there is room now
         await conn.execute(
-            update(inbox_entries).where(inbox_entries.c.id == parent.entry_id)
+            update(inbox_entries)
+            .where(inbox_entries.c.id == parent.entry_id)
             .values(status="consumed", incorporated_checkpoint_seq=1, finished_at=db_now())
         )
     await make_due(db.engine, row["id"])
@@ -131,10 +146,22 @@ async def test_invalid_target_is_dead(db, tenant) -> None:
     service = support.make_service(db.url, db.engine)
     parent, child = await _cancelled_child(db, tenant)
     async with db.engine.begin() as conn:
-        await enqueue_once(conn, kind="child_result", dedupe_key="run_missing", target=parent.thread_id,
-                           payload={"child_run_id": "run_missing"}, workspace_id=tenant.workspace_id)
-        await enqueue_once(conn, kind="child_result", dedupe_key="run_elsewhere", target=child.thread_id,
-                           payload={"child_run_id": child.run_id}, workspace_id=tenant.workspace_id)
+        await enqueue_once(
+            conn,
+            kind="child_result",
+            dedupe_key="run_missing",
+            target=parent.thread_id,
+            payload={"child_run_id": "run_missing"},
+            workspace_id=tenant.workspace_id,
+        )
+        await enqueue_once(
+            conn,
+            kind="child_result",
+            dedupe_key="run_elsewhere",
+            target=child.thread_id,
+            payload={"child_run_id": child.run_id},
+            workspace_id=tenant.workspace_id,
+        )
         await conn.execute(update(outbox).where(outbox.c.dedupe_key == child.run_id).values(target="thr_missing"))
     await deliver_outbox(service, handlers=_HANDLERS)
     rows = await outbox_rows(db.engine, kind="child_result")

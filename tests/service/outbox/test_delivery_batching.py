@@ -77,7 +77,10 @@ async def test_batch_settle_applies_each_outcome_to_its_own_row(db, tenant, rece
     rows = {row_id: await outbox_row(db.engine, row_id) for row_id in changed}
     assert rows[done.id]["status"] == "delivered" and rows[done.id]["delivered_at"] is not None
     assert (rows[retry.id]["status"], rows[retry.id]["attempts"], rows[retry.id]["last_error"]) == (
-        "pending", 1, "http_status: 500")
+        "pending",
+        1,
+        "http_status: 500",
+    )
     assert rows[retry.id]["available_at"] >= before + 7 - 0.01
     assert (rows[deferred.id]["attempts"], rows[deferred.id]["payload"]) == (0, {"after": 5})
     assert rows[deferred.id]["available_at"] >= before + 30 - 0.01

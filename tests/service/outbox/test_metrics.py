@@ -159,6 +159,9 @@ async def test_worker_slot_gauges_follow_the_loop(db: Any, tenant: Any) -> None:
 def test_attempt_status_label_is_the_attempt_status() -> None:
     """§10.4, §5.3: a sealed run's status maps to its attempt's status; recoveries and abandoned attempts keep theirs."""
     assert [attempt_status_label(s) for s in ("completed", "waiting", "failed", "cancelled")] == [
-        "succeeded", "succeeded", "failed", "cancelled"
+        "succeeded",
+        "succeeded",
+        "failed",
+        "cancelled",
     ]
     assert [attempt_status_label(s) for s in ("yielded", "abandoned", "crashed")] == ["yielded", "abandoned", "crashed"]

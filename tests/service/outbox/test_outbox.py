@@ -40,10 +40,22 @@ async def _stage_one(db: Any, tenant: Any, url: str) -> str:
 async def test_enqueue_once_ignores_a_second_row_with_the_same_key(db, tenant) -> None:
     """S-107: a second `enqueue_once` with the same `(kind, dedupe_key)` adds no row."""
     async with db.engine.begin() as conn:
-        first = await enqueue_once(conn, kind="checkpoint_cleanup", dedupe_key="run_x", target="run_x",
-                                   payload={"run_id": "run_x"}, workspace_id=tenant.workspace_id)
-        second = await enqueue_once(conn, kind="checkpoint_cleanup", dedupe_key="run_x", target="run_x",
-                                    payload={"run_id": "other"}, workspace_id=tenant.workspace_id)
+        first = await enqueue_once(
+            conn,
+            kind="checkpoint_cleanup",
+            dedupe_key="run_x",
+            target="run_x",
+            payload={"run_id": "run_x"},
+            workspace_id=tenant.workspace_id,
+        )
+        second = await enqueue_once(
+            conn,
+            kind="checkpoint_cleanup",
+            dedupe_key="run_x",
+            target="run_x",
+            payload={"run_id": "other"},
+            workspace_id=tenant.workspace_id,
+        )
     assert (first, second) == (True, False)
     (row,) = await outbox_rows(db.engine)
     assert row["payload"] == {"run_id": "run_x"} and row["status"] == "pending"
@@ -102,7 +114,9 @@ async def test_delivery_is_signed_and_id_matches_header(db, tenant, receiver, cl
     assert body["id"] == row_id and body["type"] == "run.accepted" and set(body) == {"id", "type", "created_at", "data"}
     timestamp = int(headers["Candor-Timestamp"])
     assert timestamp == int(clock.now().timestamp())
-    assert headers["Candor-Signature"] == sign(support.SECRET, timestamp=timestamp, delivery_id=row_id, body=request.body)
+    assert headers["Candor-Signature"] == sign(
+        support.SECRET, timestamp=timestamp, delivery_id=row_id, body=request.body
+    )
     assert verify_signature(support.SECRET, headers, request.body, now=timestamp + 10)
     assert not verify_signature(support.SECRET, headers, request.body + b" ", now=timestamp)
     assert not verify_signature("wrong", headers, request.body, now=timestamp)
@@ -225,13 +239,26 @@ async def test_redeliver_only_dead_rows(db, tenant, receiver, clock) -> None:
 
 async def test_purge_respects_retention_and_never_removes_pending(db, tenant, clock) -> None:
     """S-115: only settled rows older than their kind's retention for their status are removed."""
-    service = support.make_service(db.url, db.engine, clock=clock,
-                                   webhook={"delivered_retention_seconds": 100, "dead_retention_seconds": 1000})
+    service = support.make_service(
+        db.url, db.engine, clock=clock, webhook={"delivered_retention_seconds": 100, "dead_retention_seconds": 1000}
+    )
     async with db.engine.begin() as conn:
-        for key, status in (("old_ok", "delivered"), ("new_ok", "delivered"), ("old_dead", "dead"),
-                            ("mid_dead", "dead"), ("pending", "pending")):
-            await enqueue_once(conn, kind="webhook", dedupe_key=key, target="https://x.test", payload={},
-                               workspace_id=tenant.workspace_id, status="dead" if status == "dead" else "pending")
+        for key, status in (
+            ("old_ok", "delivered"),
+            ("new_ok", "delivered"),
+            ("old_dead", "dead"),
+            ("mid_dead", "dead"),
+            ("pending", "pending"),
+        ):
+            await enqueue_once(
+                conn,
+                kind="webhook",
+                dedupe_key=key,
+                target="https://x.test",
+                payload={},
+                workspace_id=tenant.workspace_id,
+                status="dead" if status == "dead" else "pending",
+            )
         now = db_now()
         ages = {"old_ok": 200, "new_ok": 50, "old_dead": 2000, "mid_dead": 500, "pending": 5000}
         for key, age in ages.items():
@@ -249,8 +276,9 @@ async def test_purge_respects_retention_and_never_removes_pending(db, tenant, cl
 async def test_dead_gauge_and_sustained_backlog_alert(db, tenant, receiver, clock) -> None:
     """S-116: `candor_outbox_dead` is 1 while a dead row is retained, 0 after redeliver.
     S-117: `candor_outbox_backlog_alert` becomes 1 only after the breach lasted `backlog_alert_seconds`."""
-    service = support.make_service(db.url, db.engine, clock=clock,
-                                   webhook={"backlog_count": 1, "backlog_alert_seconds": 60})
+    service = support.make_service(
+        db.url, db.engine, clock=clock, webhook={"backlog_count": 1, "backlog_alert_seconds": 60}
+    )
     alarm = BacklogAlarm()
     row_id = await _stage_one(db, tenant, receiver.url)
     gauge = OUTBOX_BACKLOG_ALERT.labels(kind="webhook")
@@ -307,9 +335,13 @@ async def test_checkpoint_cleanup_keeps_the_run_readable(db, tenant, clock) -> N
     assert run["status"] == "completed"
     assert (await deliver_outbox(service))["checkpoint_cleanup"] == 1
     async with db.engine.connect() as conn:
-        rows = (await conn.execute(
-            select(checkpoints.c.id, checkpoints.c.envelope).where(checkpoints.c.run_id == ref.run_id)
-            .order_by(checkpoints.c.seq))).all()
+        rows = (
+            await conn.execute(
+                select(checkpoints.c.id, checkpoints.c.envelope)
+                .where(checkpoints.c.run_id == ref.run_id)
+                .order_by(checkpoints.c.seq)
+            )
+        ).all()
         assert len(rows) >= 2
         assert all(row.envelope is None for row in rows[:-1]) and rows[-1].envelope is not None
         state = await load_state(conn, run["checkpoint_id"])
@@ -327,16 +359,22 @@ async def test_recovery_stages_accepted_and_failed_attempt(db, tenant, receiver,
 
     service = support.make_service(db.url, db.engine, clock=clock)
     async with db.engine.begin() as conn:
-        await add_subscription(conn, tenant, url=receiver.url,
-                               events=["run.accepted", "run_attempt.failed", "run_attempt.leased"])
+        await add_subscription(
+            conn, tenant, url=receiver.url, events=["run.accepted", "run_attempt.failed", "run_attempt.leased"]
+        )
         ref = await add_thread_run(conn, tenant)
-    (claimed,) = await claim_runs(db.engine, worker_id="w1", agents=["scripted"], limit=1, lease_seconds=10,
-                                  randbytes=service.entropy.token_bytes)
+    (claimed,) = await claim_runs(
+        db.engine, worker_id="w1", agents=["scripted"], limit=1, lease_seconds=10, randbytes=service.entropy.token_bytes
+    )
     async with db.engine.begin() as conn:
         await conn.execute(update(run_attempts).values(lease_expires_at=db_now() - 1))
     assert await expire_leases(service) == 1
     rows = await outbox_rows(db.engine, kind="webhook")
-    assert sorted(row["payload"]["type"] for row in rows) == ["run.accepted", "run_attempt.failed", "run_attempt.leased"]
+    assert sorted(row["payload"]["type"] for row in rows) == [
+        "run.accepted",
+        "run_attempt.failed",
+        "run_attempt.leased",
+    ]
     failed = next(row for row in rows if row["payload"]["type"] == "run_attempt.failed")
     assert failed["payload"]["data"]["attempt"]["id"] == claimed.lease.attempt_id
     assert (await run_row(db.engine, ref.run_id))["status"] == "accepted"
@@ -363,8 +401,13 @@ async def test_checkpoint_cleanup_deletes_rows_shadowed_by_a_history_rewrite(db,
         await conn.execute(update(runs).where(runs.c.id == ref.run_id).values(checkpoint_id=second, checkpoint_seq=2))
     assert await cleanup_checkpoints(db.engine, run_id=ref.run_id) == 3  # rows 1, 2 of `first` + its envelope
     async with db.engine.connect() as conn:
-        left = (await conn.execute(select(checkpoint_messages.c.checkpoint_id, checkpoint_messages.c.index)
-                                   .order_by(checkpoint_messages.c.checkpoint_id, checkpoint_messages.c.index))).all()
+        left = (
+            await conn.execute(
+                select(checkpoint_messages.c.checkpoint_id, checkpoint_messages.c.index).order_by(
+                    checkpoint_messages.c.checkpoint_id, checkpoint_messages.c.index
+                )
+            )
+        ).all()
         assert sorted((row.checkpoint_id == first, row.index) for row in left) == [(False, 1), (True, 0)]
         loaded = await load_state(conn, second)
     assert [m.digest for m in loaded.encoded] == [a.digest, d.digest]
@@ -383,8 +426,15 @@ async def insert_checkpoint_for(conn, ref, *, seq, base, base_encoded, new) -> s
     from candor.service.store.checkpoints import CheckpointEnvelope, insert_checkpoint
 
     written = await insert_checkpoint(
-        conn, thread_id=ref.thread_id, run_id=ref.run_id, seq=seq, attempt=1, base_id=base,
-        base_encoded=list(base_encoded), new_encoded=list(new), envelope=CheckpointEnvelope(thread_id=ref.thread_id),
+        conn,
+        thread_id=ref.thread_id,
+        run_id=ref.run_id,
+        seq=seq,
+        attempt=1,
+        base_id=base,
+        base_encoded=list(base_encoded),
+        new_encoded=list(new),
+        envelope=CheckpointEnvelope(thread_id=ref.thread_id),
     )
     return written.id
 
@@ -411,6 +461,13 @@ async def test_checkpoint_cleanup_pages_with_a_cursor_and_deferred_settles(db, t
     assert row["status"] == "delivered" and row["attempts"] == 1
     assert row["payload"]["after"] >= 2  # paged
     async with db.engine.connect() as conn:
-        envelopes = (await conn.execute(select(checkpoints.c.envelope).where(checkpoints.c.run_id == ref.run_id)
-                                        .order_by(checkpoints.c.seq))).scalars().all()
+        envelopes = (
+            (
+                await conn.execute(
+                    select(checkpoints.c.envelope).where(checkpoints.c.run_id == ref.run_id).order_by(checkpoints.c.seq)
+                )
+            )
+            .scalars()
+            .all()
+        )
     assert len(envelopes) >= 3 and all(e is None for e in envelopes[:-1]) and envelopes[-1] is not None

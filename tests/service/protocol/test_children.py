@@ -50,8 +50,13 @@ SPAWN_CASES = [
 def test_spawn_refusal(case: SpawnCase) -> None:
     """§7.13: at most `worker.child_count` children per run, nesting ≤ `worker.child_depth`, allowed agents only."""
     refusal = spawn_refusal(
-        agent=case.agent, allowed_agents=("helper", "writer"), input_bytes=case.input_bytes, input_limit=1000,
-        started_children=case.started_children, parent_depth=case.parent_depth, child_count=case.child_count,
+        agent=case.agent,
+        allowed_agents=("helper", "writer"),
+        input_bytes=case.input_bytes,
+        input_limit=1000,
+        started_children=case.started_children,
+        parent_depth=case.parent_depth,
+        child_count=case.child_count,
         child_depth=case.child_depth,
     )
     assert (refusal.code if refusal is not None else None) == case.expected
@@ -88,8 +93,14 @@ def test_child_result_payload_is_one_text_item_of_canonical_json() -> None:
 
 
 _FACTS: dict[str, Any] = dict(
-    target_valid=True, parent_archived=False, already_entered=False, inbox_count=0, inbox_bytes=0, entry_bytes=100,
-    count_limit=10, bytes_limit=1000,
+    target_valid=True,
+    parent_archived=False,
+    already_entered=False,
+    inbox_count=0,
+    inbox_bytes=0,
+    entry_bytes=100,
+    count_limit=10,
+    bytes_limit=1000,
 )
 
 

@@ -28,12 +28,14 @@ def _ret(call_id: str, metadata: Any) -> ToolReturnPart:
 def test_each_mark_maps_to_its_outcome_in_history_order() -> None:
     messages = _json(
         ModelResponse(parts=[ToolCallPart("t_a", {}, tool_call_id="a")]),
-        ModelRequest(parts=[
-            _ret("a", {"candor.recovery": "reconciled", "candor.call_key": "ck_1"}),
-            _ret("b", {"candor.recovery": "rerun"}),
-            unknown_outcome_result(ToolCallPart("t_c", {}, tool_call_id="c")),
-            _ret("d", {"candor.recovery": "replayed", "tool's own": 1}),
-        ]),
+        ModelRequest(
+            parts=[
+                _ret("a", {"candor.recovery": "reconciled", "candor.call_key": "ck_1"}),
+                _ret("b", {"candor.recovery": "rerun"}),
+                unknown_outcome_result(ToolCallPart("t_c", {}, tool_call_id="c")),
+                _ret("d", {"candor.recovery": "replayed", "tool's own": 1}),
+            ]
+        ),
         ModelResponse(parts=[TextPart("done")]),
     )
     assert recovered_calls(messages) == [
@@ -46,13 +48,15 @@ def test_each_mark_maps_to_its_outcome_in_history_order() -> None:
 
 def test_ordinary_and_foreign_returns_are_not_recovery() -> None:
     messages = _json(
-        ModelRequest(parts=[
-            _ret("a", None),
-            _ret("b", {"candor.recovery": "something else"}),
-            _ret("c", {"candor.unknown_outcome": "yes"}),  # only the boolean True marks it (H-43 shape)
-            _ret("d", ["not", "a", "dict"]),
-            _ret("e", {"pydantic_ai_synthesized_tool_return": True}),
-        ]),
+        ModelRequest(
+            parts=[
+                _ret("a", None),
+                _ret("b", {"candor.recovery": "something else"}),
+                _ret("c", {"candor.unknown_outcome": "yes"}),  # only the boolean True marks it (H-43 shape)
+                _ret("d", ["not", "a", "dict"]),
+                _ret("e", {"pydantic_ai_synthesized_tool_return": True}),
+            ]
+        ),
     )
     assert recovered_calls(messages) == []
     assert recovered_calls([{"kind": "request", "parts": None}, {"kind": "response"}]) == []

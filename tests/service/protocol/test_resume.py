@@ -62,7 +62,9 @@ def test_stored_json_is_the_body_as_written_and_reads_back_equal(body: dict[str,
 def test_a_null_input_is_left_out() -> None:
     """§8.6: an explicit `"input": null` reads as no input."""
     assert ResumeAnswers.model_validate({"approvals": {}, "calls": {}, "input": None}).stored_json() == {
-        "approvals": {}, "calls": {}}
+        "approvals": {},
+        "calls": {},
+    }
 
 
 @pytest.mark.parametrize(
@@ -129,8 +131,12 @@ class Row:
     options: dict[str, Any] = field(default_factory=lambda: {"o": 1})
     checkpoint_id: str | None = "chk_9"
     tool_recovery: str = "never"
-    pending: Any = field(default_factory=lambda: {"approvals": [], "calls": [
-        {"tool_call_id": "c1", "tool_name": "t", "arguments": {}, "kind": "external", "metadata": {}}]})
+    pending: Any = field(
+        default_factory=lambda: {
+            "approvals": [],
+            "calls": [{"tool_call_id": "c1", "tool_name": "t", "arguments": {}, "kind": "external", "metadata": {}}],
+        }
+    )
 
 
 WAITING = Row(id="run_w")
@@ -215,11 +221,24 @@ def test_successor_of_continues_the_waiting_run() -> None:
     its final checkpoint; the answers stored as their JSON; `max_attempts` as given."""
     new = successor_of(WAITING, answers=COVERED, resumed_by_id="key_2", key="r", digest="d" * 64, max_attempts=4)
     assert (new.trigger, new.lineage, new.parent_run_id, new.start_checkpoint_id) == (
-        "resume", "continue", "run_w", "chk_9")
+        "resume",
+        "continue",
+        "run_w",
+        "chk_9",
+    )
     assert (new.agent, new.principal_id, new.options, new.authority) == (
-        "demo", "key_1", {"o": 1}, {"permissions": ["run"]})
+        "demo",
+        "key_1",
+        {"o": 1},
+        {"permissions": ["run"]},
+    )
     assert (new.resume, new.resumed_by_id, new.request_key, new.request_digest, new.max_attempts) == (
-        COVERED.stored_json(), "key_2", "r", "d" * 64, 4)
+        COVERED.stored_json(),
+        "key_2",
+        "r",
+        "d" * 64,
+        4,
+    )
     assert new.tool_recovery == "never"  # the same logical run continues: its recovery mode stays
     assert new.options is not WAITING.options  # a copy: the successor's options never alias the waiting run's
 

@@ -80,8 +80,10 @@ def rich_state(thread_id: str) -> HarnessState:
         schema_version="1",
         thread_id=thread_id,
         message_history=tuple(history),
-        capabilities={"zeta": CapabilityState(version="2", data={"b": 1, "a": [1, {"d": 0, "c": 1}]}),
-                      "alpha": CapabilityState(version="1", data=None)},
+        capabilities={
+            "zeta": CapabilityState(version="2", data={"b": 1, "a": [1, {"d": 0, "c": 1}]}),
+            "alpha": CapabilityState(version="1", data=None),
+        },
         environment={"workspace": {"path": "/w", "mode": "rw"}, "aaa": 1},
     )
 
@@ -94,13 +96,26 @@ async def _thread_and_run(db: Any) -> tuple[str, str, str]:
     return workspace_id, thread_id, run_id
 
 
-async def _commit(db: Any, thread_id: str, run_id: str, seq: int, base: LoadedCheckpoint | None, state: HarnessState,
-                  base_id: str | None = None) -> Any:
+async def _commit(
+    db: Any,
+    thread_id: str,
+    run_id: str,
+    seq: int,
+    base: LoadedCheckpoint | None,
+    state: HarnessState,
+    base_id: str | None = None,
+) -> Any:
     async with write_transaction(db.engine) as conn:
         return await insert_checkpoint(
-            conn, thread_id=thread_id, run_id=run_id, seq=seq, attempt=1,
-            base_id=base.id if base else base_id, base_encoded=base.encoded if base else (),
-            new_encoded=encode_history(state._history_ref()), envelope=envelope_for_state(state),
+            conn,
+            thread_id=thread_id,
+            run_id=run_id,
+            seq=seq,
+            attempt=1,
+            base_id=base.id if base else base_id,
+            base_encoded=base.encoded if base else (),
+            new_encoded=encode_history(state._history_ref()),
+            envelope=envelope_for_state(state),
         )
 
 
@@ -117,8 +132,15 @@ async def _row_count(db: Any, checkpoint_id: str) -> int:
 
 @pytest.mark.parametrize(
     ("base", "new", "expected"),
-    [((), (), 0), (("a",), (), 0), ((), ("a",), 0), (("a", "b"), ("a", "b", "c"), 2),
-     (("a", "b", "c"), ("a", "x", "c"), 1), (("a", "b"), ("a", "b"), 2), (("x",), ("a", "b"), 0)],
+    [
+        ((), (), 0),
+        (("a",), (), 0),
+        ((), ("a",), 0),
+        (("a", "b"), ("a", "b", "c"), 2),
+        (("a", "b", "c"), ("a", "x", "c"), 1),
+        (("a", "b"), ("a", "b"), 2),
+        (("x",), ("a", "b"), 0),
+    ],
 )
 def test_common_prefix_length(base: tuple[str, ...], new: tuple[str, ...], expected: int) -> None:
     """§6: `kept` is the longest common prefix by canonical message JSON (here: its digest)."""
@@ -142,8 +164,13 @@ def test_plan_ranges(chain: list[Any], expected: list[Any]) -> None:
 
 @pytest.mark.parametrize(
     "chain",
-    [[], [("c2", "c1", 3, 5)], [("c1", None, 2, 3)], [("c2", "c1", 4, 5), ("c1", None, 0, 3)],
-     [("c2", "c1", 1, 2), ("cX", None, 0, 3)]],
+    [
+        [],
+        [("c2", "c1", 3, 5)],
+        [("c1", None, 2, 3)],
+        [("c2", "c1", 4, 5), ("c1", None, 0, 3)],
+        [("c2", "c1", 1, 2), ("cX", None, 0, 3)],
+    ],
 )
 def test_plan_ranges_refuses_broken_chains(chain: list[Any]) -> None:
     """S-46: a missing base, a kept beyond the base or a wrong link is corruption."""
@@ -191,8 +218,14 @@ async def test_commit_writes_only_new_messages(db: Any) -> None:
     """S-41, S-40: kept = base count for append-only growth; count − kept rows are inserted, old rows untouched."""
     _, thread_id, run_id = await _thread_and_run(db)
     history = [prompt("go"), *step(1)]
-    first = await _commit(db, thread_id, run_id, 1, None, HarnessState(schema_version="1", thread_id=thread_id,
-                                                                         message_history=tuple(history)))
+    first = await _commit(
+        db,
+        thread_id,
+        run_id,
+        1,
+        None,
+        HarnessState(schema_version="1", thread_id=thread_id, message_history=tuple(history)),
+    )
     assert (first.kept, first.count, await _row_count(db, first.id)) == (0, 3, 3)
     base = await _load(db, first.id)
     async with read_transaction(db.engine) as conn:
@@ -210,8 +243,14 @@ async def test_diverged_history_writes_from_first_difference(db: Any) -> None:
     """S-41: after a history rewrite, rows are written from the first differing message; the rebuild is exact."""
     _, thread_id, run_id = await _thread_and_run(db)
     original = [prompt("go"), *step(1), *step(2)]
-    first = await _commit(db, thread_id, run_id, 1, None,
-                          HarnessState(schema_version="1", thread_id=thread_id, message_history=tuple(original)))
+    first = await _commit(
+        db,
+        thread_id,
+        run_id,
+        1,
+        None,
+        HarnessState(schema_version="1", thread_id=thread_id, message_history=tuple(original)),
+    )
     base = await _load(db, first.id)
     rewritten = [prompt("go"), *step(1), prompt("changed"), *step(3), *step(4)]
     state = HarnessState(schema_version="1", thread_id=thread_id, message_history=tuple(rewritten))
@@ -236,13 +275,26 @@ async def test_bytes_per_commit_do_not_grow_with_history(db: Any) -> None:
         new_encoded = (base.encoded if base else []) + encode_history(step(seq))  # the worker's in-memory form
         async with write_transaction(db.engine) as conn:
             result = await insert_checkpoint(
-                conn, thread_id=thread_id, run_id=run_id, seq=seq, attempt=1, base_id=base.id if base else None,
-                base_encoded=base.encoded if base else [], new_encoded=new_encoded,
+                conn,
+                thread_id=thread_id,
+                run_id=run_id,
+                seq=seq,
+                attempt=1,
+                base_id=base.id if base else None,
+                base_encoded=base.encoded if base else [],
+                new_encoded=new_encoded,
                 envelope=envelope_for_state(state),
             )
         written.append(result)
-        base = LoadedCheckpoint(id=result.id, seq=seq, format=1, state=state, encoded=new_encoded,
-                                deferred_json=None, resume_input_consumed=False)
+        base = LoadedCheckpoint(
+            id=result.id,
+            seq=seq,
+            format=1,
+            state=state,
+            encoded=new_encoded,
+            deferred_json=None,
+            resume_input_consumed=False,
+        )
     assert all(w.count - w.kept == 2 for w in written)
     assert abs(written[199].bytes_written - written[1].bytes_written) <= 0.1 * written[1].bytes_written
     loaded = await _load(db, written[-1].id)
@@ -254,14 +306,30 @@ async def test_successor_extends_predecessor_checkpoint(db: Any) -> None:
     """S-44: a later run's first commit (and a fork's) uses the predecessor's checkpoint as base, copying nothing."""
     workspace_id, thread_id, run_id = await _thread_and_run(db)
     history = [prompt("go"), *step(1)]
-    first = await _commit(db, thread_id, run_id, 1, None,
-                          HarnessState(schema_version="1", thread_id=thread_id, message_history=tuple(history)))
+    first = await _commit(
+        db,
+        thread_id,
+        run_id,
+        1,
+        None,
+        HarnessState(schema_version="1", thread_id=thread_id, message_history=tuple(history)),
+    )
     start = await _load(db, first.id)
     async with write_transaction(db.engine) as conn:  # seal the predecessor, then accept its successor (S-1)
-        await conn.execute(update(runs).where(runs.c.id == run_id).values(
-            status="cancelled", sealed_at=db_now(), failure={"code": "cancelled", "message": "x"}))
-        successor = await add_run(conn, workspace_id, thread_id, parent_run_id=run_id, trigger="queued",
-                                  lineage="continue", start_checkpoint_id=first.id)
+        await conn.execute(
+            update(runs)
+            .where(runs.c.id == run_id)
+            .values(status="cancelled", sealed_at=db_now(), failure={"code": "cancelled", "message": "x"})
+        )
+        successor = await add_run(
+            conn,
+            workspace_id,
+            thread_id,
+            parent_run_id=run_id,
+            trigger="queued",
+            lineage="continue",
+            start_checkpoint_id=first.id,
+        )
     grown = HarnessState(schema_version="1", thread_id=thread_id, message_history=tuple(history + step(2)))
     written = await _commit(db, thread_id, successor, 1, start, grown)
     assert (written.kept, written.count, await _row_count(db, written.id)) == (3, 5, 2)
@@ -300,23 +368,34 @@ async def test_tampered_rows_are_detected(db: Any) -> None:
     _, thread_id, run_id = await _thread_and_run(db)
     state = HarnessState(schema_version="1", thread_id=thread_id, message_history=(prompt("a"), *step(1)))
     first = await _commit(db, thread_id, run_id, 1, None, state)
-    second = await _commit(db, thread_id, run_id, 2, await _load(db, first.id),
-                           HarnessState(schema_version="1", thread_id=thread_id,
-                                        message_history=(*state._history_ref(), *step(2))))
+    second = await _commit(
+        db,
+        thread_id,
+        run_id,
+        2,
+        await _load(db, first.id),
+        HarnessState(schema_version="1", thread_id=thread_id, message_history=(*state._history_ref(), *step(2))),
+    )
     async with write_transaction(db.engine) as conn:  # rows are insert-only, so tamper by delete + insert
         m = checkpoint_messages.c
         row = (await conn.execute(select(checkpoint_messages).where(m.checkpoint_id == first.id, m.index == 1))).one()
         await conn.execute(delete(checkpoint_messages).where(m.checkpoint_id == first.id, m.index == 1))
-        await conn.execute(insert(checkpoint_messages).values(
-            checkpoint_id=first.id, index=1, body=row.body.replace("000001", "000009"), digest=row.digest))
+        await conn.execute(
+            insert(checkpoint_messages).values(
+                checkpoint_id=first.id, index=1, body=row.body.replace("000001", "000009"), digest=row.digest
+            )
+        )
     with pytest.raises(CheckpointCorrupt) as caught:
         await _load(db, second.id)  # the corrupt row sits in the base
     assert caught.value.code == "checkpoint_corrupt"
     third = await _commit(db, thread_id, run_id, 3, None, state)
     async with write_transaction(db.engine) as conn:
         envelope = (await conn.execute(select(checkpoints.c.envelope).where(checkpoints.c.id == third.id))).scalar()
-        await conn.execute(update(checkpoints).where(checkpoints.c.id == third.id)
-                           .values(envelope=envelope.replace(thread_id, "thr_other")))
+        await conn.execute(
+            update(checkpoints)
+            .where(checkpoints.c.id == third.id)
+            .values(envelope=envelope.replace(thread_id, "thr_other"))
+        )
     with pytest.raises(CheckpointCorrupt):
         await _load(db, third.id)
     async with write_transaction(db.engine) as conn:

@@ -266,8 +266,16 @@ async def test_outbox_dedupe_key_is_unique_per_kind(db: Any) -> None:
     workspace_id, _, run_id = await _run(db)
 
     def row(kind: str) -> Step:
-        values = {"id": new_id("obx"), "workspace_id": workspace_id, "kind": kind, "dedupe_key": run_id,
-                  "payload": {}, "status": "pending", "available_at": db_now(), "created_at": db_now()}
+        values = {
+            "id": new_id("obx"),
+            "workspace_id": workspace_id,
+            "kind": kind,
+            "dedupe_key": run_id,
+            "payload": {},
+            "status": "pending",
+            "available_at": db_now(),
+            "created_at": db_now(),
+        }
         return lambda conn: conn.execute(insert(outbox).values(**values))
 
     async with write_transaction(db.engine) as conn:
@@ -276,8 +284,16 @@ async def test_outbox_dedupe_key_is_unique_per_kind(db: Any) -> None:
     await _rejected(db, row("child_result"))
     await _rejected(db, row("email"))
     async with write_transaction(db.engine) as conn:  # what enqueue_once builds on: the duplicate adds nothing
-        values = {"id": new_id("obx"), "workspace_id": workspace_id, "kind": "child_result", "dedupe_key": run_id,
-                  "payload": {}, "status": "pending", "available_at": db_now(), "created_at": db_now()}
+        values = {
+            "id": new_id("obx"),
+            "workspace_id": workspace_id,
+            "kind": "child_result",
+            "dedupe_key": run_id,
+            "payload": {},
+            "status": "pending",
+            "available_at": db_now(),
+            "created_at": db_now(),
+        }
         statement = insert_ignoring_conflicts(outbox, dialect_name(conn), index_elements=["kind", "dedupe_key"])
         assert (await conn.execute(statement.values(**values))).rowcount == 0
         assert (await conn.execute(select(func.count()).select_from(outbox))).scalar_one() == 2
@@ -288,9 +304,20 @@ async def test_checkpoint_keys_and_insert_only_rows(db: Any) -> None:
     workspace_id, thread_id, run_id = await _run(db)
 
     def checkpoint(checkpoint_id: str, seq: int) -> Step:
-        values = {"id": checkpoint_id, "workspace_id": workspace_id, "thread_id": thread_id, "run_id": run_id,
-                  "seq": seq, "attempt": 1, "format": 1, "kept": 0, "count": 1, "envelope": "{}",
-                  "envelope_digest": "0" * 64, "created_at": db_now()}
+        values = {
+            "id": checkpoint_id,
+            "workspace_id": workspace_id,
+            "thread_id": thread_id,
+            "run_id": run_id,
+            "seq": seq,
+            "attempt": 1,
+            "format": 1,
+            "kept": 0,
+            "count": 1,
+            "envelope": "{}",
+            "envelope_digest": "0" * 64,
+            "created_at": db_now(),
+        }
         return lambda conn: conn.execute(insert(checkpoints).values(**values))
 
     def message(checkpoint_id: str) -> Step:
@@ -300,8 +327,9 @@ async def test_checkpoint_keys_and_insert_only_rows(db: Any) -> None:
     async with write_transaction(db.engine) as conn:
         await checkpoint("ckp_1", 1)(conn)
         await message("ckp_1")(conn)
-        await conn.execute(insert(usage_records).values(workspace_id=workspace_id, run_id=run_id, usage={},
-                                                        created_at=db_now()))
+        await conn.execute(
+            insert(usage_records).values(workspace_id=workspace_id, run_id=run_id, usage={}, created_at=db_now())
+        )
     await _rejected(db, checkpoint("ckp_2", 1))
     await _rejected(db, message("ckp_1"))
     await _rejected(db, lambda c: c.execute(update(checkpoint_messages).values(body="[]")))

@@ -82,9 +82,7 @@ async def test_0002_records_declared_on_existing_runs(empty_db: str) -> None:
         async with engine.begin() as conn:
             await conn.run_sync(step("0001"))
             # Only the columns 0001 knows; the runs insert trigger wants `accepted`.
-            await conn.exec_driver_sql(
-                "INSERT INTO workspaces (id, name, created_at) VALUES ('ws_1', 'w', 0)"
-            )
+            await conn.exec_driver_sql("INSERT INTO workspaces (id, name, created_at) VALUES ('ws_1', 'w', 0)")
             await conn.exec_driver_sql(
                 "INSERT INTO threads (id, workspace_id, origin, agent, version, created_at, updated_at) "
                 "VALUES ('thr_1', 'ws_1', 'new', 'a', 1, 0, 0)"

@@ -127,21 +127,40 @@ async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: i
         history += step(number)
     base = encode_history(history)
     first = await commit_checkpoint(
-        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=base, envelope=envelope,
-        source_entry_consumed=True, usage={"requests": 1},
+        db.engine,
+        lease,
+        expected_seq=0,
+        base_id=None,
+        base_encoded=(),
+        new_encoded=base,
+        envelope=envelope,
+        source_entry_consumed=True,
+        usage={"requests": 1},
     )
     grown = [*base, *encode_history(step(steps_before + 1))]
     with driver_statements(db.engine) as sent:
         second = await commit_checkpoint(
-            db.engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=base, new_encoded=grown,
-            envelope=envelope, usage={"requests": 1},
+            db.engine,
+            lease,
+            expected_seq=1,
+            base_id=first.checkpoint_id,
+            base_encoded=base,
+            new_encoded=grown,
+            envelope=envelope,
+            usage={"requests": 1},
         )
     assert len(sent) == COMMIT_STATEMENTS[db.kind], "\n".join(statement[:50] for statement in sent)
     further = [*grown, *encode_history(step(steps_before + 2))]
     with driver_statements(db.engine) as again:  # same shape: the same constant statements
         third = await commit_checkpoint(
-            db.engine, lease, expected_seq=2, base_id=second.checkpoint_id, base_encoded=grown,
-            new_encoded=further, envelope=envelope, usage={"requests": 1},
+            db.engine,
+            lease,
+            expected_seq=2,
+            base_id=second.checkpoint_id,
+            base_encoded=grown,
+            new_encoded=further,
+            envelope=envelope,
+            usage={"requests": 1},
         )
     assert again == sent, again  # the same constant statements, prepared once per connection by the driver
     assert (second.kept, second.count) == (len(base), len(grown))
@@ -171,9 +190,16 @@ async def test_the_fence_reads_the_clock_after_waiting_for_its_locks(db: Any) ->
         await holder.execute(lock_attempt(lease.attempt_id))
         commit = asyncio.ensure_future(
             commit_checkpoint(
-                db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=(), envelope=envelope,
+                db.engine,
+                lease,
+                expected_seq=0,
+                base_id=None,
+                base_encoded=(),
+                new_encoded=(),
+                envelope=envelope,
             )
         )
+
         async def lease_expired() -> bool:  # read on another connection: the holder keeps the commit waiting
             async with read_transaction(db.engine) as reader:
                 query = select(run_attempts.c.lease_expires_at < db_now()).where(run_attempts.c.id == lease.attempt_id)
@@ -197,8 +223,14 @@ async def test_a_long_first_commit_is_written_in_bounded_statements(db: Any) -> 
         history += step(number)
     encoded = encode_history(history)
     committed = await commit_checkpoint(
-        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encoded,
-        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)), usage={"requests": 1},
+        db.engine,
+        lease,
+        expected_seq=0,
+        base_id=None,
+        base_encoded=(),
+        new_encoded=encoded,
+        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
+        usage={"requests": 1},
     )
     assert (committed.kept, committed.count) == (0, 1201)
     async with read_transaction(db.engine) as conn:

@@ -25,12 +25,16 @@ async def test_batches_and_single_entries_chain_in_commit_order(db: Any) -> None
     alone (the database assigns its id) or in a batch (ids allocated up front)."""
     lease = await _leased_run(db)
     first = await append_stream_entries(db.engine, lease, _deltas(1, 3))
-    single = await append_stream_entries(db.engine, lease, [NewStreamEntry(type="boundary", sequence=4, checkpoint_seq=1)])
+    single = await append_stream_entries(
+        db.engine, lease, [NewStreamEntry(type="boundary", sequence=4, checkpoint_seq=1)]
+    )
     second = await append_stream_entries(db.engine, lease, _deltas(5, 2))
     ids = first + single + second
     assert ids == sorted(ids) and len(set(ids)) == 6
     async with db.engine.connect() as conn:
-        workspace_id = (await conn.execute(select(threads.c.workspace_id).where(threads.c.id == lease.thread_id))).scalar_one()
+        workspace_id = (
+            await conn.execute(select(threads.c.workspace_id).where(threads.c.id == lease.thread_id))
+        ).scalar_one()
     stored = await read_stream(db.engine, workspace_id=workspace_id, thread_id=lease.thread_id, after=None)
     assert [e.id for e in stored] == ids
     assert [e.prev for e in stored] == [None, *ids[:-1]]
@@ -46,17 +50,37 @@ async def test_entries_riding_in_step_commits_chain_with_appends(db: Any) -> Non
     envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
     alone = await append_stream_entries(db.engine, lease, _deltas(1, 2))
     first = await commit_checkpoint(
-        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encode_history([prompt("go")]),
-        envelope=envelope, usage={"requests": 1}, stream_entries=_deltas(3, 3), boundary_sequence=6,
+        db.engine,
+        lease,
+        expected_seq=0,
+        base_id=None,
+        base_encoded=(),
+        new_encoded=encode_history([prompt("go")]),
+        envelope=envelope,
+        usage={"requests": 1},
+        stream_entries=_deltas(3, 3),
+        boundary_sequence=6,
     )
     lone = await commit_checkpoint(
-        db.engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=encode_history([prompt("go")]),
-        new_encoded=encode_history([prompt("go")]), envelope=envelope, boundary_sequence=7,
+        db.engine,
+        lease,
+        expected_seq=1,
+        base_id=first.checkpoint_id,
+        base_encoded=encode_history([prompt("go")]),
+        new_encoded=encode_history([prompt("go")]),
+        envelope=envelope,
+        boundary_sequence=7,
     )
     after = await append_stream_entries(db.engine, lease, _deltas(8, 1))
     async with db.engine.connect() as conn:
-        workspace_id = (await conn.execute(select(threads.c.workspace_id).where(threads.c.id == lease.thread_id))).scalar_one()
-        usage = (await conn.execute(select(usage_records.c.checkpoint_seq).where(usage_records.c.run_id == lease.run_id))).scalars().all()
+        workspace_id = (
+            await conn.execute(select(threads.c.workspace_id).where(threads.c.id == lease.thread_id))
+        ).scalar_one()
+        usage = (
+            (await conn.execute(select(usage_records.c.checkpoint_seq).where(usage_records.c.run_id == lease.run_id)))
+            .scalars()
+            .all()
+        )
     stored = await read_stream(db.engine, workspace_id=workspace_id, thread_id=lease.thread_id, after=None)
     ids = [e.id for e in stored]
     assert ids == sorted(ids) and len(set(ids)) == 8 and ids[:2] == alone and ids[-1:] == after

@@ -356,8 +356,12 @@ async def add_tenant(conn: AsyncConnection) -> Tenant:
     await conn.execute(insert(workspaces).values(id=workspace_id, name=workspace_id, created_at=db_now()))
     await conn.execute(
         insert(principals).values(
-            id=principal_id, workspace_id=workspace_id, name="test", secret_hash=secrets.token_hex(32),
-            permissions=["read", "run", "admin"], created_at=db_now(),
+            id=principal_id,
+            workspace_id=workspace_id,
+            name="test",
+            secret_hash=secrets.token_hex(32),
+            permissions=["read", "run", "admin"],
+            created_at=db_now(),
         )
     )
     return Tenant(workspace_id=workspace_id, principal_id=principal_id)
@@ -385,7 +389,11 @@ async def add_thread_run(
         thread_id = new_id("thr")
         await conn.execute(
             insert(threads).values(
-                id=thread_id, workspace_id=tenant.workspace_id, origin="new", agent=agent, created_at=db_now(),
+                id=thread_id,
+                workspace_id=tenant.workspace_id,
+                origin="new",
+                agent=agent,
+                created_at=db_now(),
                 updated_at=db_now(),
             )
         )
@@ -396,19 +404,36 @@ async def add_thread_run(
         position = run_values.pop("position", 1)
         await conn.execute(
             insert(inbox_entries).values(
-                id=entry_id, workspace_id=tenant.workspace_id, thread_id=thread_id, kind="message",
-                delivery="next_run", position=position, principal_id=tenant.principal_id,
-                payload=payload, size=len(json.dumps(payload)), status="assigned", assigned_run_id=run_id,
+                id=entry_id,
+                workspace_id=tenant.workspace_id,
+                thread_id=thread_id,
+                kind="message",
+                delivery="next_run",
+                position=position,
+                principal_id=tenant.principal_id,
+                payload=payload,
+                size=len(json.dumps(payload)),
+                status="assigned",
+                assigned_run_id=run_id,
                 created_at=db_now(),
             )
         )
     opts = {"script": script, **(options or {})}
     row: dict[str, Any] = {
-        "id": run_id, "workspace_id": tenant.workspace_id, "thread_id": thread_id, "agent": agent,
+        "id": run_id,
+        "workspace_id": tenant.workspace_id,
+        "thread_id": thread_id,
+        "agent": agent,
         "principal_id": tenant.principal_id,
         "authority": {"principal_id": tenant.principal_id, "permissions": ["read", "run", "admin"]},
-        "options": opts, "options_digest": "0" * 64, "source_entry_id": entry_id, "trigger": "input",
-        "lineage": "root", "status": "accepted", "available_at": db_now(), "max_attempts": max_attempts,
+        "options": opts,
+        "options_digest": "0" * 64,
+        "source_entry_id": entry_id,
+        "trigger": "input",
+        "lineage": "root",
+        "status": "accepted",
+        "available_at": db_now(),
+        "max_attempts": max_attempts,
         "created_at": db_now(),
     }
     row.update(run_values)
@@ -456,16 +481,25 @@ async def add_steer_entry(conn: AsyncConnection, ref: RunRef, *, text: str, posi
     payload = content(text)
     await conn.execute(
         insert(inbox_entries).values(
-            id=entry_id, workspace_id=ref.tenant.workspace_id, thread_id=ref.thread_id, kind="message",
-            delivery="steer", position=position, principal_id=ref.tenant.principal_id, payload=payload,
-            size=len(json.dumps(payload)), status="pending", created_at=db_now(),
+            id=entry_id,
+            workspace_id=ref.tenant.workspace_id,
+            thread_id=ref.thread_id,
+            kind="message",
+            delivery="steer",
+            position=position,
+            principal_id=ref.tenant.principal_id,
+            payload=payload,
+            size=len(json.dumps(payload)),
+            status="pending",
+            created_at=db_now(),
         )
     )
     return entry_id
 
 
-async def run_until_failpoint(argv: list[str], failpoint: str, *, cwd: str | None = None, timeout: float = 60,
-                              **env: str) -> None:
+async def run_until_failpoint(
+    argv: list[str], failpoint: str, *, cwd: str | None = None, timeout: float = 60, **env: str
+) -> None:
     """Run `python *argv` with `CANDOR_FAILPOINTS=failpoint` (plus `env`) until the failpoint kills it; asserts it
     died there (exit code `EXIT_CODE`, the failpoint's message on stderr). The child is killed on any way out."""
     import sys
@@ -475,8 +509,12 @@ async def run_until_failpoint(argv: list[str], failpoint: str, *, cwd: str | Non
     environment = dict(os.environ, CANDOR_FAILPOINTS=failpoint, **env)
     environment.pop("PYTHONSTARTUP", None)
     process = await asyncio.create_subprocess_exec(
-        sys.executable, *argv, env=environment, cwd=cwd,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        *argv,
+        env=environment,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         _, stderr = await asyncio.wait_for(process.communicate(), timeout)

@@ -33,7 +33,9 @@ async def _checkpoint_rows(engine: Any, run_id: str) -> list[Any]:
         counts = {}
         for row in rows:
             n = await conn.execute(
-                select(func.count()).select_from(checkpoint_messages).where(checkpoint_messages.c.checkpoint_id == row["id"])
+                select(func.count())
+                .select_from(checkpoint_messages)
+                .where(checkpoint_messages.c.checkpoint_id == row["id"])
             )
             counts[row["id"]] = n.scalar_one()
     return [dict(row) | {"rows": counts[row["id"]]} for row in rows]
@@ -49,7 +51,9 @@ async def test_completed_run_commits_every_boundary(db, service, tenant, control
         # S-36: the tool-boundary commit holding this response is durable before any tool starts.
         async with db.engine.connect() as conn:
             seen_counts.append(
-                (await conn.execute(select(func.max(checkpoints.c.count)).where(checkpoints.c.run_id == ref.run_id))).scalar_one()
+                (
+                    await conn.execute(select(func.max(checkpoints.c.count)).where(checkpoints.c.run_id == ref.run_id))
+                ).scalar_one()
             )
 
     control.on_tool = on_tool
@@ -99,14 +103,21 @@ async def test_waiting_run_has_pending_items(db, service, tenant) -> None:
     assert run["wait_reason"] == "approval"
     assert run["pending"] == {
         "approvals": [
-            {"tool_call_id": "call_delete", "tool_name": "delete_file", "arguments": {"path": "a.txt"},
-             "kind": "approval", "metadata": {}}
+            {
+                "tool_call_id": "call_delete",
+                "tool_name": "delete_file",
+                "arguments": {"path": "a.txt"},
+                "kind": "approval",
+                "metadata": {},
+            }
         ],
         "calls": [],
     }
     assert run["checkpoint_seq"] >= 1
     async with db.engine.connect() as conn:
-        envelope = (await conn.execute(select(checkpoints.c.envelope).where(checkpoints.c.id == run["checkpoint_id"]))).scalar_one()
+        envelope = (
+            await conn.execute(select(checkpoints.c.envelope).where(checkpoints.c.id == run["checkpoint_id"]))
+        ).scalar_one()
     assert json.loads(envelope)["deferred"]["approvals"][0]["tool_call_id"] == "call_delete"
     assert [a["status"] for a in await attempt_rows(db.engine, ref.run_id)] == ["succeeded"]
 
@@ -120,9 +131,17 @@ async def test_resume_successor_runs_the_approved_call(db, service, tenant, cont
     waiting = await run_row(db.engine, ref.run_id)
     async with db.engine.begin() as conn:
         successor = await add_thread_run(
-            conn, tenant, script="approval", text=None, thread_id=ref.thread_id, trigger="resume",
-            lineage="continue", parent_run_id=ref.run_id, start_checkpoint_id=waiting["checkpoint_id"],
-            resumed_by_id=tenant.principal_id, resume={"approvals": {"call_delete": {"action": "approve"}}, "calls": {}},
+            conn,
+            tenant,
+            script="approval",
+            text=None,
+            thread_id=ref.thread_id,
+            trigger="resume",
+            lineage="continue",
+            parent_run_id=ref.run_id,
+            start_checkpoint_id=waiting["checkpoint_id"],
+            resumed_by_id=tenant.principal_id,
+            resume={"approvals": {"call_delete": {"action": "approve"}}, "calls": {}},
         )
     await worker.run_until_idle(timeout=30)
 
@@ -130,17 +149,28 @@ async def test_resume_successor_runs_the_approved_call(db, service, tenant, cont
     assert run["status"] == "completed" and run["output"] == "deleted"
     assert control.ledger == ["delete a.txt"]
     async with db.engine.connect() as conn:
-        first = (await conn.execute(
-            select(checkpoints).where(checkpoints.c.run_id == successor.run_id, checkpoints.c.seq == 1)
-        )).mappings().one()
-        base_count = (await conn.execute(
-            select(checkpoints.c.count).where(checkpoints.c.id == waiting["checkpoint_id"])
-        )).scalar_one()
+        first = (
+            (
+                await conn.execute(
+                    select(checkpoints).where(checkpoints.c.run_id == successor.run_id, checkpoints.c.seq == 1)
+                )
+            )
+            .mappings()
+            .one()
+        )
+        base_count = (
+            await conn.execute(select(checkpoints.c.count).where(checkpoints.c.id == waiting["checkpoint_id"]))
+        ).scalar_one()
         loaded = await load_state(conn, run["checkpoint_id"])
     # S-44: the successor's first commit extends the waiting run's checkpoint instead of copying its messages
     assert first["base_id"] == waiting["checkpoint_id"] and first["kept"] == base_count
-    returns = [p for m in loaded.state.message_history if isinstance(m, ModelRequest) for p in m.parts
-               if isinstance(p, ToolReturnPart)]
+    returns = [
+        p
+        for m in loaded.state.message_history
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]
     assert [(r.tool_call_id, r.content) for r in returns] == [("call_delete", "deleted a.txt")]
 
 
@@ -148,7 +178,9 @@ async def test_refused_authority_seals_without_calling_the_agent(db, service, te
     """S-63: an attempt whose authority check is refused seals `failed`/`authority_revoked`; the model never runs."""
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant, script="echo")
-        await conn.execute(update(principals).where(principals.c.id == tenant.principal_id).values(permissions=["read"]))
+        await conn.execute(
+            update(principals).where(principals.c.id == tenant.principal_id).values(permissions=["read"])
+        )
     await WorkerLoop(service).run_until_idle(timeout=30)
 
     run = await run_row(db.engine, ref.run_id)
@@ -219,9 +251,9 @@ async def test_steer_entries_are_assigned_then_consumed(db, tenant, control) -> 
         loaded = await load_state(conn, run["checkpoint_id"])
     # commit 1 (model boundary) assigns the first, commit 2 (tool boundary) the second; both enter the history at
     # the next model request, which commit 3 records
-    assert [(entries[e].status, entries[e].assigned_run_id, entries[e].incorporated_checkpoint_seq) for e in (first, second)] == [
-        ("consumed", ref.run_id, 3), ("consumed", ref.run_id, 3)
-    ]
+    assert [
+        (entries[e].status, entries[e].assigned_run_id, entries[e].incorporated_checkpoint_seq) for e in (first, second)
+    ] == [("consumed", ref.run_id, 3), ("consumed", ref.run_id, 3)]
     texts = [
         part.content
         for message in loaded.state.message_history
@@ -238,8 +270,15 @@ async def test_corrupt_start_checkpoint_seals_checkpoint_corrupt(db, service, te
         ref = await add_thread_run(conn, tenant, script="echo")
         body = '{"parts":[],"kind":"request"}'
         written = await insert_checkpoint(
-            conn, thread_id=ref.thread_id, run_id=None, seq=0, attempt=None, base_id=None, base_encoded=(),
-            new_encoded=[EncodedMessage(body=body, digest="0" * 64)], envelope=CheckpointEnvelope(thread_id=ref.thread_id),
+            conn,
+            thread_id=ref.thread_id,
+            run_id=None,
+            seq=0,
+            attempt=None,
+            base_id=None,
+            base_encoded=(),
+            new_encoded=[EncodedMessage(body=body, digest="0" * 64)],
+            envelope=CheckpointEnvelope(thread_id=ref.thread_id),
         )
         await conn.execute(update(runs).where(runs.c.id == ref.run_id).values(start_checkpoint_id=written.id))
     await WorkerLoop(service).run_until_idle(timeout=30)
@@ -255,7 +294,11 @@ async def test_oversized_envelope_and_output_seal_failed(db, tenant) -> None:
         envelope_ref = await add_thread_run(conn, tenant, script="echo")
     await WorkerLoop(support.make_service(db.url, db.engine, envelope_bytes=20)).run_until_idle(timeout=30)
     run = await run_row(db.engine, envelope_ref.run_id)
-    assert (run["status"], run["failure"]["code"], run["checkpoint_seq"]) == ("failed", "checkpoint_envelope_too_large", 0)
+    assert (run["status"], run["failure"]["code"], run["checkpoint_seq"]) == (
+        "failed",
+        "checkpoint_envelope_too_large",
+        0,
+    )
 
     async with db.engine.begin() as conn:
         output_ref = await add_thread_run(conn, tenant, script="echo")
@@ -274,9 +317,13 @@ async def test_started_attempt_records_the_harness_run(db, service, tenant, cont
 
     async def on_tool(name: str) -> None:
         async with db.engine.connect() as conn:
-            row = (await conn.execute(
-                select(run_attempts.c.status, run_attempts.c.harness_run_id).where(run_attempts.c.run_id == ref.run_id)
-            )).one()
+            row = (
+                await conn.execute(
+                    select(run_attempts.c.status, run_attempts.c.harness_run_id).where(
+                        run_attempts.c.run_id == ref.run_id
+                    )
+                )
+            ).one()
         observed.append((row.status, row.harness_run_id))
 
     control.on_tool = on_tool

@@ -134,7 +134,9 @@ async def test_parent_starts_a_child_and_continues_with_its_result(db, tenant) -
 
     (child_thread,) = await _children_of(db, parent.run_id)
     assert (child_thread["origin"], child_thread["origin_thread_id"], child_thread["origin_tool_call_id"]) == (
-        "child", parent.thread_id, "call_spawn_0"
+        "child",
+        parent.thread_id,
+        "call_spawn_0",
     )
     assert child_thread["agent"] == "child" and child_thread["workspace_id"] == tenant.workspace_id
     (child_run,) = await _rows(db, select(runs).where(runs.c.thread_id == child_thread["id"]))
@@ -152,7 +154,10 @@ async def test_parent_starts_a_child_and_continues_with_its_result(db, tenant) -
     assert settled == {"child_result": 1}
     (entry,) = await _rows(db, select(inbox_entries).where(inbox_entries.c.kind == "child_result"))
     assert (entry["thread_id"], entry["delivery"], entry["options"], entry["child_run_id"]) == (
-        parent.thread_id, "steer", None, child_run["id"]
+        parent.thread_id,
+        "steer",
+        None,
+        child_run["id"],
     )
     await WorkerLoop(service, worker_id="w2").run_until_idle(timeout=30)
 
@@ -161,7 +166,9 @@ async def test_parent_starts_a_child_and_continues_with_its_result(db, tenant) -
     follow_up = parent_runs[1]
     assert follow_up["output"] == "child completed: echo: task 0"
     assert (follow_up["source_entry_id"], follow_up["lineage"], follow_up["parent_run_id"]) == (
-        entry["id"], "continue", parent.run_id
+        entry["id"],
+        "continue",
+        parent.run_id,
     )
     (consumed,) = await _rows(db, select(inbox_entries).where(inbox_entries.c.id == entry["id"]))
     assert consumed["status"] == "consumed"
@@ -179,6 +186,7 @@ async def test_active_parent_receives_the_result_at_a_later_commit(db, tenant, c
         parent = await add_thread_run(conn, tenant, agent="parent", script="spawn", options={"wait": True})
     worker = asyncio.create_task(WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30))
     try:
+
         async def child_sealed_and_parent_parked() -> bool:
             # The parent's second model call (parent 1, child 1, parent 2) waits on the gate: its spawn boundary is
             # committed. Delivering before that commit would let it take the entry at once (order-dependent).

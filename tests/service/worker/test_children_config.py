@@ -29,7 +29,9 @@ def test_children_default_to_none_and_reach_the_registry(tmp_path: Path) -> None
     assert settings.agents["helper"].children == ()
     registry = agent_registry(settings)
     assert (registry.children_of("lead"), registry.children_of("helper"), registry.children_of("ghost")) == (
-        ("helper",), (), ()
+        ("helper",),
+        (),
+        (),
     )
 
 

@@ -27,10 +27,22 @@ from .support import add_thread_run, attempt_rows, run_row
 from waiting import wait_until
 
 
-async def _claim(engine: Any, *, limit: int = 10, agents: tuple[str, ...] = ("scripted",), worker_id: str = "w1",
-                 lease_seconds: float = 30.0) -> list[Any]:
-    return await claim_runs(engine, worker_id=worker_id, agents=agents, limit=limit, lease_seconds=lease_seconds,
-                            randbytes=secrets.token_bytes)
+async def _claim(
+    engine: Any,
+    *,
+    limit: int = 10,
+    agents: tuple[str, ...] = ("scripted",),
+    worker_id: str = "w1",
+    lease_seconds: float = 30.0,
+) -> list[Any]:
+    return await claim_runs(
+        engine,
+        worker_id=worker_id,
+        agents=agents,
+        limit=limit,
+        lease_seconds=lease_seconds,
+        randbytes=secrets.token_bytes,
+    )
 
 
 async def test_claim_order_and_due_runs_only(db, tenant) -> None:
@@ -52,7 +64,12 @@ async def test_claim_writes_attempt_and_run(db, tenant) -> None:
         ref = await add_thread_run(conn, tenant)
     [claimed] = await _claim(db.engine, lease_seconds=30)
     lease = claimed.lease
-    assert (lease.run_id, lease.thread_id, lease.attempt_number, lease.worker_id) == (ref.run_id, ref.thread_id, 1, "w1")
+    assert (lease.run_id, lease.thread_id, lease.attempt_number, lease.worker_id) == (
+        ref.run_id,
+        ref.thread_id,
+        1,
+        "w1",
+    )
     assert claimed.start_reason == "initial" and claimed.queue_wait_ms >= 0
     [attempt] = await attempt_rows(db.engine, ref.run_id)
     assert attempt["status"] == "leased" and attempt["start_reason"] == "initial"
@@ -71,18 +88,27 @@ async def test_recovery_is_charged_and_handoff_is_free(db, tenant) -> None:
         ref = await add_thread_run(conn, tenant)
     [first] = await _claim(db.engine)
     started_at = (await run_row(db.engine, ref.run_id))["started_at"]
-    await recover_attempt(db.engine, run_id=ref.run_id, attempt_id=first.lease.attempt_id, outcome="failed",
-                          failure_code="attempt_failed", lease=first.lease)
+    await recover_attempt(
+        db.engine,
+        run_id=ref.run_id,
+        attempt_id=first.lease.attempt_id,
+        outcome="failed",
+        failure_code="attempt_failed",
+        lease=first.lease,
+    )
     await support.make_due(db.engine, ref.run_id)
     [second] = await _claim(db.engine)
-    await recover_attempt(db.engine, run_id=ref.run_id, attempt_id=second.lease.attempt_id, outcome="yielded",
-                          lease=second.lease)
+    await recover_attempt(
+        db.engine, run_id=ref.run_id, attempt_id=second.lease.attempt_id, outcome="yielded", lease=second.lease
+    )
     [third] = await _claim(db.engine)  # a handoff is due at once (S-32)
 
     assert [c.start_reason for c in (first, second, third)] == ["initial", "recovery", "handoff"]
     attempts = await attempt_rows(db.engine, ref.run_id)
     assert [(a["number"], a["status"], a["start_reason"]) for a in attempts] == [
-        (1, "failed", "initial"), (2, "yielded", "recovery"), (3, "leased", "handoff")
+        (1, "failed", "initial"),
+        (2, "yielded", "recovery"),
+        (3, "leased", "handoff"),
     ]
     assert [a["replaces_attempt_id"] for a in attempts] == [None, attempts[0]["id"], attempts[1]["id"]]
     assert attempts[1]["yield_reason"] == "handoff"
@@ -96,8 +122,15 @@ async def test_unregistered_agents_and_unsupported_formats_are_not_claimed(db, t
         other = await add_thread_run(conn, tenant, agent="other")
         future_format = await add_thread_run(conn, tenant)
         written = await insert_checkpoint(
-            conn, thread_id=future_format.thread_id, run_id=None, seq=0, attempt=None, base_id=None, base_encoded=(),
-            new_encoded=(), envelope=CheckpointEnvelope(thread_id=future_format.thread_id),
+            conn,
+            thread_id=future_format.thread_id,
+            run_id=None,
+            seq=0,
+            attempt=None,
+            base_id=None,
+            base_encoded=(),
+            new_encoded=(),
+            envelope=CheckpointEnvelope(thread_id=future_format.thread_id),
         )
         await conn.execute(update(checkpoints).where(checkpoints.c.id == written.id).values(format=2))
         await conn.execute(update(runs).where(runs.c.id == future_format.run_id).values(start_checkpoint_id=written.id))
@@ -114,6 +147,7 @@ async def test_concurrent_claimers_never_share_a_run(db, tenant) -> None:
         refs = [await add_thread_run(conn, tenant) for _ in range(24)]
     engines = [create_engine(db.url, timeout=5) for _ in range(4)]
     try:
+
         async def claimer(engine: Any, worker_id: str) -> list[str]:
             got: list[str] = []
             for _ in range(12):
@@ -149,6 +183,7 @@ async def test_worker_never_exceeds_its_slots(db, service, tenant, control) -> N
     worker._wait = counted_wait  # type: ignore[method-assign]
     task = asyncio.create_task(worker.run_forever())
     try:
+
         async def two_live() -> bool:
             return len(control.ledger) >= 2
 
@@ -162,7 +197,9 @@ async def test_worker_never_exceeds_its_slots(db, service, tenant, control) -> N
         await wait_until(three_more_passes, 10)
         assert worker.busy == 2
         async with db.engine.connect() as conn:
-            live = (await conn.execute(select(run_attempts.c.id).where(run_attempts.c.status.in_(["leased", "running"])))).all()
+            live = (
+                await conn.execute(select(run_attempts.c.id).where(run_attempts.c.status.in_(["leased", "running"])))
+            ).all()
         assert len(live) == 2
         control.tool_gate.set()
 

@@ -72,13 +72,21 @@ async def test_worker_process_dies_before_tools_and_the_run_recovers(db, tenant,
         ("worker-second", "succeeded", "recovery", None),
     ]
     async with db.engine.connect() as conn:
-        rows = (await conn.execute(
-            select(checkpoints.c.seq, checkpoints.c.attempt).where(checkpoints.c.run_id == ref.run_id)
-            .order_by(checkpoints.c.seq)
-        )).all()
-        tool_boundary = await load_state(conn, (await conn.execute(
-            select(checkpoints.c.id).where(checkpoints.c.run_id == ref.run_id, checkpoints.c.seq == 2)
-        )).scalar_one())
+        rows = (
+            await conn.execute(
+                select(checkpoints.c.seq, checkpoints.c.attempt)
+                .where(checkpoints.c.run_id == ref.run_id)
+                .order_by(checkpoints.c.seq)
+            )
+        ).all()
+        tool_boundary = await load_state(
+            conn,
+            (
+                await conn.execute(
+                    select(checkpoints.c.id).where(checkpoints.c.run_id == ref.run_id, checkpoints.c.seq == 2)
+                )
+            ).scalar_one(),
+        )
         final = await load_state(conn, run["checkpoint_id"])
     assert [tuple(r) for r in rows] == [(1, 1), (2, 1), (3, 2), (4, 2)]  # S-39
     assert isinstance(tool_boundary.state.message_history[-1], ModelResponse)
@@ -102,10 +110,17 @@ async def test_sigterm_drains_a_worker_process_and_hands_off_uncharged(db, tenan
     env = dict(os.environ, WORKER_TEST_ROLE="first", WORKER_TEST_DRAIN="1")
     env.pop("PYTHONSTARTUP", None)
     process = await asyncio.create_subprocess_exec(
-        sys.executable, str(PROC), db.url, "worker-first", env=env, cwd=str(tmp_path),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        str(PROC),
+        db.url,
+        "worker-first",
+        env=env,
+        cwd=str(tmp_path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
+
         async def tool_started() -> bool:
             return bool(_lines(tmp_path / "slow_started.txt"))
 

@@ -171,7 +171,10 @@ class Zygote:
 async def zygote(log: Path) -> AsyncIterator[Zygote]:
     with log.open("wb") as errors:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, str(ZYGOTE), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            sys.executable,
+            str(ZYGOTE),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
             stderr=errors,
         )
     try:
@@ -250,7 +253,8 @@ async def _cell(db: Any, engine: Any, tenant: Any, spawner: Zygote, crash: Crash
     ends = [(a["worker_id"].split("-")[0], a["status"], a["start_reason"], (a["failure"] or {}).get("code"))
             for a in attempts]  # fmt: skip
     assert ends == [("dying", "failed", "initial", "lease_expired"), ("survivor", "succeeded", "recovery", None)], (
-        context + str(ends))
+        context + str(ends)
+    )
     assert (run["status"], run["output"], run["attempts"], run["tool_recovery"]) == (
         "completed", "done", 2, mode), context  # fmt: skip
 

@@ -28,8 +28,14 @@ from .support import add_thread_run, attempt_rows, new_id, run_row
 
 
 async def _claim_one(engine: Any, *, lease_seconds: float = 30.0, worker_id: str = "w1") -> Any:
-    [claimed] = await claim_runs(engine, worker_id=worker_id, agents=("scripted",), limit=1,
-                                 lease_seconds=lease_seconds, randbytes=secrets.token_bytes)
+    [claimed] = await claim_runs(
+        engine,
+        worker_id=worker_id,
+        agents=("scripted",),
+        limit=1,
+        lease_seconds=lease_seconds,
+        randbytes=secrets.token_bytes,
+    )
     return claimed
 
 
@@ -39,8 +45,14 @@ def _envelope(thread_id: str) -> Any:
 
 async def _commit(engine: Any, lease: Any, *, expected_seq: int = 0, **kwargs: Any) -> Any:
     return await commit_checkpoint(
-        engine, lease, expected_seq=expected_seq, base_id=kwargs.pop("base_id", None), base_encoded=(),
-        new_encoded=(), envelope=_envelope(lease.thread_id), **kwargs,
+        engine,
+        lease,
+        expected_seq=expected_seq,
+        base_id=kwargs.pop("base_id", None),
+        base_encoded=(),
+        new_encoded=(),
+        envelope=_envelope(lease.thread_id),
+        **kwargs,
     )
 
 
@@ -93,8 +105,14 @@ async def test_superseded_attempt_cannot_commit(db, tenant) -> None:
     old = (await _claim_one(db.engine)).lease
     first = await _commit(db.engine, old)
     assert first.seq == 1
-    await recover_attempt(db.engine, run_id=ref.run_id, attempt_id=old.attempt_id, outcome="failed",
-                          failure_code="attempt_failed", lease=old)
+    await recover_attempt(
+        db.engine,
+        run_id=ref.run_id,
+        attempt_id=old.attempt_id,
+        outcome="failed",
+        failure_code="attempt_failed",
+        lease=old,
+    )
     async with db.engine.begin() as conn:
         await conn.execute(update(runs).where(runs.c.id == ref.run_id).values(available_at=db_now()))
     new = (await _claim_one(db.engine)).lease
@@ -106,9 +124,13 @@ async def test_superseded_attempt_cannot_commit(db, tenant) -> None:
     assert stale_seq.value.reason == "checkpoint_seq_changed"
     second = await _commit(db.engine, new, expected_seq=1, base_id=first.checkpoint_id)
     async with db.engine.connect() as conn:
-        rows = (await conn.execute(
-            select(checkpoints.c.seq, checkpoints.c.attempt).where(checkpoints.c.run_id == ref.run_id).order_by(checkpoints.c.seq)
-        )).all()
+        rows = (
+            await conn.execute(
+                select(checkpoints.c.seq, checkpoints.c.attempt)
+                .where(checkpoints.c.run_id == ref.run_id)
+                .order_by(checkpoints.c.seq)
+            )
+        ).all()
     assert [tuple(r) for r in rows] == [(1, 1), (2, 2)] and second.seq == 2
 
 
@@ -124,8 +146,9 @@ async def test_renewal_only_when_due(db, tenant) -> None:
         gone_ref = await add_thread_run(conn, tenant)
     gone = (await _claim_one(db.engine)).lease
     async with db.engine.begin() as conn:
-        await conn.execute(update(run_attempts).where(run_attempts.c.id == due.attempt_id)
-                           .values(lease_expires_at=db_now() + 5))
+        await conn.execute(
+            update(run_attempts).where(run_attempts.c.id == due.attempt_id).values(lease_expires_at=db_now() + 5)
+        )
     await _expire(db.engine, gone.attempt_id)
 
     renewed = await renew_leases(db.engine, [fresh, due, gone], lease_seconds=30)
@@ -136,8 +159,9 @@ async def test_renewal_only_when_due(db, tenant) -> None:
     assert attempt["lease_expires_at"] - now == pytest.approx(30, abs=1)
     # a foreign token never renews (S-21)
     async with db.engine.begin() as conn:
-        await conn.execute(update(run_attempts).where(run_attempts.c.id == fresh.attempt_id)
-                           .values(lease_expires_at=db_now() + 5))
+        await conn.execute(
+            update(run_attempts).where(run_attempts.c.id == fresh.attempt_id).values(lease_expires_at=db_now() + 5)
+        )
     forged = dataclasses.replace(fresh, token=secrets.token_bytes(32))
     assert await renew_leases(db.engine, [forged], lease_seconds=30) == set()
     assert fresh_ref and gone_ref
@@ -160,7 +184,9 @@ async def test_expire_leases_recovers_only_past_due_attempts(db, service, tenant
     run = await run_row(db.engine, expired_ref.run_id)
     assert (run["status"], run["current_attempt_id"], run["attempts"]) == ("accepted", None, 1)
     async with db.engine.connect() as conn:
-        due_in = (await conn.execute(select(runs.c.available_at - db_now()).where(runs.c.id == expired_ref.run_id))).scalar_one()
+        due_in = (
+            await conn.execute(select(runs.c.available_at - db_now()).where(runs.c.id == expired_ref.run_id))
+        ).scalar_one()
     assert -1 < due_in <= 0.05
     assert (await run_row(db.engine, live_ref.run_id))["status"] == "running"
     assert await expire_leases(service) == 0
@@ -189,8 +215,9 @@ async def test_recovery_while_cancel_requested_seals_cancelled(db, tenant) -> No
     async with db.engine.begin() as conn:
         await conn.execute(update(runs).where(runs.c.id == ref.run_id).values(cancel_requested_at=db_now()))
     await _expire(db.engine, lease.attempt_id)
-    decision = await recover_attempt(db.engine, run_id=ref.run_id, attempt_id=lease.attempt_id, outcome="failed",
-                                     failure_code="lease_expired")
+    decision = await recover_attempt(
+        db.engine, run_id=ref.run_id, attempt_id=lease.attempt_id, outcome="failed", failure_code="lease_expired"
+    )
     assert isinstance(decision, SealAfterRecovery)
     run = await run_row(db.engine, ref.run_id)
     assert (run["status"], run["failure"]["code"]) == ("cancelled", "cancelled")
@@ -204,18 +231,27 @@ async def test_assigned_entries_survive_recovery_and_fail_with_the_run(db, tenan
     lease = (await _claim_one(db.engine)).lease
     async with db.engine.begin() as conn:
         await conn.execute(update(runs).where(runs.c.id == ref.run_id).values(max_attempts=2))
-    decision = await recover_attempt(db.engine, run_id=ref.run_id, attempt_id=lease.attempt_id, outcome="failed",
-                                     failure_code="attempt_failed", lease=lease)
+    decision = await recover_attempt(
+        db.engine,
+        run_id=ref.run_id,
+        attempt_id=lease.attempt_id,
+        outcome="failed",
+        failure_code="attempt_failed",
+        lease=lease,
+    )
     assert isinstance(decision, Requeue) and decision.delay_seconds == 1
     async with db.engine.connect() as conn:
-        status = (await conn.execute(select(inbox_entries.c.status).where(inbox_entries.c.id == ref.entry_id))).scalar_one()
+        status = (
+            await conn.execute(select(inbox_entries.c.status).where(inbox_entries.c.id == ref.entry_id))
+        ).scalar_one()
     assert status == "assigned"
     async with db.engine.begin() as conn:
         await conn.execute(update(runs).where(runs.c.id == ref.run_id).values(available_at=db_now()))
     lease = (await _claim_one(db.engine)).lease
     await _expire(db.engine, lease.attempt_id)
-    decision = await recover_attempt(db.engine, run_id=ref.run_id, attempt_id=lease.attempt_id, outcome="failed",
-                                     failure_code="lease_expired")
+    decision = await recover_attempt(
+        db.engine, run_id=ref.run_id, attempt_id=lease.attempt_id, outcome="failed", failure_code="lease_expired"
+    )
     assert isinstance(decision, SealAfterRecovery)
     run = await run_row(db.engine, ref.run_id)
     assert (run["status"], run["attempts"], run["failure"]["code"]) == ("failed", 2, "lease_expired")

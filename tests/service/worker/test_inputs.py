@@ -47,7 +47,9 @@ def test_start_state_new_own_and_fork() -> None:
     """§6, §7.7 step 2: nothing → new state of the thread; a fork's origin state is re-homed, environment cleared."""
     assert start_state(None, thread_id="thr_" + "a" * 32, from_own_checkpoint=False).thread_id == "thr_" + "a" * 32
     origin = HarnessState(
-        schema_version="1", thread_id="thr_origin", message_history=[ModelRequest(parts=[UserPromptPart("x")])],
+        schema_version="1",
+        thread_id="thr_origin",
+        message_history=[ModelRequest(parts=[UserPromptPart("x")])],
         environment={"mount": {"k": 1}},
     )
     forked = start_state(origin, thread_id="thr_fork", from_own_checkpoint=False)

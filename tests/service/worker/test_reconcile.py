@@ -32,7 +32,9 @@ from .support import add_thread_run, run_row
 async def _get(service: Any, workspace_id: str, *paths: str) -> list[Any]:
     """`GET` each path through the HTTP app with a new read key of the workspace; the JSON bodies."""
     async with write_transaction(service.engine) as conn:
-        created = await auth.create_principal(conn, workspace_id=workspace_id, permissions=["read"], entropy=service.entropy)
+        created = await auth.create_principal(
+            conn, workspace_id=workspace_id, permissions=["read"], entropy=service.entropy
+        )
     headers = {"Authorization": f"Bearer {created.secret}"}
     transport = httpx.ASGITransport(app=create_app(service, role="all"))
     async with httpx.AsyncClient(transport=transport, base_url="http://candor.test") as client:
@@ -97,7 +99,10 @@ async def test_recovery_reconciles_reruns_and_reports_each_call(db, tenant, cont
         if part["part_kind"] == "tool-return"
     }
     assert returns["call_charge"]["content"] == "ch_1" and returns["call_charge"]["outcome"] == "success"
-    assert returns["call_charge"]["metadata"] == {RECOVERY_METADATA_KEY: "reconciled", CALL_KEY_METADATA_KEY: charge_key}
+    assert returns["call_charge"]["metadata"] == {
+        RECOVERY_METADATA_KEY: "reconciled",
+        CALL_KEY_METADATA_KEY: charge_key,
+    }
     assert returns["call_refund"]["content"] == "re_2"
     assert returns["call_refund"]["metadata"] == {RECOVERY_METADATA_KEY: "rerun"}
     assert returns["call_notify"]["metadata"] == {UNKNOWN_OUTCOME_METADATA_KEY: True}

@@ -18,8 +18,16 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "runs.select_claimable": lambda: runs.select_claimable(agents=["a"], limit=2, now=1.0),
     "runs.select_previous_attempt": lambda: runs.select_previous_attempt("run_x"),
     "runs.insert_attempt": lambda: runs.insert_attempt(
-        attempt_id="att_x", workspace_id="wsp_x", run_id="run_x", number=1, start_reason="initial",
-        replaces_attempt_id=None, worker_id="w", token_hash="0" * 64, now=1.0, lease_seconds=30,
+        attempt_id="att_x",
+        workspace_id="wsp_x",
+        run_id="run_x",
+        number=1,
+        start_reason="initial",
+        replaces_attempt_id=None,
+        worker_id="w",
+        token_hash="0" * 64,
+        now=1.0,
+        lease_seconds=30,
     ),
     "runs.update_run_claimed": lambda: runs.update_run_claimed(
         run_id="run_x", attempt_id="att_x", attempts=1, first_claim=True, now=1.0
@@ -29,10 +37,14 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "runs.lock_attempt": lambda: runs.lock_attempt("att_x"),
     "runs.lock_fenced_rows": runs.lock_fenced_rows,
     "runs.update_attempt_started": lambda: runs.update_attempt_started(attempt_id="att_x", harness_run_id="r", now=1.0),
-    "leases.select_renewable": lambda: leases.select_renewable(attempt_ids=["att_x"], worker_id="w", now=1.0, lease_seconds=30),
+    "leases.select_renewable": lambda: leases.select_renewable(
+        attempt_ids=["att_x"], worker_id="w", now=1.0, lease_seconds=30
+    ),
     "leases.update_leases": lambda: leases.update_leases(attempt_ids=["att_x"], now=1.0, lease_seconds=30),
     "leases.select_supervision": lambda: leases.select_supervision(["run_x"]),
-    "seals.insert_usage_record": lambda: seals.insert_usage_record(run_id="run_x", attempt_id="att_x", checkpoint_seq=1, usage={}),
+    "seals.insert_usage_record": lambda: seals.insert_usage_record(
+        run_id="run_x", attempt_id="att_x", checkpoint_seq=1, usage={}
+    ),
     "seals.update_checkpoint_pointer": seals.update_checkpoint_pointer,
     "seals.insert_commit_usage_record": seals.insert_commit_usage_record,
     "seals.consume_entries": lambda: seals.consume_entries(run_id="run_x", entry_ids=["ent_x"], seq=1, now=1.0),

@@ -81,9 +81,13 @@ async def test_dead_worker_recovers_from_last_checkpoint(db, tenant, control) ->
     assert len(charges) == 1 and len(lookups) == 2  # charge never repeated; lookup replayed once
     async with db.engine.connect() as conn:
         loaded = await load_state(conn, run["checkpoint_id"])
-        seqs = (await conn.execute(
-            select(checkpoints.c.seq, checkpoints.c.attempt).where(checkpoints.c.run_id == ref.run_id).order_by(checkpoints.c.seq)
-        )).all()
+        seqs = (
+            await conn.execute(
+                select(checkpoints.c.seq, checkpoints.c.attempt)
+                .where(checkpoints.c.run_id == ref.run_id)
+                .order_by(checkpoints.c.seq)
+            )
+        ).all()
     returns = _returns(loaded.state.message_history)
     assert returns["call_charge"].content == UNKNOWN_OUTCOME_CONTENT
     assert returns["call_charge"].outcome == "interrupted"
@@ -114,8 +118,18 @@ async def test_drain_hands_off_at_a_model_boundary(db, service, tenant, control)
     run = await run_row(db.engine, ref.run_id)
     assert (run["status"], run["attempts"], run["current_attempt_id"]) == ("accepted", 1, None)
     async with db.engine.connect() as conn:
-        due_in = (await conn.execute(select(runs.c.available_at - db_now()).where(runs.c.id == ref.run_id))).scalar_one()
-        kinds = (await conn.execute(select(checkpoints.c.count).where(checkpoints.c.run_id == ref.run_id).order_by(checkpoints.c.seq))).scalars().all()
+        due_in = (
+            await conn.execute(select(runs.c.available_at - db_now()).where(runs.c.id == ref.run_id))
+        ).scalar_one()
+        kinds = (
+            (
+                await conn.execute(
+                    select(checkpoints.c.count).where(checkpoints.c.run_id == ref.run_id).order_by(checkpoints.c.seq)
+                )
+            )
+            .scalars()
+            .all()
+        )
     assert due_in <= 0
     assert kinds == [1, 2, 3]  # model boundary, tool boundary, model boundary (committed, then yielded)
     [yielded] = await attempt_rows(db.engine, ref.run_id)
@@ -133,8 +147,14 @@ async def test_handoff_before_the_harness_starts_yields_at_once(db, service, ten
     """S-54: an attempt flagged before it started the harness yields without calling the agent."""
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant, script="echo")
-    [claimed] = await claim_runs(db.engine, worker_id="w1", agents=("scripted",), limit=1, lease_seconds=30,
-                                 randbytes=service.entropy.token_bytes)
+    [claimed] = await claim_runs(
+        db.engine,
+        worker_id="w1",
+        agents=("scripted",),
+        limit=1,
+        lease_seconds=30,
+        randbytes=service.entropy.token_bytes,
+    )
     handle = AttemptHandle(claimed=claimed, lease_seconds=30, sent_at=service.clock.monotonic())
     handle.request_handoff()
     await run_attempt(service, handle)
@@ -196,11 +216,17 @@ async def test_revoked_authority_fails_the_running_run(db, service, tenant, cont
         await asyncio.wait_for(control.model_entered.wait(), 10)
         async with db.engine.begin() as conn:
             if revocation == "archive_workspace":
-                await conn.execute(update(workspaces).where(workspaces.c.id == tenant.workspace_id).values(archived_at=db_now()))
+                await conn.execute(
+                    update(workspaces).where(workspaces.c.id == tenant.workspace_id).values(archived_at=db_now())
+                )
             elif revocation == "disable_principal":
-                await conn.execute(update(principals).where(principals.c.id == tenant.principal_id).values(disabled_at=db_now()))
+                await conn.execute(
+                    update(principals).where(principals.c.id == tenant.principal_id).values(disabled_at=db_now())
+                )
             else:
-                await conn.execute(update(principals).where(principals.c.id == tenant.principal_id).values(permissions=["read"]))
+                await conn.execute(
+                    update(principals).where(principals.c.id == tenant.principal_id).values(permissions=["read"])
+                )
 
         async def sealed() -> bool:
             return (await run_row(db.engine, ref.run_id))["status"] == "failed"

@@ -37,9 +37,7 @@ class _Listener:
 
     async def __aenter__(self) -> _Listener:
         self.task = asyncio.create_task(
-            listen_for_wakeups(
-                self.url, on_wake=self.woken.set, on_connected=self._on_connected, retry_seconds=0.05
-            )
+            listen_for_wakeups(self.url, on_wake=self.woken.set, on_connected=self._on_connected, retry_seconds=0.05)
         )
         await asyncio.wait_for(self.connected.wait(), 10)
         self.woken.clear()  # the scan-once-on-connect wake-up

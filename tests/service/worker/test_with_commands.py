@@ -39,13 +39,20 @@ async def test_queued_message_starts_after_the_completed_seal(db, service, tenan
     assert (run2["status"], run2["trigger"], run2["output"]) == ("completed", "queued", "echo: second")
     assert run2["start_checkpoint_id"] == run1["checkpoint_id"]
     async with db.engine.connect() as conn:
-        first_commit = (await conn.execute(
-            select(checkpoints).where(checkpoints.c.run_id == run2["id"], checkpoints.c.seq == 1)
-        )).mappings().one()
+        first_commit = (
+            (await conn.execute(select(checkpoints).where(checkpoints.c.run_id == run2["id"], checkpoints.c.seq == 1)))
+            .mappings()
+            .one()
+        )
         loaded = await load_state(conn, run2["checkpoint_id"])
     assert first_commit["base_id"] == run1["checkpoint_id"] and first_commit["kept"] == 2
-    prompts = [p.content for m in loaded.state.message_history if isinstance(m, ModelRequest)
-               for p in m.parts if isinstance(p, UserPromptPart)]
+    prompts = [
+        p.content
+        for m in loaded.state.message_history
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, UserPromptPart)
+    ]
     assert prompts == ["first", "second"]
 
 
@@ -63,7 +70,10 @@ async def test_waiting_run_resumed_through_the_command(db, service, tenant, cont
     assert waiting["status"] == "waiting" and waiting["wait_reason"] == "approval"
 
     successor, created = await commands.resume_run(
-        service, principal, accepted.run.id, {"approvals": {"call_delete": {"action": "approve"}}, "calls": {}},
+        service,
+        principal,
+        accepted.run.id,
+        {"approvals": {"call_delete": {"action": "approve"}}, "calls": {}},
         key="k2",
     )
     assert created

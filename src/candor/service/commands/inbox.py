@@ -45,9 +45,7 @@ class InboxReordered:
     entries: list[EntryRow]
 
 
-async def _writable_thread(
-    conn: Any, principal: Principal, thread_id: str, expected_version: int | None
-) -> ThreadRow:
+async def _writable_thread(conn: Any, principal: Principal, thread_id: str, expected_version: int | None) -> ThreadRow:
     """The locked thread, once the workspace may write (422), `If-Match` holds (412) and it is not archived (409)."""
     thread = await threads.lock_thread(conn, thread_id=thread_id, workspace_id=principal.workspace_id)
     if thread is None:

@@ -134,8 +134,9 @@ async def resume_run(
                 waiting, answers=answers, resumed_by_id=principal.id, key=key, digest=digest,
                 max_attempts=service.settings.worker.max_attempts,
             )  # fmt: skip
-            started = await threads.start_run(conn, successor, entropy=service.entropy,
-                                              workspace_has_subscriptions=locked.workspace_has_subscriptions)
+            started = await threads.start_run(
+                conn, successor, entropy=service.entropy, workspace_has_subscriptions=locked.workspace_has_subscriptions
+            )
             return started, True
 
     run, created = await answer(attempt)

@@ -30,8 +30,12 @@ async def advance_threads(service: Service, *, batch: int | None = None) -> int:
         for thread_id in candidates:
             async with write_transaction(service.engine) as conn:
                 run_id = await advance_thread(
-                    conn, thread_id=thread_id, settings=service.settings, agent_names=agent_names,
-                    entropy=service.entropy, alone=True,
+                    conn,
+                    thread_id=thread_id,
+                    settings=service.settings,
+                    agent_names=agent_names,
+                    entropy=service.entropy,
+                    alone=True,
                 )
             if run_id is not None:
                 started += 1

@@ -63,8 +63,10 @@ async def report_backlog(service: Service, *, alarm: BacklogAlarm) -> None:
             since = alarm.breach_since.setdefault(kind, now)
             if now - since >= policy.backlog_alert_seconds and kind not in alarm.alerting:
                 alarm.alerting.add(kind)
-                log.warning("Outbox backlog sustained", extra={"kind": kind, "size": backlog.size,
-                                                              "oldest_age_seconds": backlog.oldest_age_seconds})
+                log.warning(
+                    "Outbox backlog sustained",
+                    extra={"kind": kind, "size": backlog.size, "oldest_age_seconds": backlog.oldest_age_seconds},
+                )
         else:
             alarm.breach_since.pop(kind, None)
             if kind in alarm.alerting:

@@ -118,9 +118,13 @@ def _outbox_sweeps(service: Service, *, floor: float) -> tuple[Sweep, ...]:
     delivery = DeliveryLoop(service)
     return (
         Sweep(
-            name="deliver_outbox", period=scan, run=delivery.run_pass, timeout=deliver_timeout,
-            again=delivery.wants_another_pass, close=delivery.aclose,
-        ),  # fmt: skip
+            name="deliver_outbox",
+            period=scan,
+            run=delivery.run_pass,
+            timeout=deliver_timeout,
+            again=delivery.wants_another_pass,
+            close=delivery.aclose,
+        ),
         Sweep(
             name="purge_outbox",
             period=purge_period,
@@ -157,8 +161,9 @@ def sweep_table(service: Service) -> tuple[Sweep, ...]:
         ),
         Sweep(name="advance_threads", period=scan, run=lambda: advance_threads(service), timeout=max(scan, floor)),
         *_outbox_sweeps(service, floor=floor),
-        Sweep(name="trim_streams", period=trim_period, run=lambda: trim_streams(service),
-              timeout=max(trim_period, floor)),  # fmt: skip
+        Sweep(
+            name="trim_streams", period=trim_period, run=lambda: trim_streams(service), timeout=max(trim_period, floor)
+        ),
     )
 
 

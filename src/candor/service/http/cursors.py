@@ -26,18 +26,14 @@ def _binding(scope: Mapping[str, str], filters: Mapping[str, Any]) -> tuple[str,
     return sha256_hex(canonical_json(dict(scope)))[:32], sha256_hex(canonical_json(dict(filters)))[:32]
 
 
-def issue_cursor(
-    collection: str, *, scope: Mapping[str, str], filters: Mapping[str, Any], position: list[Any]
-) -> str:
+def issue_cursor(collection: str, *, scope: Mapping[str, str], filters: Mapping[str, Any], position: list[Any]) -> str:
     """The cursor that continues `collection` (under `scope` and `filters`) after `position`."""
     scope_digest, filters_digest = _binding(scope, filters)
     token = {"v": _VERSION, "c": collection, "s": scope_digest, "f": filters_digest, "p": position}
     return base64.urlsafe_b64encode(canonical_json(token).encode("utf-8")).rstrip(b"=").decode("ascii")
 
 
-def read_cursor(
-    cursor: str, collection: str, *, scope: Mapping[str, str], filters: Mapping[str, Any]
-) -> list[Any]:
+def read_cursor(cursor: str, collection: str, *, scope: Mapping[str, str], filters: Mapping[str, Any]) -> list[Any]:
     """The keyset position inside `cursor`; `InvalidCursor` unless it was issued for exactly this list."""
     try:
         raw = base64.urlsafe_b64decode(cursor.encode("ascii") + b"=" * (-len(cursor) % 4))

@@ -31,8 +31,17 @@ from ..store.outbox_claims import ClaimedRow, Settlement, claim_rows, settle_man
 from .webhooks import WebhookClient, post_webhook, target_allowed, webhook_client
 
 __all__ = (
-    "HandlerResult", "Handler", "HANDLERS", "DeliveryLoop", "deliver_outbox", "deliver_kind", "settlement_for",
-    "wants_another_pass", "handle_webhook", "handle_child_result", "handle_checkpoint_cleanup",
+    "HandlerResult",
+    "Handler",
+    "HANDLERS",
+    "DeliveryLoop",
+    "deliver_outbox",
+    "deliver_kind",
+    "settlement_for",
+    "wants_another_pass",
+    "handle_webhook",
+    "handle_child_result",
+    "handle_checkpoint_cleanup",
 )
 
 log = logging.getLogger("candor.outbox")

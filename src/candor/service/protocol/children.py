@@ -143,7 +143,11 @@ def plan_child_result(
     if already_entered:
         return "duplicate"
     if inbox_would_overflow(
-        count=inbox_count, size=inbox_bytes, added_count=1, added_bytes=entry_bytes, count_limit=count_limit,
+        count=inbox_count,
+        size=inbox_bytes,
+        added_count=1,
+        added_bytes=entry_bytes,
+        count_limit=count_limit,
         bytes_limit=bytes_limit,
     ):
         return "defer_inbox_full"

@@ -108,8 +108,10 @@ def select_child_of_call(*, parent_run_id: str, tool_call_id: str) -> Select[Any
 
 def count_children(parent_run_id: str) -> Select[Any]:
     """§7.13: the child threads (one run each at spawn) a run started."""
-    return select(func.count()).select_from(threads).where(
-        threads.c.origin == "child", threads.c.origin_run_id == parent_run_id
+    return (
+        select(func.count())
+        .select_from(threads)
+        .where(threads.c.origin == "child", threads.c.origin_run_id == parent_run_id)
     )
 
 
@@ -126,7 +128,11 @@ def select_child_result_facts(child_run_id: str) -> Select[Any]:
     """The child run's result and the origin of its thread."""
     return (
         select(
-            runs.c.status, runs.c.output, runs.c.failure, runs.c.sealed_at, threads.c.origin,
+            runs.c.status,
+            runs.c.output,
+            runs.c.failure,
+            runs.c.sealed_at,
+            threads.c.origin,
             threads.c.origin_thread_id,
         )
         .join(threads, threads.c.id == runs.c.thread_id)
@@ -192,23 +198,40 @@ async def spawn_child(
         parent = (await conn.execute(select_parent_run(lease.run_id))).one()
         thread_id = new_id("thr", entropy)
         await insert_thread(
-            conn, thread_id=thread_id, workspace_id=parent.workspace_id, agent=spawn.agent, origin="child",
-            origin_thread_id=lease.thread_id, origin_run_id=lease.run_id, origin_tool_call_id=spawn.tool_call_id,
+            conn,
+            thread_id=thread_id,
+            workspace_id=parent.workspace_id,
+            agent=spawn.agent,
+            origin="child",
+            origin_thread_id=lease.thread_id,
+            origin_run_id=lease.run_id,
+            origin_tool_call_id=spawn.tool_call_id,
         )
         entry = await append_entry(
             conn,
             NewEntry(
-                workspace_id=parent.workspace_id, thread_id=thread_id, delivery="next_run", payload=payload,
-                principal_id=parent.principal_id, authority=dict(parent.authority),
+                workspace_id=parent.workspace_id,
+                thread_id=thread_id,
+                delivery="next_run",
+                payload=payload,
+                principal_id=parent.principal_id,
+                authority=dict(parent.authority),
             ),
             entropy=entropy,
         )
         run = await start_run(
             conn,
             NewRun(
-                workspace_id=parent.workspace_id, thread_id=thread_id, agent=spawn.agent,
-                principal_id=parent.principal_id, authority=dict(parent.authority), options={}, trigger="spawned",
-                lineage="root", max_attempts=settings.worker.max_attempts, start_checkpoint_id=None,
+                workspace_id=parent.workspace_id,
+                thread_id=thread_id,
+                agent=spawn.agent,
+                principal_id=parent.principal_id,
+                authority=dict(parent.authority),
+                options={},
+                trigger="spawned",
+                lineage="root",
+                max_attempts=settings.worker.max_attempts,
+                start_checkpoint_id=None,
                 tool_recovery=settings.tool_recovery_for(spawn.agent, {}),
                 source_entry_id=entry.id,
             ),
@@ -233,8 +256,8 @@ async def deliver_child_result(
     """
     async with write_transaction(engine) as conn:
         facts = (await conn.execute(select_child_result_facts(child_run_id))).one_or_none()
-        parent = None if parent_thread_id is None else await lock_thread(
-            conn, thread_id=parent_thread_id, workspace_id=None
+        parent = (
+            None if parent_thread_id is None else await lock_thread(conn, thread_id=parent_thread_id, workspace_id=None)
         )
         target_valid = (
             parent is not None
@@ -271,8 +294,14 @@ async def deliver_child_result(
         entry = await append_entry(
             conn,
             NewEntry(
-                workspace_id=parent.workspace_id, thread_id=parent_thread_id, kind="child_result", delivery="steer",
-                payload=payload, principal_id=None, authority=None, child_run_id=child_run_id,
+                workspace_id=parent.workspace_id,
+                thread_id=parent_thread_id,
+                kind="child_result",
+                delivery="steer",
+                payload=payload,
+                principal_id=None,
+                authority=None,
+                child_run_id=child_run_id,
             ),
             entropy=entropy,
         )

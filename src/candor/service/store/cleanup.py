@@ -46,13 +46,17 @@ async def cleanup_checkpoint_page(
     async with write_transaction(engine) as conn:
         last_seq = (await conn.execute(select(func.max(c.seq)).where(c.run_id == run_id))).scalar()
         rows = (
-            await conn.execute(
-                select(c.id, c.seq, c.count)
-                .where(c.run_id == run_id, c.seq > after, c.seq < func.coalesce(last_seq, 0))
-                .order_by(c.seq)
-                .limit(limit)
+            (
+                await conn.execute(
+                    select(c.id, c.seq, c.count)
+                    .where(c.run_id == run_id, c.seq > after, c.seq < func.coalesce(last_seq, 0))
+                    .order_by(c.seq)
+                    .limit(limit)
+                )
             )
-        ).mappings().all()
+            .mappings()
+            .all()
+        )
         if not rows:
             return 0, None
         ids = [row["id"] for row in rows]
@@ -65,15 +69,14 @@ async def cleanup_checkpoint_page(
             ).scalars()
         )
         protected |= set(
-            (await conn.execute(select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids))))
-            .scalars()
+            (
+                await conn.execute(select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids)))
+            ).scalars()
         )
         for row in rows:  # never the run's last checkpoint (excluded above)
             if row["id"] in protected:
                 continue
-            children = (
-                await conn.execute(select(c.kept, c.run_id).where(c.base_id == row["id"]))
-            ).all()
+            children = (await conn.execute(select(c.kept, c.run_id).where(c.base_id == row["id"]))).all()
             shadowed = any(child.run_id == run_id for child in children)
             needed = max((child.kept for child in children), default=row["count"])
             if shadowed and needed < row["count"]:

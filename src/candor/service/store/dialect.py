@@ -446,7 +446,9 @@ def now_sql(dialect: DialectName) -> str:
 def trigger_names(guards: Iterable[Guard], dialect: DialectName) -> frozenset[str]:
     """Names of the triggers that `guards` create on `dialect`."""
     return frozenset(
-        statement.split()[2] for guard in guards for statement in guard_ddl(guard, dialect)
+        statement.split()[2]
+        for guard in guards
+        for statement in guard_ddl(guard, dialect)
         if statement.startswith("CREATE TRIGGER")
     )
 

@@ -43,9 +43,7 @@ class Supervision:
     cancel_requested: bool
 
 
-def select_renewable(
-    *, attempt_ids: Collection[str], worker_id: str, now: float, lease_seconds: float
-) -> Select[Any]:
+def select_renewable(*, attempt_ids: Collection[str], worker_id: str, now: float, lease_seconds: float) -> Select[Any]:
     """S-23: this worker's live, unexpired attempts that are current for a running run and have ≤ 2/3 remaining.
 
     `SKIP LOCKED`: an attempt row locked by a commit or a sweep waits for the next heartbeat (§7.4 step 2).

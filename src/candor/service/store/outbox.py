@@ -36,12 +36,35 @@ __all__ = (
 )
 
 _RUN_VIEW_FIELDS = (
-    "id", "thread_id", "agent", "status", "trigger", "lineage", "parent_run_id", "wait_reason", "attempts",
-    "max_attempts", "checkpoint_seq", "failure", "created_at", "started_at", "sealed_at",
+    "id",
+    "thread_id",
+    "agent",
+    "status",
+    "trigger",
+    "lineage",
+    "parent_run_id",
+    "wait_reason",
+    "attempts",
+    "max_attempts",
+    "checkpoint_seq",
+    "failure",
+    "created_at",
+    "started_at",
+    "sealed_at",
 )
 _ATTEMPT_VIEW_FIELDS = (
-    "id", "run_id", "number", "status", "start_reason", "replaces_attempt_id", "worker_id", "yield_reason", "failure",
-    "created_at", "started_at", "finished_at",
+    "id",
+    "run_id",
+    "number",
+    "status",
+    "start_reason",
+    "replaces_attempt_id",
+    "worker_id",
+    "yield_reason",
+    "failure",
+    "created_at",
+    "started_at",
+    "finished_at",
 )
 
 
@@ -115,10 +138,14 @@ async def stage_run_event(
     if workspace_id is None:
         workspace_id = (await conn.execute(select(runs.c.workspace_id).where(runs.c.id == run_id))).scalar_one()
     subs = (
-        await conn.execute(
-            select(subscriptions).where(subscriptions.c.workspace_id == workspace_id, subscriptions.c.enabled)
+        (
+            await conn.execute(
+                select(subscriptions).where(subscriptions.c.workspace_id == workspace_id, subscriptions.c.enabled)
+            )
         )
-    ).mappings().all()
+        .mappings()
+        .all()
+    )
     if not subs:
         return 0
     run = (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().one()
@@ -168,13 +195,21 @@ async def stage_run_transition(
     `has_subscriptions` as for `stage_run_event`."""
     if run_status is not None:
         await stage_run_event(
-            conn, event_type=f"run.{run_status}", run_row_or_id=run_id, workspace_id=workspace_id,
-            attempt_id=attempt_id, has_subscriptions=has_subscriptions,
+            conn,
+            event_type=f"run.{run_status}",
+            run_row_or_id=run_id,
+            workspace_id=workspace_id,
+            attempt_id=attempt_id,
+            has_subscriptions=has_subscriptions,
         )
     if attempt_status is not None and attempt_id is not None:
         await stage_run_event(
-            conn, event_type=f"run_attempt.{attempt_status}", run_row_or_id=run_id, workspace_id=workspace_id,
-            attempt_id=attempt_id, has_subscriptions=has_subscriptions,
+            conn,
+            event_type=f"run_attempt.{attempt_status}",
+            run_row_or_id=run_id,
+            workspace_id=workspace_id,
+            attempt_id=attempt_id,
+            has_subscriptions=has_subscriptions,
         )
 
 
@@ -186,9 +221,9 @@ def count_accepted(conn: AsyncConnection, *, trigger: str) -> None:
 async def stage_seal_rows(conn: AsyncConnection, *, run_id: str, attempt_id: str | None) -> None:
     """§7.10: a sealed run's `run.<status>` and `run_attempt.<status>` webhooks, its `checkpoint_cleanup` row and,
     on a child thread, its `child_result` row (§9.5)."""
-    query = select(
-        runs.c.workspace_id, runs.c.thread_id, runs.c.status, runs.c.failure, runs.c.wait_reason
-    ).where(runs.c.id == run_id)
+    query = select(runs.c.workspace_id, runs.c.thread_id, runs.c.status, runs.c.failure, runs.c.wait_reason).where(
+        runs.c.id == run_id
+    )
     run = (await conn.execute(query)).one()
     attempt_status = None
     if attempt_id is not None:
@@ -196,13 +231,21 @@ async def stage_seal_rows(conn: AsyncConnection, *, run_id: str, attempt_id: str
             await conn.execute(select(run_attempts.c.status).where(run_attempts.c.id == attempt_id))
         ).scalar_one_or_none()
     await stage_run_transition(
-        conn, run_id=run_id, run_status=run.status, attempt_id=attempt_id, attempt_status=attempt_status,
+        conn,
+        run_id=run_id,
+        run_status=run.status,
+        attempt_id=attempt_id,
+        attempt_status=attempt_status,
         workspace_id=run.workspace_id,
     )
     reason = (run.failure or {}).get("code") or run.wait_reason or run.status
     after_commit(conn, RUNS_SEALED.labels(status=run.status, reason=reason).inc)
     await enqueue_once(
-        conn, kind="checkpoint_cleanup", dedupe_key=run_id, target=run_id, payload={"run_id": run_id},
+        conn,
+        kind="checkpoint_cleanup",
+        dedupe_key=run_id,
+        target=run_id,
+        payload={"run_id": run_id},
         workspace_id=run.workspace_id,
     )
     origin = (
@@ -211,6 +254,10 @@ async def stage_seal_rows(conn: AsyncConnection, *, run_id: str, attempt_id: str
     if stages_child_result(thread_origin=origin.origin, status=run.status):
         # §7.10, S-118: one `child_result` row per non-waiting seal on a child thread; target = the parent thread.
         await enqueue_once(
-            conn, kind="child_result", dedupe_key=run_id, target=origin.origin_thread_id,
-            payload={"child_run_id": run_id}, workspace_id=run.workspace_id,
+            conn,
+            kind="child_result",
+            dedupe_key=run_id,
+            target=origin.origin_thread_id,
+            payload={"child_run_id": run_id},
+            workspace_id=run.workspace_id,
         )

@@ -46,10 +46,17 @@ async def purge(
             and_(o.status == "dead", o.settled_at < now - dead_retention_seconds),
         )
         ids = (
-            await conn.execute(
-                select(o.id).where(o.kind == kind, o.status != "pending", expired).order_by(o.settled_at).limit(batch)
+            (
+                await conn.execute(
+                    select(o.id)
+                    .where(o.kind == kind, o.status != "pending", expired)
+                    .order_by(o.settled_at)
+                    .limit(batch)
+                )
             )
-        ).scalars().all()
+            .scalars()
+            .all()
+        )
         if not ids:
             nothing_to_commit(conn)  # the usual pass: nothing to purge, no committed transaction for it
             return 0
@@ -74,8 +81,16 @@ async def redeliver(conn: AsyncConnection, row_id: str, *, workspace_id: str | N
     await conn.execute(
         update(outbox)
         .where(o.id == row_id, o.status == "dead")
-        .values(status="pending", attempts=0, available_at=db_now(), settled_at=None, delivered_at=None,
-                lease_token_hash=None, lease_expires_at=None, lease_owner=None)
+        .values(
+            status="pending",
+            attempts=0,
+            available_at=db_now(),
+            settled_at=None,
+            delivered_at=None,
+            lease_token_hash=None,
+            lease_expires_at=None,
+            lease_owner=None,
+        )
     )
 
 
@@ -89,8 +104,11 @@ async def read_backlog(engine: AsyncEngine, *, kind: str) -> Backlog:
         now = float((await conn.execute(select(db_now()))).scalar_one())
         due = select(o.available_at).where(o.kind == kind, o.status == "pending", o.available_at <= now)
         size = (await conn.execute(select(func.count()).select_from(due.limit(BACKLOG_COUNT_CAP).subquery()))).scalar()
-        oldest = (await conn.execute(select(func.min(o.available_at)).where(
-            o.kind == kind, o.status == "pending", o.available_at <= now))).scalar()
+        oldest = (
+            await conn.execute(
+                select(func.min(o.available_at)).where(o.kind == kind, o.status == "pending", o.available_at <= now)
+            )
+        ).scalar()
     return Backlog(size=int(size or 0), oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest))
 
 
@@ -101,8 +119,9 @@ async def read_runs_backlog(engine: AsyncEngine) -> Backlog:
         now = float((await conn.execute(select(db_now()))).scalar_one())
         due = select(r.id).where(r.status == "accepted", r.available_at <= now)
         size = (await conn.execute(select(func.count()).select_from(due.limit(BACKLOG_COUNT_CAP).subquery()))).scalar()
-        oldest = (await conn.execute(select(func.min(r.available_at)).where(
-            r.status == "accepted", r.available_at <= now))).scalar()
+        oldest = (
+            await conn.execute(select(func.min(r.available_at)).where(r.status == "accepted", r.available_at <= now))
+        ).scalar()
     return Backlog(size=int(size or 0), oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest))
 
 

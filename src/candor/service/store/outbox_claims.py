@@ -75,19 +75,23 @@ async def claim_rows(
     async with write_transaction(engine) as conn:
         now = float((await conn.execute(select(db_now()))).scalar_one())
         rows = (
-            await conn.execute(
-                select(outbox)
-                .where(
-                    o.kind == kind,
-                    o.status == "pending",
-                    o.available_at <= now,
-                    or_(o.lease_expires_at.is_(None), o.lease_expires_at <= now),
+            (
+                await conn.execute(
+                    select(outbox)
+                    .where(
+                        o.kind == kind,
+                        o.status == "pending",
+                        o.available_at <= now,
+                        or_(o.lease_expires_at.is_(None), o.lease_expires_at <= now),
+                    )
+                    .order_by(o.available_at, o.id)
+                    .limit(limit)
+                    .with_for_update(skip_locked=True)
                 )
-                .order_by(o.available_at, o.id)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
             )
-        ).mappings().all()
+            .mappings()
+            .all()
+        )
         if not rows:
             nothing_to_commit(conn)  # an empty poll (the usual pass): no committed transaction for it
         lapsed = {
@@ -97,8 +101,14 @@ async def claim_rows(
             await conn.execute(
                 update(outbox)
                 .where(o.id.in_(sorted(lapsed)))
-                .values(status="dead", last_error="unsettled", settled_at=now, lease_token_hash=None,
-                        lease_expires_at=None, lease_owner=None)
+                .values(
+                    status="dead",
+                    last_error="unsettled",
+                    settled_at=now,
+                    lease_token_hash=None,
+                    lease_expires_at=None,
+                    lease_owner=None,
+                )
             )
         leases: list[dict[str, Any]] = []
         for row in rows:
@@ -108,18 +118,28 @@ async def claim_rows(
             leases.append({"claimed_id": row["id"], "claimed_hash": hash_lease_token(token)})
             claimed.append(
                 ClaimedRow(
-                    id=row["id"], kind=row["kind"], dedupe_key=row["dedupe_key"], target=row["target"],
-                    payload=dict(row["payload"] or {}), signing_secret=row["signing_secret"],
-                    subscription_id=row["subscription_id"], attempts=row["attempts"] + 1,
-                    created_at=row["created_at"], token=token,
+                    id=row["id"],
+                    kind=row["kind"],
+                    dedupe_key=row["dedupe_key"],
+                    target=row["target"],
+                    payload=dict(row["payload"] or {}),
+                    signing_secret=row["signing_secret"],
+                    subscription_id=row["subscription_id"],
+                    attempts=row["attempts"] + 1,
+                    created_at=row["created_at"],
+                    token=token,
                 )
             )
         if leases:  # one executemany (a single pipelined round trip on asyncpg), not one UPDATE per row
             await conn.execute(
                 update(outbox)
                 .where(o.id == bindparam("claimed_id"))
-                .values(attempts=o.attempts + 1, lease_owner=owner, lease_token_hash=bindparam("claimed_hash"),
-                        lease_expires_at=now + lease_seconds),
+                .values(
+                    attempts=o.attempts + 1,
+                    lease_owner=owner,
+                    lease_token_hash=bindparam("claimed_hash"),
+                    lease_expires_at=now + lease_seconds,
+                ),
                 leases,
             )
     return claimed

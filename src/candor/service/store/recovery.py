@@ -118,13 +118,17 @@ async def recover_attempt(
                 )
             case Requeue():
                 await conn.execute(
-                    finish_attempt(attempt_id=attempt_id, end=decision.attempt, attempt_failure=attempt_failure,
-                                   now=fenced.now)
+                    finish_attempt(
+                        attempt_id=attempt_id, end=decision.attempt, attempt_failure=attempt_failure, now=fenced.now
+                    )
                 )
                 await conn.execute(requeue_run(run_id=run_id, available_at=fenced.now + decision.delay_seconds))
                 # §7.6 step 3, S-106: `run.accepted` and `run_attempt.yielded|failed` in the same transaction.
                 await stage_run_transition(
-                    conn, run_id=run_id, run_status="accepted", attempt_id=attempt_id,
+                    conn,
+                    run_id=run_id,
+                    run_status="accepted",
+                    attempt_id=attempt_id,
                     attempt_status=decision.attempt.status,
                 )
     return decision

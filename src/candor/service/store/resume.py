@@ -87,5 +87,8 @@ async def lock_thread_for_resume(conn: AsyncConnection, *, thread_id: str, princ
     row = (await conn.execute(_THREAD_AND_FACTS, params)).mappings().first()
     if row is None:
         return None
-    return LockedThread(thread=thread_row(row), authority=authority_facts(row, "authority_"),
-                        workspace_has_subscriptions=bool(row["workspace_has_subscriptions"]))
+    return LockedThread(
+        thread=thread_row(row),
+        authority=authority_facts(row, "authority_"),
+        workspace_has_subscriptions=bool(row["workspace_has_subscriptions"]),
+    )

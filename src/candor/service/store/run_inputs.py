@@ -55,11 +55,7 @@ def select_entry(entry_id: str) -> Select[Any]:
 
 def select_assigned_entries(run_id: str) -> Select[Any]:
     e = inbox_entries.c
-    return (
-        select(e.id, e.payload)
-        .where(e.assigned_run_id == run_id, e.status == "assigned")
-        .order_by(e.position)
-    )
+    return select(e.id, e.payload).where(e.assigned_run_id == run_id, e.status == "assigned").order_by(e.position)
 
 
 def select_run_checkpoint(run_id: str) -> Select[Any]:

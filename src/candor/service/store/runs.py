@@ -280,9 +280,7 @@ def fence_rows() -> Select[Any]:
             *(column.label(_ATTEMPT_PREFIX + column.name) for column in _FENCE_ATTEMPT_COLUMNS),
         )
         .select_from(
-            threads.join(runs, runs.c.thread_id == threads.c.id).join(
-                run_attempts, run_attempts.c.run_id == runs.c.id
-            )
+            threads.join(runs, runs.c.thread_id == threads.c.id).join(run_attempts, run_attempts.c.run_id == runs.c.id)
         )
         .where(
             threads.c.id == bindparam("thread_id"),
@@ -355,13 +353,20 @@ async def claim_runs(
             )
             await conn.execute(
                 update_run_claimed(
-                    run_id=row["id"], attempt_id=attempt_id, attempts=plan.attempts, first_claim=plan.first_claim,
+                    run_id=row["id"],
+                    attempt_id=attempt_id,
+                    attempts=plan.attempts,
+                    first_claim=plan.first_claim,
                     now=now,
                 )
             )
             # S-15, S-106: the claim's webhooks in the claim transaction.
             await stage_run_transition(
-                conn, run_id=row["id"], run_status="running", attempt_id=attempt_id, attempt_status="leased",
+                conn,
+                run_id=row["id"],
+                run_status="running",
+                attempt_id=attempt_id,
+                attempt_status="leased",
                 workspace_id=row["workspace_id"],
             )
             lease = Lease(

@@ -84,6 +84,7 @@ FAILURE_MESSAGES: Final[Mapping[str, str]] = {
 
 _usage_adapter: Final = TypeAdapter(RunUsage)
 
+
 def failure(code: str, message: str | None = None) -> dict[str, str]:
     """A `failure` column value `{"code", "message"}` (§5.1)."""
     return {"code": code, "message": message or FAILURE_MESSAGES.get(code, "The run failed.")}
@@ -147,8 +148,12 @@ def insert_usage_record(
 ) -> Any:
     workspace = select(runs.c.workspace_id).where(runs.c.id == run_id).scalar_subquery()
     return insert(usage_records).values(
-        workspace_id=workspace, run_id=run_id, attempt_id=attempt_id, checkpoint_seq=checkpoint_seq,
-        usage=dict(usage), created_at=db_now(),
+        workspace_id=workspace,
+        run_id=run_id,
+        attempt_id=attempt_id,
+        checkpoint_seq=checkpoint_seq,
+        usage=dict(usage),
+        created_at=db_now(),
     )
 
 
@@ -175,10 +180,12 @@ def insert_commit_usage_record() -> Insert:
     u = usage_records.c
     workspace = select(runs.c.workspace_id).where(runs.c.id == bindparam("ckp_run_id")).scalar_subquery()
     return insert(usage_records).values(
-        workspace_id=workspace, run_id=bindparam("ckp_run_id", type_=u.run_id.type),
+        workspace_id=workspace,
+        run_id=bindparam("ckp_run_id", type_=u.run_id.type),
         attempt_id=bindparam("use_attempt_id", type_=u.attempt_id.type),
         checkpoint_seq=bindparam("ckp_seq", type_=u.checkpoint_seq.type),
-        usage=bindparam("use_usage", type_=u.usage.type), created_at=db_now(),
+        usage=bindparam("use_usage", type_=u.usage.type),
+        created_at=db_now(),
     )
 
 
@@ -230,8 +237,9 @@ def finish_attempt(
     return (
         update(run_attempts)
         .where(a.id == attempt_id, a.status.in_(LIVE_ATTEMPT_STATUSES))
-        .values(status=end.status, yield_reason=end.yield_reason, failure=attempt_failure, finished_at=now,
-                updated_at=now)
+        .values(
+            status=end.status, yield_reason=end.yield_reason, failure=attempt_failure, finished_at=now, updated_at=now
+        )
     )
 
 
@@ -269,9 +277,7 @@ def update_thread_sealed(*, thread_id: str, run_id: str, now: float) -> Update:
     )
 
 
-def release_entries(
-    *, run_id: str, status: Literal["pending", "withdrawn", "failed"], now: float
-) -> Update:
+def release_entries(*, run_id: str, status: Literal["pending", "withdrawn", "failed"], now: float) -> Update:
     """S-71: entries assigned to the run but not consumed go back to `pending`, or end `withdrawn` / `failed`."""
     e = inbox_entries.c
     values: dict[str, Any] = {"status": status}
@@ -340,7 +346,10 @@ async def commit_checkpoint(
         if step is not None:
             written = step.written
             return CommitResult(
-                checkpoint_id=written.id, seq=step.seq, kept=written.kept, count=written.count,
+                checkpoint_id=written.id,
+                seq=step.seq,
+                kept=written.kept,
+                count=written.count,
                 bytes_written=written.bytes_written,
             )
     async with write_transaction(engine) as conn:
@@ -387,8 +396,13 @@ async def commit_checkpoint(
             await insert_stream_entries(conn, fenced, lease, entries)
         failpoints.hit(failpoints.CHECKPOINT_BEFORE_COMMIT)
     return CommitResult(
-        checkpoint_id=written.id, seq=seq, kept=written.kept, count=written.count,
-        bytes_written=written.bytes_written, assigned=assigned, sealed=seal is not None,
+        checkpoint_id=written.id,
+        seq=seq,
+        kept=written.kept,
+        count=written.count,
+        bytes_written=written.bytes_written,
+        assigned=assigned,
+        sealed=seal is not None,
     )
 
 
@@ -465,7 +479,9 @@ async def seal_run(
         if usage:
             await conn.execute(
                 insert_usage_record(
-                    run_id=lease.run_id, attempt_id=lease.attempt_id, checkpoint_seq=fenced.run["checkpoint_seq"],
+                    run_id=lease.run_id,
+                    attempt_id=lease.attempt_id,
+                    checkpoint_seq=fenced.run["checkpoint_seq"],
                     usage=usage,
                 )
             )

@@ -168,9 +168,7 @@ class _Step:
             )
         workspace_id = fenced.run["workspace_id"]
         if self.usage:
-            db.execute(
-                _INSERT_USAGE, (workspace_id, lease.run_id, lease.attempt_id, seq, json.dumps(dict(self.usage)))
-            )
+            db.execute(_INSERT_USAGE, (workspace_id, lease.run_id, lease.attempt_id, seq, json.dumps(dict(self.usage))))
         db.execute(_MOVE_POINTER, (self.checkpoint_id, seq, lease.run_id))
         if not fenced.thread_archived and db.execute(_STEER_PENDING, (lease.thread_id,)).fetchone()[0]:
             return False

@@ -105,8 +105,12 @@ async def insert_stream_entries(
     if len(entries) == 1:  # the common case (a boundary alone): one statement reads `prev` and inserts
         entry = entries[0]
         rest = {"event": entry.event} if entry.type == "delta" else {"checkpoint_seq": entry.checkpoint_seq}
-        values = params | {"sequence": entry.sequence, "type": entry.type, "rest": json.dumps(rest),
-                           "prev_thread_id": lease.thread_id}
+        values = params | {
+            "sequence": entry.sequence,
+            "type": entry.type,
+            "rest": json.dumps(rest),
+            "prev_thread_id": lease.thread_id,
+        }
         return [int((await conn.execute(_insert_one(conn.dialect), values)).scalar_one())]
     # Several (deltas riding in a boundary commit): allocate their ids and read the previous one in one round
     # trip, then insert them all in one. Under the thread row lock (and on SQLite the single writer lock) nobody
@@ -229,13 +233,17 @@ async def trim_streams(
     overflow = 0
     async with read_transaction(engine) as conn:
         crowded = (
-            await conn.execute(
-                select(stream_entries.c.thread_id)
-                .group_by(stream_entries.c.thread_id)
-                .having(func.count() > length)
-                .limit(batch)
+            (
+                await conn.execute(
+                    select(stream_entries.c.thread_id)
+                    .group_by(stream_entries.c.thread_id)
+                    .having(func.count() > length)
+                    .limit(batch)
+                )
             )
-        ).scalars().all()
+            .scalars()
+            .all()
+        )
     for thread_id in crowded:
         async with write_transaction(engine) as conn:
             keep_from = (

@@ -304,9 +304,7 @@ run_attempts = Table(
     UniqueConstraint("run_id", "number"),
     # S-2: at most one leased or running attempt per run.
     partial_index("uq_run_attempts_live_run", "run_id", where=_in("status", LIVE_ATTEMPT_STATUSES), unique=True),
-    partial_index(
-        "ix_run_attempts_live_lease", "lease_expires_at", "id", where=_in("status", LIVE_ATTEMPT_STATUSES)
-    ),
+    partial_index("ix_run_attempts_live_lease", "lease_expires_at", "id", where=_in("status", LIVE_ATTEMPT_STATUSES)),
     CheckConstraint("number >= 1", name="number"),
     CheckConstraint(_in("status", LIVE_ATTEMPT_STATUSES + FINISHED_ATTEMPT_STATUSES), name="status"),
     CheckConstraint(_in("start_reason", ("initial", "recovery", "handoff")), name="start_reason"),

@@ -201,9 +201,7 @@ async def append_entry(conn: AsyncConnection, entry: NewEntry, *, entropy: Entro
     """Insert a `pending` entry at the end of the thread's inbox (the thread is locked)."""
     entry_id = new_id("ent", entropy)
     last = await conn.scalar(
-        select(func.coalesce(func.max(inbox_entries.c.position), 0)).where(
-            inbox_entries.c.thread_id == entry.thread_id
-        )
+        select(func.coalesce(func.max(inbox_entries.c.position), 0)).where(inbox_entries.c.thread_id == entry.thread_id)
     )
     try:
         await conn.execute(
@@ -277,16 +275,38 @@ async def start_point(conn: AsyncConnection, thread: ThreadRow) -> StartPoint:
 
 
 _RUN_VALUE_COLUMNS = (
-    "id", "workspace_id", "thread_id", "agent", "principal_id", "authority", "options", "options_digest",
-    "source_entry_id", "resume", "resumed_by_id", "request_key", "request_digest", "trigger", "lineage",
-    "parent_run_id", "max_attempts", "tool_recovery", "start_checkpoint_id",
+    "id",
+    "workspace_id",
+    "thread_id",
+    "agent",
+    "principal_id",
+    "authority",
+    "options",
+    "options_digest",
+    "source_entry_id",
+    "resume",
+    "resumed_by_id",
+    "request_key",
+    "request_digest",
+    "trigger",
+    "lineage",
+    "parent_run_id",
+    "max_attempts",
+    "tool_recovery",
+    "start_checkpoint_id",
 )
 _INSERT_RUN = (
     insert(runs)
     .values(
         {name: bindparam(f"new_{name}", type_=runs.c[name].type) for name in _RUN_VALUE_COLUMNS}
-        | {"status": "accepted", "available_at": db_now(), "attempts": 0, "checkpoint_seq": 0,
-           "created_at": db_now(), "version": 1}
+        | {
+            "status": "accepted",
+            "available_at": db_now(),
+            "attempts": 0,
+            "checkpoint_seq": 0,
+            "created_at": db_now(),
+            "version": 1,
+        }
     )
     .returning(*runs.c)
 )
@@ -332,8 +352,13 @@ async def start_run(
             .values(status="assigned", assigned_run_id=run_id)
         )
     # S-106: `run.accepted` in the creating transaction.
-    await stage_run_transition(conn, run_id=run_id, run_status="accepted", workspace_id=run.workspace_id,
-                               has_subscriptions=workspace_has_subscriptions)
+    await stage_run_transition(
+        conn,
+        run_id=run_id,
+        run_status="accepted",
+        workspace_id=run.workspace_id,
+        has_subscriptions=workspace_has_subscriptions,
+    )
     count_accepted(conn, trigger=run.trigger)
     return started
 
@@ -395,7 +420,10 @@ async def advance_thread(
         principal_id = entry.principal_id or point.principal_id
         agent = entry.agent or point.agent
         problem, permissions = await _start_problem(
-            conn, workspace_archived=workspace_archived, principal_id=principal_id, agent=agent,
+            conn,
+            workspace_archived=workspace_archived,
+            principal_id=principal_id,
+            agent=agent,
             agent_names=agent_names,
         )
         changed = True

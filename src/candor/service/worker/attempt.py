@@ -128,8 +128,13 @@ class _Attempt:
             duration_ms = int(duration * 1000)
             log.info(
                 "Attempt ended",
-                extra={"run_id": self.lease.run_id, "attempt": self.lease.attempt_number, "status": status,
-                       "reason": reason, "duration_ms": duration_ms},
+                extra={
+                    "run_id": self.lease.run_id,
+                    "attempt": self.lease.attempt_number,
+                    "status": status,
+                    "reason": reason,
+                    "duration_ms": duration_ms,
+                },
             )
 
     def _guard(self) -> None:
@@ -489,7 +494,10 @@ class _Attempt:
         try:
             await asyncio.wait_for(
                 record_usage(
-                    self.service.engine, run_id=self.lease.run_id, attempt_id=self.lease.attempt_id, usage=delta,
+                    self.service.engine,
+                    run_id=self.lease.run_id,
+                    attempt_id=self.lease.attempt_id,
+                    usage=delta,
                     checkpoint_seq=self.expected_seq or None,
                 ),
                 timeout=self.settings.database.timeout,

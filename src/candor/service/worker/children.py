@@ -84,8 +84,12 @@ def child_toolsets(service: Service, claimed: ClaimedRun) -> list[AbstractToolse
             service.wake_workers()
             log.info(
                 "Run accepted",
-                extra={"run_id": result.run_id, "thread_id": result.thread_id, "trigger": "spawned",
-                       "parent_run_id": lease.run_id},
+                extra={
+                    "run_id": result.run_id,
+                    "thread_id": result.thread_id,
+                    "trigger": "spawned",
+                    "parent_run_id": lease.run_id,
+                },
             )
         return {"child_thread_id": result.thread_id, "child_run_id": result.run_id}
 

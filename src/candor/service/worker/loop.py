@@ -141,8 +141,13 @@ class WorkerLoop:
         lease = claimed.lease
         log.info(
             "Attempt claimed",
-            extra={"run_id": lease.run_id, "attempt": lease.attempt_number, "worker_id": self.worker_id,
-                   "start_reason": claimed.start_reason, "queue_wait_ms": claimed.queue_wait_ms},
+            extra={
+                "run_id": lease.run_id,
+                "attempt": lease.attempt_number,
+                "worker_id": self.worker_id,
+                "start_reason": claimed.start_reason,
+                "queue_wait_ms": claimed.queue_wait_ms,
+            },
         )
         ATTEMPT_QUEUE_WAIT.observe(claimed.queue_wait_ms / 1000)
         handle = AttemptHandle(

@@ -51,8 +51,11 @@ async def create_key(
     response: Response,
     idempotency_key: Annotated[
         str | None,
-        Header(alias="Idempotency-Key", description="Optional: a retry with the same key and body answers the "
-               "key the first request made (200), without its secret, which is stored only as a hash."),
+        Header(
+            alias="Idempotency-Key",
+            description="Optional: a retry with the same key and body answers the "
+            "key the first request made (200), without its secret, which is stored only as a hash.",
+        ),
     ] = None,
 ) -> CreatedKeyView:
     """A new key of the caller's workspace. The answer holds its `secret`: the only time it is shown."""

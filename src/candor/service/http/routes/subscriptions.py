@@ -39,9 +39,13 @@ _CREATE: dict[int | str, dict[str, Any]] = _DISABLED | {
     409: {"model": ErrorBody, "description": "already_exists (the name is taken), or conflict "
           "`signing_secret_unavailable` (no key ring) or `subscription_limit` (`control.subscriptions`)"},
 }  # fmt: skip
-_UPDATE: dict[int | str, dict[str, Any]] = _DISABLED | _PRECONDITION | {
-    409: {"model": ErrorBody, "description": "already_exists: the name is taken"},
-}
+_UPDATE: dict[int | str, dict[str, Any]] = (
+    _DISABLED
+    | _PRECONDITION
+    | {
+        409: {"model": ErrorBody, "description": "already_exists: the name is taken"},
+    }
+)
 _REDELIVER: dict[int | str, dict[str, Any]] = _DISABLED | {
     409: {"model": ErrorBody, "description": "conflict `not_dead` or `signing_secret_unavailable`"},
 }
@@ -115,9 +119,7 @@ async def list_deliveries(sub_id: str, caller: Admin, limit: Limit = 50, cursor:
     return DeliveryPage(items=[DeliveryView.of(row) for row in rows], next_cursor=next_cursor)
 
 
-@router.post(
-    "/{sub_id}/deliveries/{delivery_id}/redeliver", summary="Redeliver a dead delivery", responses=_REDELIVER
-)
+@router.post("/{sub_id}/deliveries/{delivery_id}/redeliver", summary="Redeliver a dead delivery", responses=_REDELIVER)
 async def redeliver(sub_id: str, delivery_id: str, caller: Admin) -> DeliveryView:
     """Only a `dead` delivery: back to `pending` with `attempts = 0`, same id, URL, payload and secret (S-114).
     Audited in the log ("Outbox redelivered", with the principal id)."""

@@ -39,9 +39,7 @@ async def create_thread(
     body: CreateThreadBody, caller: Runner, response: Response, idempotency_key: IdempotencyKey
 ) -> AcceptedView:
     """A thread, its first inbox entry and (the thread being idle) its first run (S-65)."""
-    accepted = await commands.create_thread(
-        caller.service, caller.principal, key=idempotency_key, **body.arguments()
-    )
+    accepted = await commands.create_thread(caller.service, caller.principal, key=idempotency_key, **body.arguments())
     return _accepted(response, accepted)
 
 
