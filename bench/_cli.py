@@ -9,6 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
 from . import _store
 
 __all__ = (
@@ -92,3 +95,9 @@ def emit(summary: dict[str, Any], report: Callable[[dict[str, Any]], str], json_
     if json_path is not None:
         json_path.write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return 0
+
+
+def progress_bar(console: Console) -> Progress:
+    """The service benchmarks' progress bar: description, bar, done/total, elapsed time."""
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"))
+    return Progress(*columns, TimeElapsedColumn(), console=console)

@@ -32,7 +32,6 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
 
 from candor.service.protocol.outcomes import recovery_decision
@@ -268,13 +267,7 @@ async def measure(
         await db.processes_ready(["control"])
         failover = Failover(db, options, kill_at)
         await failover.start()
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
+        with _cli.progress_bar(console) as progress:
             for label, signum, count in (("kill", signal.SIGKILL, trials), ("drain", signal.SIGTERM, drain_trials)):
                 if count == 0:
                     continue

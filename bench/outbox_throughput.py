@@ -28,7 +28,6 @@ from typing import Any
 
 from cryptography.fernet import Fernet
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
 
 from candor.service.outbox.delivery import DeliveryLoop
@@ -149,13 +148,7 @@ async def measure(
             passes: list[dict[str, float]] = []
             delivered = 0
             loop = DeliveryLoop(db.service)
-            with Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total}"),
-                TimeElapsedColumn(),
-                console=console,
-            ) as progress:
+            with _cli.progress_bar(console) as progress:
                 task = progress.add_task("webhook deliveries", total=rows)
                 started = time.perf_counter()
                 cpu_started = time.process_time()

@@ -35,7 +35,7 @@ from typing import Any
 
 import aiohttp
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from sqlalchemy import func, select
 
 from candor.service.store.tables import outbox, runs
@@ -222,13 +222,7 @@ async def measure(
     systems = {"candor": None} if baseline is None else {"candor": None, "baseline": baseline}
     per_round = [requests // rounds + (1 if r < requests % rounds else 0) for r in range(rounds)]
     async with _service.service_database(postgres_url, **({"database": database} if database else {})) as db:
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
+        with _cli.progress_bar(console) as progress:
             waiting = await prepare_waiting(db, len(systems) * (warmup + requests * len(levels)), progress)
             controls = {name: db.process("control", source) for name, source in systems.items()}
             await asyncio.gather(*(control.wait_ready() for control in controls.values()))

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from sqlalchemy import select
 
 from candor.service.store.tables import run_attempts, runs
@@ -131,13 +131,7 @@ async def measure(
         summary["verdicts"] = []
         return summary
     summary["postgres_version"] = await _store.postgres_version(postgres_url)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-    ) as progress:
+    with _cli.progress_bar(console) as progress:
         for workers in workers_list:
             summary["results"].append(await measure_workers(workers, runs_count, options, postgres_url, progress))
     summary["verdicts"] = verdicts(summary["results"])

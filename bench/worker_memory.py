@@ -21,7 +21,6 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import _cli, _service, _store
 
@@ -79,13 +78,7 @@ async def measure(runs_count: int, steps: int, slots: int, postgres_url: str, co
         marks["ready"] = worker.memory_kib()
         started = time.perf_counter()
         last_sample = 0.0
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
+        with _cli.progress_bar(console) as progress:
             task = progress.add_task(f"runs of {steps} steps on one worker", total=runs_count)
 
             def observe(sealed: int) -> None:
