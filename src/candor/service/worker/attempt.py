@@ -29,6 +29,7 @@ from ..metrics import ATTEMPT_DURATION, CHECKPOINT_COMMIT_BYTES, attempt_status_
 from ..protocol.outcomes import AttemptOutcome, NoSeal, Recover, Requeue, Seal, classify_outcome
 from ..protocol.pending import PendingInvalid, build_pending, wait_reason
 from ..store.checkpoints import (
+    EncodedEnvelope,
     EncodedMessage,
     canonical_json,
     encode_envelope,
@@ -40,6 +41,7 @@ from ..store.recovery import recover_attempt
 from ..store.run_inputs import AttemptStart, load_attempt_start
 from ..store.runs import start_attempt
 from ..store.seals import (
+    CommitResult,
     SealRequest,
     advance_thread_after_seal,
     commit_checkpoint,
@@ -313,24 +315,14 @@ class _Attempt:
         history = state.history_view()
         encoded = encode_history_reusing(history, self.base_messages, self.base_encoded)
         usage = stream.usage
-        async with self.deltas.taken() as deltas:
-            self._guard()
-            result = await commit_checkpoint(
-                self.service.engine,
-                self.lease,
-                expected_seq=self.expected_seq,
-                base_id=self.base_id,
-                base_encoded=self.base_encoded,
-                new_encoded=encoded,
-                envelope=envelope,
-                incorporated_keys=event.incorporated_keys,
-                source_entry_consumed=self.expected_seq == 0,
-                usage=usage_json(usage - self.recorded),  # §7.8 step 5: one usage record per commit
-                delivery_count=self.settings.worker.delivery_count,
-                delivery_bytes=self.settings.worker.delivery_bytes,
-                stream_entries=deltas,  # §8.7: the buffered deltas ride in the boundary's transaction
-                boundary_sequence=self._next_sequence(),  # §7.8 step 7, in the commit's transaction
-            )
+        result = await self._commit(
+            envelope,
+            encoded,
+            usage,
+            incorporated_keys=event.incorporated_keys,
+            delivery_count=self.settings.worker.delivery_count,
+            delivery_bytes=self.settings.worker.delivery_bytes,
+        )
         CHECKPOINT_COMMIT_BYTES.labels(boundary=event.kind).observe(result.bytes_written)
         self._committed(result.checkpoint_id, result.seq, encoded, usage)
         self.base_messages = history
@@ -344,6 +336,29 @@ class _Attempt:
         if event.kind == "model" and self.handle.handoff_requested:
             return _ended("handoff")  # S-53: only at a model boundary, after committing it (S-54)
         return None
+
+    async def _commit(
+        self, envelope: EncodedEnvelope, encoded: list[EncodedMessage], usage: RunUsage, **options: Any
+    ) -> CommitResult:
+        """The fenced commit of a boundary or of the seal (§7.8). Its usage record is what ran since the last commit
+        (step 5); the buffered deltas ride in its transaction (§8.7) and its `boundary` entry takes the next stream
+        sequence there (step 7; the seal's is the lease's last fenced append)."""
+        async with self.deltas.taken() as deltas:
+            self._guard()
+            return await commit_checkpoint(
+                self.service.engine,
+                self.lease,
+                expected_seq=self.expected_seq,
+                base_id=self.base_id,
+                base_encoded=self.base_encoded,
+                new_encoded=encoded,
+                envelope=envelope,
+                source_entry_consumed=self.expected_seq == 0,
+                usage=usage_json(usage - self.recorded),
+                stream_entries=deltas,
+                boundary_sequence=self._next_sequence(),
+                **options,
+            )
 
     def _committed(self, checkpoint_id: str, seq: int, encoded: list[EncodedMessage], usage: RunUsage) -> None:
         self.base_id, self.expected_seq, self.base_encoded, self.recorded = checkpoint_id, seq, encoded, usage
@@ -441,22 +456,7 @@ class _Attempt:
             await self._seal("failed", "checkpoint_envelope_too_large", None)
             return "failed", "checkpoint_envelope_too_large"
         encoded = encode_history_reusing(state.history_view(), self.base_messages, self.base_encoded)
-        async with self.deltas.taken() as deltas:
-            self._guard()
-            committed = await commit_checkpoint(
-                self.service.engine,
-                self.lease,
-                expected_seq=self.expected_seq,
-                base_id=self.base_id,
-                base_encoded=self.base_encoded,
-                new_encoded=encoded,
-                envelope=envelope,
-                source_entry_consumed=self.expected_seq == 0,
-                usage=usage_json(result.usage - self.recorded),
-                seal=request,
-                stream_entries=deltas,
-                boundary_sequence=self._next_sequence(),  # the lease ends with the seal: no later fenced append
-            )
+        committed = await self._commit(envelope, encoded, result.usage, seal=request)
         # §10.4 knows only model and tool boundaries; the final commit ends a model turn (its last response).
         CHECKPOINT_COMMIT_BYTES.labels(boundary="model").observe(committed.bytes_written)
         self.recorded = result.usage
