@@ -110,6 +110,8 @@ for _operation_id in OPERATION_IDS:
 
 
 def test_every_operation_has_its_own_conformance_test() -> None:
-    """The document's operations are all covered, each by a uniquely named test (31 when this was written)."""
-    assert len(OPERATION_IDS) == len(set(OPERATION_IDS)) >= 30
-    assert all(f"test_api_conforms_to_its_openapi_document__{o}" in globals() for o in OPERATION_IDS)
+    """Every operation of the app's OpenAPI document (read from the app, not through schemathesis) has its own
+    uniquely named conformance test (31 operations when this was written)."""
+    document = APP.openapi()["paths"]
+    documented = sorted(op["operationId"] for item in document.values() for op in item.values() if "operationId" in op)
+    assert documented == OPERATION_IDS and len(set(documented)) == len(documented) >= 30
