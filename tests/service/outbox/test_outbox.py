@@ -445,9 +445,9 @@ async def test_checkpoint_cleanup_pages_with_a_cursor_and_deferred_settles(db, t
     import functools
 
     from candor.service.outbox import delivery
-    from candor.service.store.cleanup import cleanup_checkpoint_page
+    from candor.service.store.cleanup import cleanup_page_locked
 
-    monkeypatch.setattr(delivery, "cleanup_checkpoint_page", functools.partial(cleanup_checkpoint_page, limit=1))
+    monkeypatch.setattr(delivery, "cleanup_page_locked", functools.partial(cleanup_page_locked, limit=1))
     service = support.make_service(db.url, db.engine, clock=clock)
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant, script="tools")

@@ -3,46 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from candor.service.store.tables import checkpoints, stream_entries
 from candor.service.worker import WorkerLoop
 
 from . import support
 from .support import add_thread_run, run_row
-
-
-@contextmanager
-def write_transactions(engine: Any) -> Iterator[list[list[str]]]:
-    """The statements of every committed transaction that wrote something, one list per transaction."""
-    done: list[list[str]] = []
-    current: dict[int, list[str]] = {}
-
-    def record(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        current.setdefault(id(conn), []).append(" ".join(statement.split()).upper())
-
-    def commit(conn: Any) -> None:
-        sent = current.pop(id(conn), [])
-        if any(word in s for s in sent for word in ("INSERT ", "UPDATE ", "DELETE ")):
-            done.append(sent)
-
-    def rollback(conn: Any) -> None:
-        current.pop(id(conn), None)
-
-    sync = engine.sync_engine
-    event.listen(sync, "before_cursor_execute", record)
-    event.listen(sync, "commit", commit)
-    event.listen(sync, "rollback", rollback)
-    try:
-        yield done
-    finally:
-        event.remove(sync, "before_cursor_execute", record)
-        event.remove(sync, "commit", commit)
-        event.remove(sync, "rollback", rollback)
+from transactions import write_transactions
 
 
 def _touches(transaction: list[str], table: str) -> bool:

@@ -19,20 +19,32 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from .. import failpoints
 from ..core import Service
+from ..errors import StoreUnavailable
 from ..metrics import OUTBOX_DELIVERIES
 from ..protocol.backoff import outbox_backoff_seconds, outbox_failure_settlement
 from ..protocol.children import CHILD_RESULT_DEFER_SECONDS
 from ..settings import ServiceSettings
 from ..store.children import deliver_child_result
-from ..store.cleanup import cleanup_checkpoint_page
-from ..store.outbox_claims import ClaimedRow, Settlement, claim_rows, settle_many
+from ..store.cleanup import cleanup_page_locked
+from ..store.engine import write_transaction
+from ..store.outbox_claims import (
+    ClaimedRow,
+    Settlement,
+    claim_rows,
+    claim_rows_locked,
+    settle_many,
+    settle_many_locked,
+)
 from .webhooks import WebhookClient, post_webhook, target_allowed, webhook_client
 
 __all__ = (
     "HandlerResult",
     "Handler",
+    "InDatabaseHandler",
     "HANDLERS",
     "DeliveryLoop",
     "deliver_outbox",
@@ -105,13 +117,33 @@ async def handle_webhook(row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult
             return HandlerResult(outcome="failed", error=result.error)
 
 
-async def handle_checkpoint_cleanup(row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult:
+@dataclass(frozen=True, slots=True)
+class InDatabaseHandler:
+    """A handler whose whole effect is database writes (§9.6 checkpoint cleanup). A pass claims its rows, runs
+    `work` and settles them in ONE transaction on one connection: a crash or an error anywhere leaves neither the
+    work nor the claim behind, and a row costs one commit instead of three (claim, handler, settle; issue 12).
+
+    Called like any other handler (`handler(row, ctx)`), `work` runs in a transaction of its own: the path a pass
+    falls back to when the one transaction fails, so a failing row still gets its attempts, backoff and dead end
+    (S-109)."""
+
+    work: Callable[[AsyncConnection, ClaimedRow, DeliveryContext], Awaitable[HandlerResult]]
+
+    async def __call__(self, row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult:
+        async with write_transaction(ctx.service.engine) as conn:
+            return await self.work(conn, row, ctx)
+
+
+async def _cleanup_page(conn: AsyncConnection, row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult:
     """§9.6: reclaim the sealed run's unreachable checkpoint data, one page per invocation (cursor `after`)."""
     run_id = row.payload.get("run_id") or row.dedupe_key
-    _, after = await cleanup_checkpoint_page(ctx.service.engine, run_id=run_id, after=int(row.payload.get("after", 0)))
+    _, after = await cleanup_page_locked(conn, run_id=run_id, after=int(row.payload.get("after", 0)))
     if after is not None:  # more pages: keep the cursor, come back without using up an attempt (S-112)
         return HandlerResult(outcome="deferred", payload={**row.payload, "after": after})
     return HandlerResult(outcome="delivered")
+
+
+handle_checkpoint_cleanup = InDatabaseHandler(_cleanup_page)
 
 
 async def handle_child_result(row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult:
@@ -225,6 +257,10 @@ async def deliver_kind(
     started = clock.monotonic()
     remaining = policy.batch
     settled = 0
+    if isinstance(handler, InDatabaseHandler):
+        settled, remaining = await _deliver_in_one_transaction(
+            service, kind, handler, ctx=ctx, rng=rng, owner=owner, started=started
+        )
     settling: asyncio.Task[int] | None = None
     try:
         while remaining > 0 and clock.monotonic() - started < policy.lease_seconds:
@@ -254,6 +290,55 @@ async def deliver_kind(
         if settling is not None:
             settled += await settling  # never left running: a pass ends with every sub-batch settled
     return settled
+
+
+async def _deliver_in_one_transaction(
+    service: Service,
+    kind: str,
+    handler: InDatabaseHandler,
+    *,
+    ctx: DeliveryContext,
+    rng: random.Random,
+    owner: str | None,
+    started: float,
+) -> tuple[int, int]:
+    """§9.2 for an in-database kind: up to `parallel` rows claimed, worked and settled per transaction, under the
+    same `batch` and lease-period bounds. Returns the rows settled and how many of `batch` are left; when a
+    transaction fails (a handler error, a timeout) it rolled back whole and the pass goes on with the usual path,
+    which gives the failing row its own claim, handler transaction and settle."""
+    policy = service.settings.outbox.policy(kind)  # type: ignore[arg-type]
+    clock = service.clock
+    remaining, settled = policy.batch, 0
+    while remaining > 0 and clock.monotonic() - started < policy.lease_seconds:
+        try:
+            async with asyncio.timeout(policy.lease_seconds / 2):
+                async with write_transaction(service.engine) as conn:
+                    rows = await claim_rows_locked(
+                        conn, kind=kind, limit=min(policy.parallel, remaining), lease_seconds=policy.lease_seconds,
+                        max_attempts=policy.max_attempts, owner=owner, randbytes=service.entropy.token_bytes,
+                    )  # fmt: skip
+                    settlements = []
+                    for row in rows:
+                        result = await handler.work(conn, row, ctx)
+                        failpoints.hit(failpoints.OUTBOX_BEFORE_SETTLE)
+                        settlements.append(settlement_for(row, result, max_attempts=policy.max_attempts, rng=rng))
+                    changed = await settle_many_locked(conn, settlements)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - rolled back whole; the usual path takes over for this pass
+            log.info(
+                "Outbox batch fell back to separate transactions",
+                extra={"kind": kind, "error_type": type(exc).__name__},
+            )
+            return settled, remaining
+        if not rows:
+            break
+        remaining -= len(rows)
+        settled += len(changed)
+        for row, settlement in zip(rows, settlements, strict=True):
+            if settlement.row_id in changed:
+                _record(row, settlement)
+    return settled, 0
 
 
 async def _settle_and_record(service: Service, rows: list[ClaimedRow], settlements: list[Settlement]) -> int:

@@ -1,18 +1,22 @@
 """Checkpoint cleanup (§9.6): the `checkpoint_cleanup` outbox handler's store work, one bounded page at a time.
 
 Every seal stages a `checkpoint_cleanup` row (store/outbox.py); its handler (outbox/delivery.py) calls
-`cleanup_checkpoint_page` and keeps the returned cursor in the row's payload between pages.
+`cleanup_page_locked` inside the transaction that claims and settles the row, and keeps the returned cursor in the
+row's payload between pages. `cleanup_checkpoint_page` is the same page in a transaction of its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import write_transaction
 from .tables import checkpoint_messages, checkpoints, runs, threads
 
-__all__ = ("CLEANUP_PAGE", "cleanup_checkpoints", "cleanup_checkpoint_page")
+__all__ = ("CLEANUP_PAGE", "cleanup_checkpoints", "cleanup_checkpoint_page", "cleanup_page_locked")
 
 
 CLEANUP_PAGE = 1000
@@ -41,51 +45,66 @@ async def cleanup_checkpoint_page(
     based on them are unreachable and deleted (only when a later checkpoint of the same run shadows them), and the
     envelope of every checkpoint but the run's last one is cleared.
     """
+    async with write_transaction(engine) as conn:
+        return await cleanup_page_locked(conn, run_id=run_id, after=after, limit=limit)
+
+
+async def cleanup_page_locked(
+    conn: AsyncConnection, *, run_id: str, after: int = 0, limit: int = CLEANUP_PAGE
+) -> tuple[int, int | None]:
+    """`cleanup_checkpoint_page` inside the caller's write transaction."""
     c, m = checkpoints.c, checkpoint_messages.c
     touched = 0
-    async with write_transaction(engine) as conn:
-        last_seq = (await conn.execute(select(func.max(c.seq)).where(c.run_id == run_id))).scalar()
-        rows = (
-            (
-                await conn.execute(
-                    select(c.id, c.seq, c.count)
-                    .where(c.run_id == run_id, c.seq > after, c.seq < func.coalesce(last_seq, 0))
-                    .order_by(c.seq)
-                    .limit(limit)
-                )
+    last_seq = (await conn.execute(select(func.max(c.seq)).where(c.run_id == run_id))).scalar()
+    rows = (
+        (
+            await conn.execute(
+                select(c.id, c.seq, c.count)
+                .where(c.run_id == run_id, c.seq > after, c.seq < func.coalesce(last_seq, 0))
+                .order_by(c.seq)
+                .limit(limit)
             )
-            .mappings()
-            .all()
         )
-        if not rows:
-            return 0, None
-        ids = [row["id"] for row in rows]
-        protected = set(
-            (await conn.execute(select(runs.c.checkpoint_id).where(runs.c.checkpoint_id.in_(ids)))).scalars()
-        )
-        protected |= set(
-            (
-                await conn.execute(select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)))
-            ).scalars()
-        )
-        protected |= set(
-            (
-                await conn.execute(select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids)))
-            ).scalars()
-        )
-        for row in rows:  # never the run's last checkpoint (excluded above)
-            if row["id"] in protected:
-                continue
-            children = (await conn.execute(select(c.kept, c.run_id).where(c.base_id == row["id"]))).all()
-            shadowed = any(child.run_id == run_id for child in children)
-            needed = max((child.kept for child in children), default=row["count"])
-            if shadowed and needed < row["count"]:
-                result = await conn.execute(
-                    delete(checkpoint_messages).where(m.checkpoint_id == row["id"], m.index >= needed)
-                )
-                touched += int(result.rowcount or 0)
+        .mappings()
+        .all()
+    )
+    if not rows:
+        return 0, None
+    ids = [row["id"] for row in rows]
+    protected = set((await conn.execute(select(runs.c.checkpoint_id).where(runs.c.checkpoint_id.in_(ids)))).scalars())
+    protected |= set(
+        (await conn.execute(select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)))).scalars()
+    )
+    protected |= set(
+        (
+            await conn.execute(select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids)))
+        ).scalars()
+    )
+    cleared = [row for row in rows if row["id"] not in protected]  # never the run's last one (excluded above)
+    if not cleared:
+        return touched, _next_page(rows, limit)
+    # A page is a handful of statements, not a few per checkpoint: an 80-step run has 161 checkpoints.
+    children: dict[str, list[Any]] = {}
+    based_on = select(c.base_id, c.kept, c.run_id).where(c.base_id.in_([row["id"] for row in cleared]))
+    for child in (await conn.execute(based_on)).all():
+        children.setdefault(child.base_id, []).append(child)
+    for row in cleared:
+        shadowed = any(child.run_id == run_id for child in children.get(row["id"], ()))
+        needed = max((child.kept for child in children.get(row["id"], ())), default=row["count"])
+        if shadowed and needed < row["count"]:  # a history rewrite: rare, one DELETE each
             result = await conn.execute(
-                update(checkpoints).where(c.id == row["id"], c.envelope.is_not(None)).values(envelope=None)
+                delete(checkpoint_messages).where(m.checkpoint_id == row["id"], m.index >= needed)
             )
             touched += int(result.rowcount or 0)
-    return touched, (rows[-1]["seq"] if len(rows) == limit else None)
+    result = await conn.execute(
+        update(checkpoints)
+        .where(c.id.in_([row["id"] for row in cleared]), c.envelope.is_not(None))
+        .values(envelope=None)
+    )
+    touched += int(result.rowcount or 0)
+    return touched, _next_page(rows, limit)
+
+
+def _next_page(rows: Sequence[Any], limit: int) -> int | None:
+    """The cursor of the next page: the last `seq` looked at when the page was full, else None (done)."""
+    return int(rows[-1]["seq"]) if len(rows) == limit else None

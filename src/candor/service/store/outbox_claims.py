@@ -2,6 +2,8 @@
 
 * `claim_rows` leases due rows of one kind, oldest `available_at` first, `FOR UPDATE SKIP LOCKED` on PostgreSQL
   and `BEGIN IMMEDIATE` on SQLite; a row already at `max_attempts` becomes `dead`/`unsettled` instead (S-110).
+* `claim_rows_locked` and `settle_many_locked` do the same inside a caller's transaction: an in-database handler
+  (checkpoint cleanup) claims, works and settles in one (outbox/delivery.py).
 * `settle_many` settles a batch in one transaction, each row fenced by its own claim token (S-111); `settle` is
   the one-row form; `deferred` gives the attempt back (S-112).
 """
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy import bindparam, or_, select, tuple_, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..protocol.backoff import is_unsettled_at_claim
 from ..protocol.fencing import hash_lease_token, new_lease_token
@@ -26,10 +28,12 @@ __all__ = (
     "ClaimedRow",
     "Outcome",
     "claim_rows",
+    "claim_rows_locked",
     "Settlement",
     "settlement_values",
     "group_settlements",
     "settle_many",
+    "settle_many_locked",
     "settle",
 )
 
@@ -70,78 +74,93 @@ async def claim_rows(
     """
     if limit < 1:
         return []
+    async with write_transaction(engine) as conn:
+        return await claim_rows_locked(
+            conn, kind=kind, limit=limit, lease_seconds=lease_seconds, max_attempts=max_attempts, owner=owner,
+            randbytes=randbytes,
+        )  # fmt: skip
+
+
+async def claim_rows_locked(
+    conn: AsyncConnection,
+    *,
+    kind: str,
+    limit: int,
+    lease_seconds: float,
+    max_attempts: int,
+    owner: str | None = None,
+    randbytes: Callable[[int], bytes] = secrets.token_bytes,
+) -> list[ClaimedRow]:
+    """`claim_rows` inside the caller's write transaction (rows locked until it ends)."""
     o = outbox.c
     claimed: list[ClaimedRow] = []
-    async with write_transaction(engine) as conn:
-        now = float((await conn.execute(select(db_now()))).scalar_one())
-        rows = (
-            (
-                await conn.execute(
-                    select(outbox)
-                    .where(
-                        o.kind == kind,
-                        o.status == "pending",
-                        o.available_at <= now,
-                        or_(o.lease_expires_at.is_(None), o.lease_expires_at <= now),
-                    )
-                    .order_by(o.available_at, o.id)
-                    .limit(limit)
-                    .with_for_update(skip_locked=True)
+    now = float((await conn.execute(select(db_now()))).scalar_one())
+    rows = (
+        (
+            await conn.execute(
+                select(outbox)
+                .where(
+                    o.kind == kind,
+                    o.status == "pending",
+                    o.available_at <= now,
+                    or_(o.lease_expires_at.is_(None), o.lease_expires_at <= now),
                 )
+                .order_by(o.available_at, o.id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
             )
-            .mappings()
-            .all()
         )
-        if not rows:
-            nothing_to_commit(conn)  # an empty poll (the usual pass): no committed transaction for it
-        lapsed = {
-            row["id"] for row in rows if is_unsettled_at_claim(attempts=row["attempts"], max_attempts=max_attempts)
-        }
-        if lapsed:
-            await conn.execute(
-                update(outbox)
-                .where(o.id.in_(sorted(lapsed)))
-                .values(
-                    status="dead",
-                    last_error="unsettled",
-                    settled_at=now,
-                    lease_token_hash=None,
-                    lease_expires_at=None,
-                    lease_owner=None,
-                )
+        .mappings()
+        .all()
+    )
+    if not rows:
+        nothing_to_commit(conn)  # an empty poll (the usual pass): no committed transaction for it
+    lapsed = {row["id"] for row in rows if is_unsettled_at_claim(attempts=row["attempts"], max_attempts=max_attempts)}
+    if lapsed:
+        await conn.execute(
+            update(outbox)
+            .where(o.id.in_(sorted(lapsed)))
+            .values(
+                status="dead",
+                last_error="unsettled",
+                settled_at=now,
+                lease_token_hash=None,
+                lease_expires_at=None,
+                lease_owner=None,
             )
-        leases: list[dict[str, Any]] = []
-        for row in rows:
-            if row["id"] in lapsed:
-                continue
-            token = new_lease_token(randbytes)
-            leases.append({"claimed_id": row["id"], "claimed_hash": hash_lease_token(token)})
-            claimed.append(
-                ClaimedRow(
-                    id=row["id"],
-                    kind=row["kind"],
-                    dedupe_key=row["dedupe_key"],
-                    target=row["target"],
-                    payload=dict(row["payload"] or {}),
-                    signing_secret=row["signing_secret"],
-                    subscription_id=row["subscription_id"],
-                    attempts=row["attempts"] + 1,
-                    created_at=row["created_at"],
-                    token=token,
-                )
+        )
+    leases: list[dict[str, Any]] = []
+    for row in rows:
+        if row["id"] in lapsed:
+            continue
+        token = new_lease_token(randbytes)
+        leases.append({"claimed_id": row["id"], "claimed_hash": hash_lease_token(token)})
+        claimed.append(
+            ClaimedRow(
+                id=row["id"],
+                kind=row["kind"],
+                dedupe_key=row["dedupe_key"],
+                target=row["target"],
+                payload=dict(row["payload"] or {}),
+                signing_secret=row["signing_secret"],
+                subscription_id=row["subscription_id"],
+                attempts=row["attempts"] + 1,
+                created_at=row["created_at"],
+                token=token,
             )
-        if leases:  # one executemany (a single pipelined round trip on asyncpg), not one UPDATE per row
-            await conn.execute(
-                update(outbox)
-                .where(o.id == bindparam("claimed_id"))
-                .values(
-                    attempts=o.attempts + 1,
-                    lease_owner=owner,
-                    lease_token_hash=bindparam("claimed_hash"),
-                    lease_expires_at=now + lease_seconds,
-                ),
-                leases,
-            )
+        )
+    if leases:  # one executemany (a single pipelined round trip on asyncpg), not one UPDATE per row
+        await conn.execute(
+            update(outbox)
+            .where(o.id == bindparam("claimed_id"))
+            .values(
+                attempts=o.attempts + 1,
+                lease_owner=owner,
+                lease_token_hash=bindparam("claimed_hash"),
+                lease_expires_at=now + lease_seconds,
+            ),
+            leases,
+        )
     return claimed
 
 
@@ -202,19 +221,24 @@ async def settle_many(engine: AsyncEngine, settlements: Sequence[Settlement]) ->
     the rows that changed."""
     if not settlements:
         return set()
+    async with write_transaction(engine) as conn:
+        return await settle_many_locked(conn, settlements)
+
+
+async def settle_many_locked(conn: AsyncConnection, settlements: Sequence[Settlement]) -> set[str]:
+    """`settle_many` inside the caller's write transaction."""
     o = outbox.c
     now = db_now()
     changed: set[str] = set()
-    async with write_transaction(engine) as conn:
-        for group in group_settlements(settlements):
-            fences = [(item.row_id, hash_lease_token(item.token)) for item in group]
-            result = await conn.execute(
-                update(outbox)
-                .where(o.status == "pending", tuple_(o.id, o.lease_token_hash).in_(fences))
-                .values(**settlement_values(group[0], now=now))
-                .returning(o.id)
-            )
-            changed.update(result.scalars().all())
+    for group in group_settlements(settlements):
+        fences = [(item.row_id, hash_lease_token(item.token)) for item in group]
+        result = await conn.execute(
+            update(outbox)
+            .where(o.status == "pending", tuple_(o.id, o.lease_token_hash).in_(fences))
+            .values(**settlement_values(group[0], now=now))
+            .returning(o.id)
+        )
+        changed.update(result.scalars().all())
     return changed
 
 
