@@ -9,7 +9,7 @@ from candor.service import commands
 from candor.service.protocol.authority import Principal
 from candor.service.store.checkpoints import load_state
 from candor.service.store.tables import checkpoints
-from candor.service.worker import WorkerLoop
+from candor.service.worker import WorkerLoop, attempt
 
 from .support import content, run_row
 
@@ -18,9 +18,36 @@ def _principal(tenant) -> Principal:
     return Principal(id=tenant.principal_id, workspace_id=tenant.workspace_id, permissions=frozenset({"read", "run"}))
 
 
-async def test_queued_message_starts_after_the_completed_seal(db, service, tenant) -> None:
+def _spy_on_advance(monkeypatch) -> list[str]:
+    """The thread ids the worker tries to advance after a seal (the real advance still runs)."""
+    calls: list[str] = []
+    real = attempt.advance_thread_after_seal
+
+    async def spy(engine, *, thread_id, **kwargs):
+        calls.append(thread_id)
+        return await real(engine, thread_id=thread_id, **kwargs)
+
+    monkeypatch.setattr(attempt, "advance_thread_after_seal", spy)
+    return calls
+
+
+async def test_a_completed_seal_with_nothing_queued_advances_nothing(db, service, tenant, monkeypatch) -> None:
+    """§7.8, S-65, issue 12: the sealing transaction reads whether the thread has pending entries; with none, the
+    worker takes no thread lock and opens no transaction to start a next run."""
+    calls = _spy_on_advance(monkeypatch)
+    first = await commands.create_thread(
+        service, _principal(tenant), agent="scripted", input=content("only"), options={"script": "echo"}, key="k1"
+    )
+    assert first.run is not None
+    await WorkerLoop(service).run_until_idle(timeout=30)
+    assert (await run_row(db.engine, first.run.id))["status"] == "completed"
+    assert calls == []
+
+
+async def test_queued_message_starts_after_the_completed_seal(db, service, tenant, monkeypatch) -> None:
     """§7.8, S-44, S-65: after a completed seal the worker starts the thread's next queued run, which continues
     from the sealed run's checkpoint instead of copying its messages."""
+    calls = _spy_on_advance(monkeypatch)
     principal = _principal(tenant)
     first = await commands.create_thread(
         service, principal, agent="scripted", input=content("first"), options={"script": "echo"}, key="k1"
@@ -37,6 +64,7 @@ async def test_queued_message_starts_after_the_completed_seal(db, service, tenan
     run2 = await run_row(db.engine, thread.last_run_id)
     assert run2["id"] != run1["id"]
     assert (run2["status"], run2["trigger"], run2["output"]) == ("completed", "queued", "echo: second")
+    assert calls == [first.thread.id]  # after the first seal only: nothing was queued behind the second
     assert run2["start_checkpoint_id"] == run1["checkpoint_id"]
     async with db.engine.connect() as conn:
         first_commit = (

@@ -138,6 +138,10 @@ class CommitResult:
     bytes_written: int
     assigned: tuple[AssignedEntry, ...] = ()
     sealed: bool = False
+    queued: bool = False
+    """A `completed` seal left pending entries on the (not archived) thread: its next run is to be started (§8.5).
+    Read in the sealing transaction, after the seal returned the run's unconsumed entries: a post that commits
+    later finds the thread idle and starts its own run, so a False here needs no thread lock to be sure."""
 
 
 # --- statements --------------------------------------------------------------------------------------------------
@@ -383,8 +387,11 @@ async def commit_checkpoint(
             result = await conn.execute(statement)
             inbox_changed = result.rowcount > 0
         assigned: tuple[AssignedEntry, ...] = ()
+        queued = False
         if seal is not None:
             await seal_locked(conn, fenced, lease.attempt_id, seal)
+            if seal.status == "completed" and not fenced.thread_archived:
+                queued = bool((await conn.execute(select(_has_pending_entry(lease.thread_id)))).scalar())
         else:
             if pending_steer:
                 assigned = await _assign_steer_batch(
@@ -403,7 +410,13 @@ async def commit_checkpoint(
         bytes_written=written.bytes_written,
         assigned=assigned,
         sealed=seal is not None,
+        queued=queued,
     )
+
+
+def _has_pending_entry(thread_id: str) -> Exists:
+    e = inbox_entries.c
+    return exists().where(e.thread_id == thread_id, e.status == "pending")
 
 
 async def _assign_steer_batch(

@@ -460,7 +460,8 @@ class _Attempt:
         # §10.4 knows only model and tool boundaries; the final commit ends a model turn (its last response).
         CHECKPOINT_COMMIT_BYTES.labels(boundary="model").observe(committed.bytes_written)
         self.recorded = result.usage
-        await self._advance_thread()
+        if committed.queued:  # otherwise nothing to start: no thread lock, no transaction (issue 12)
+            await self._advance_thread()
         return decision.status, "sealed"
 
     async def _advance_thread(self) -> None:
