@@ -82,10 +82,17 @@ WRITE_SLOPE_TOLERANCE = 0.05
 """A lease renewal (one write every `lease_seconds / 3` of a live attempt) can land in either run of the slope."""
 
 
-def cpu_ms(pid: int) -> float:
-    """User + system CPU time of process `pid` so far, in ms (from /proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_ms(pid: int, tid: int | None = None) -> float:
+    """User + system CPU time of process `pid` (or of its thread `tid`) so far, in ms (from /proc)."""
+    path = Path(f"/proc/{pid}/stat") if tid is None else Path(f"/proc/{pid}/task/{tid}/stat")
+    fields = path.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def off_loop_cpu_ms(pid: int) -> float:
+    """CPU time of process `pid` outside its main thread (the event loop's), in ms: on SQLite the connection
+    threads, where the database itself does its work (PostgreSQL does it in its own server process)."""
+    return cpu_ms(pid) - cpu_ms(pid, pid)
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,10 @@ class Measured:
     cpu_ms: dict[str, float]
     write_xacts: int | None = None
     """Write transactions (transaction ids assigned) from the workload's start until the system had settled it."""
+    off_loop_ms: dict[str, float] = field(default_factory=dict)
+    """Of `cpu_ms`, what ran outside each process's main thread."""
+    machine_busy: float = 0.0
+    """The share of all CPUs of the machine that was busy during the workload (every process, the database too)."""
 
 
 @dataclass
@@ -184,14 +195,18 @@ class System:
     async def measure(self, workload: Workload, server_url: str) -> None:
         xid_before = await self.database.next_xid(server_url) if self.database is not None else None
         before = {role: cpu_ms(pid) for role, pid in self.pids.items()}
+        off_before = {role: off_loop_cpu_ms(pid) for role, pid in self.pids.items()}
+        machine_before = _service.machine_cpu_times()
         seconds = await self.run(workload)
+        busy = _service.busy_fraction(machine_before, _service.machine_cpu_times())
         used = {role: cpu_ms(pid) - before[role] for role, pid in self.pids.items()}
+        off_loop = {role: off_loop_cpu_ms(pid) - off_before[role] for role, pid in self.pids.items()}
         written = None
         if xid_before is not None and self.database is not None:
             await self.settled()
             xid_after = await self.database.next_xid(server_url)
             written = None if xid_after is None else xid_after - xid_before
-        self.results.setdefault(workload.name, []).append(Measured(seconds, used, written))
+        self.results.setdefault(workload.name, []).append(Measured(seconds, used, written, off_loop, busy))
         self.runs_done += workload.runs
         self.steps_done += workload.total_steps
 
@@ -377,6 +392,10 @@ def summarize(systems: list[System], workloads: list[Workload], rounds: int) -> 
                 role: _median([m.cpu_ms[role] / workload.total_steps for m in measured]) for role in system.pids
             }
             written = [m.write_xacts for m in measured if m.write_xacts is not None]
+            off_loop = {
+                role: _median([m.off_loop_ms.get(role, 0.0) / workload.total_steps for m in measured])
+                for role in system.pids
+            }
             results.append(
                 {
                     "system": system.name,
@@ -385,6 +404,8 @@ def summarize(systems: list[System], workloads: list[Workload], rounds: int) -> 
                     "steps_per_s_by_round": [workload.total_steps / m.seconds for m in measured],
                     "cpu_ms_per_step": per_step,
                     "cpu_ms_per_step_total": sum(per_step.values()),
+                    "cpu_ms_per_step_off_loop": off_loop,
+                    "machine_busy": _median([m.machine_busy for m in measured]),
                     "write_xacts_per_step": _median([w / workload.total_steps for w in written]) if written else None,
                     "write_xacts_per_run": _median([w / workload.runs for w in written]) if written else None,
                 }
@@ -570,15 +591,20 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
 
 def table(summary: dict[str, Any]) -> list[str]:
     lines = [
-        "| System | Workload | Steps/s (median) | CPU ms per step | Processes | Write transactions per step |",
-        "|---|---|---|---|---|---|",
+        "| System | Workload | Steps/s (median) | CPU ms per step | Processes | Machine busy "
+        "| Write transactions per step |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in summary["results"]:
-        roles = ", ".join(f"{role} {ms:.2f}" for role, ms in r["cpu_ms_per_step"].items())
+        off_loop = r.get("cpu_ms_per_step_off_loop", {})
+        roles = ", ".join(
+            f"{role} {ms:.2f}" + (f" ({off_loop[role]:.2f} off-loop)" if off_loop.get(role, 0.0) >= 0.05 else "")
+            for role, ms in r["cpu_ms_per_step"].items()
+        )
         written = "-" if r.get("write_xacts_per_step") is None else f"{r['write_xacts_per_step']:.2f}"
         lines.append(
             f"| {r['system']} | {r['workload']} | {r['steps_per_s']:.1f} | {r['cpu_ms_per_step_total']:.2f} | {roles} "
-            f"| {written} |"
+            f"| {100 * r.get('machine_busy', 0.0):.0f}% | {written} |"
         )
     lines += [
         "",
@@ -606,7 +632,12 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "per-round ratios (the machine is shared with other work: compare systems within this run, not across runs).",
         "CPU ms per step counts every process of a system: for the candor service the worker and the control "
         "process (which also answers the HTTP posts and runs its sweeps); for a peer, its one process. The "
-        "benchmark's own process (posting runs, polling the database) and the database server are not counted.",
+        "benchmark's own process (posting runs, polling the database) and the database server are not counted. "
+        "In brackets, the part of a process's CPU outside its main (event loop) thread: for the candor SQLite "
+        "worker, the connection threads where SQLite itself executes the statements; PostgreSQL does that work in "
+        "its own server process, which is not counted. Machine busy: the share of both CPUs busy during the "
+        "workload, whatever ran (the database server and the benchmark's own process included): near 100% the "
+        "system is bound by CPU, well below it by waits (commits, the model's sleep).",
         "Write transactions (PostgreSQL): transaction ids the server assigned from a workload's start until the "
         "system had settled it (for candor: the control process has handled the sealed runs' `checkpoint_cleanup` "
         "rows); only a transaction that writes gets one, and the systems run one at a time, so the count is the "

@@ -19,8 +19,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from .. import failpoints
 from ..core import Service
 from ..errors import StoreUnavailable
@@ -30,7 +28,7 @@ from ..protocol.children import CHILD_RESULT_DEFER_SECONDS
 from ..settings import ServiceSettings
 from ..store.children import deliver_child_result
 from ..store.cleanup import cleanup_page_locked
-from ..store.engine import write_transaction
+from ..store.engine import WriteConnection, write_transaction
 from ..store.outbox_claims import (
     ClaimedRow,
     Settlement,
@@ -127,14 +125,14 @@ class InDatabaseHandler:
     falls back to when the one transaction fails, so a failing row still gets its attempts, backoff and dead end
     (S-109)."""
 
-    work: Callable[[AsyncConnection, ClaimedRow, DeliveryContext], Awaitable[HandlerResult]]
+    work: Callable[[WriteConnection, ClaimedRow, DeliveryContext], Awaitable[HandlerResult]]
 
     async def __call__(self, row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult:
         async with write_transaction(ctx.service.engine) as conn:
             return await self.work(conn, row, ctx)
 
 
-async def _cleanup_page(conn: AsyncConnection, row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult:
+async def _cleanup_page(conn: WriteConnection, row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult:
     """§9.6: reclaim the sealed run's unreachable checkpoint data, one page per invocation (cursor `after`)."""
     run_id = row.payload.get("run_id") or row.dedupe_key
     _, after = await cleanup_page_locked(conn, run_id=run_id, after=int(row.payload.get("after", 0)))

@@ -34,6 +34,7 @@ from .dialect import (
 )
 
 __all__ = (
+    "WriteConnection",
     "create_engine",
     "after_commit",
     "nothing_to_commit",
@@ -49,6 +50,10 @@ __all__ = (
     "UNAVAILABLE_SQLSTATES",
     "UNAVAILABLE_SQLSTATE_PREFIXES",
 )
+
+WriteConnection = AsyncConnection
+"""The connection a `write_transaction` yields: what a store function working inside its caller's transaction takes
+(layers above the store name it by this alias and never import SQLAlchemy)."""
 
 DEFAULT_TIMEOUT = 5.0
 """`database.timeout` default (seconds)."""
