@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import write_transaction
@@ -55,7 +55,7 @@ async def cleanup_page_locked(
     """`cleanup_checkpoint_page` inside the caller's write transaction."""
     c, m = checkpoints.c, checkpoint_messages.c
     touched = 0
-    last_seq = (await conn.execute(select(func.max(c.seq)).where(c.run_id == run_id))).scalar()
+    last_seq = select(func.max(c.seq)).where(c.run_id == run_id).scalar_subquery()
     rows = (
         (
             await conn.execute(
@@ -71,15 +71,12 @@ async def cleanup_page_locked(
     if not rows:
         return 0, None
     ids = [row["id"] for row in rows]
-    protected = set((await conn.execute(select(runs.c.checkpoint_id).where(runs.c.checkpoint_id.in_(ids)))).scalars())
-    protected |= set(
-        (await conn.execute(select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)))).scalars()
+    pointing = union_all(
+        select(runs.c.checkpoint_id.label("id")).where(runs.c.checkpoint_id.in_(ids)),
+        select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)),
+        select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids)),
     )
-    protected |= set(
-        (
-            await conn.execute(select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids)))
-        ).scalars()
-    )
+    protected = set((await conn.execute(pointing)).scalars())
     cleared = [row for row in rows if row["id"] not in protected]  # never the run's last one (excluded above)
     if not cleared:
         return touched, _next_page(rows, limit)

@@ -94,7 +94,7 @@ async def claim_rows_locked(
     """`claim_rows` inside the caller's write transaction (rows locked until it ends)."""
     o = outbox.c
     claimed: list[ClaimedRow] = []
-    now = float((await conn.execute(select(db_now()))).scalar_one())
+    now = db_now()  # in the statements themselves: no round trip of its own to read the clock
     rows = (
         (
             await conn.execute(
