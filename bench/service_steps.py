@@ -58,7 +58,7 @@ QUICK_ARGS = [
     "--rounds",
     "2",
     "--sequential-steps",
-    "2",
+    "1,2",
     "--concurrent",
     "2x2",
     "--systems",

@@ -65,7 +65,8 @@ def test_outbox_throughput_delivers_every_row_once(tmp_path: Path, postgres_serv
 @pytest.mark.slow
 def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgres_server: str) -> None:
     """Issue 12: the service (control + worker processes) on both databases and the in-process systems run the same
-    workloads in one run; CPU per step of every process, commits, bytes and created -> claim are reported."""
+    workloads in one run; CPU per step of every process, write transactions (per step, per added step, per run),
+    commits, bytes and created -> claim are reported."""
     systems = "pydantic-ai,harness,candor-service+sqlite,candor-service+postgresql"
     stdout, data = run_service_bench("service_steps", tmp_path)
     by_system = {(r["system"], r["workload"]): r for r in data["results"]}
@@ -75,7 +76,11 @@ def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgr
     assert by_system[("pydantic-ai", "2 concurrent x 2 steps, 20 ms model")]["steps_per_s"] > 0
     stats = {s["system"]: s for s in data["systems"]}
     assert stats["candor-service+postgresql"]["commits_per_step"] > 0
-    assert stats["candor-service+sqlite"]["claims"] == 2 and stats["candor-service+sqlite"]["bytes_per_run"] > 0
+    assert service["write_xacts_per_step"] > 0 and set(service["cpu_ms_per_step_off_loop"]) == {"control", "worker"}
+    # The slope between the 1- and the 2-step runs: two boundary commits, give or take a lease renewal.
+    assert 1.5 <= stats["candor-service+postgresql"]["write_xacts_per_added_step"] <= 3.0
+    assert stats["candor-service+sqlite"]["write_xacts_per_added_step"] is None  # no transaction ids on SQLite
+    assert stats["candor-service+sqlite"]["claims"] == 4 and stats["candor-service+sqlite"]["bytes_per_run"] > 0
     assert any("created -> first claim" in v["target"] for v in data["verdicts"])
     assert "service_steps:" in stdout
 
