@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select, update
+from sqlalchemy import event, func, insert, select, update
 from sqlalchemy.engine.default import CacheStats
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -22,9 +22,17 @@ from candor.service.store.dialect import db_now
 from candor.service.store.engine import read_transaction, write_transaction
 from candor.service.store.runs import claim_runs, lock_attempt, start_attempt
 from candor.service.store.seals import commit_checkpoint
-from candor.service.store.tables import checkpoint_messages, checkpoints, run_attempts, runs, usage_records
+from candor.service.store.tables import (
+    checkpoint_messages,
+    checkpoints,
+    inbox_entries,
+    run_attempts,
+    runs,
+    threads,
+    usage_records,
+)
 
-from .rows import add_run, add_thread, add_workspace
+from .rows import add_run, add_thread, add_workspace, new_id
 from .test_checkpoints import prompt, step
 from waiting import wait_until
 
@@ -102,11 +110,21 @@ def driver_statements(engine: AsyncEngine) -> Iterator[list[str]]:
         event.remove(engine.sync_engine.pool, "checkin", checkin)
 
 
-async def _leased_run(db: Any) -> Lease:
+async def _leased_run(db: Any, *, source_entry: bool = False) -> Lease:
     async with write_transaction(db.engine) as conn:
         workspace_id = await add_workspace(conn)
         thread_id = await add_thread(conn, workspace_id)
-        await add_run(conn, workspace_id, thread_id)
+        run_id = await add_run(conn, workspace_id, thread_id)
+        if source_entry:  # the message that started the run, assigned to it (§8.5)
+            entry_id = new_id("ent")
+            await conn.execute(
+                insert(inbox_entries).values(
+                    id=entry_id, workspace_id=workspace_id, thread_id=thread_id, kind="message", delivery="next_run",
+                    position=1, payload={"content": []}, size=2, status="assigned", assigned_run_id=run_id,
+                    created_at=db_now(),
+                )
+            )  # fmt: skip
+            await conn.execute(update(runs).where(runs.c.id == run_id).values(source_entry_id=entry_id))
     [claimed] = await claim_runs(
         db.engine, worker_id="w1", agents={"demo"}, limit=1, lease_seconds=30.0, randbytes=secrets.token_bytes
     )
@@ -212,6 +230,39 @@ async def test_the_fence_reads_the_clock_after_waiting_for_its_locks(db: Any) ->
     async with read_transaction(db.engine) as conn:
         assert (await conn.execute(select(runs.c.checkpoint_seq).where(runs.c.id == lease.run_id))).scalar_one() == 0
         assert (await conn.execute(select(func.count()).select_from(checkpoints))).scalar_one() == 0
+
+
+FIRST_COMMIT_STATEMENTS = {"postgresql": 1, "sqlite": 8}
+"""A run's first commit also consumes its source entry and then increments the thread's version: on PostgreSQL two
+more CTEs of the same statement, on SQLite two more statements."""
+
+
+async def test_a_runs_first_commit_consumes_its_source_entry_in_the_same_statement(db: Any) -> None:
+    """§7.8 step 4, S-76, S-75, S-37: the first commit of a run takes the one-statement path too: the source entry
+    becomes `consumed` at seq 1 and the thread's version goes up by one, in the checkpoint's own transaction."""
+    lease = await _leased_run(db, source_entry=True)
+    async with read_transaction(db.engine) as conn:
+        version = select(threads.c.version).where(threads.c.id == lease.thread_id)
+        before = (await conn.execute(version)).scalar_one()
+    with driver_statements(db.engine) as sent:
+        first = await commit_checkpoint(
+            db.engine,
+            lease,
+            expected_seq=0,
+            base_id=None,
+            base_encoded=(),
+            new_encoded=encode_history([prompt("go")]),
+            envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
+            source_entry_consumed=True,
+            usage={"requests": 1},
+        )
+    assert len(sent) == FIRST_COMMIT_STATEMENTS[db.kind], "\n".join(statement[:50] for statement in sent)
+    assert first.seq == 1
+    async with read_transaction(db.engine) as conn:
+        entry = select(inbox_entries.c.status, inbox_entries.c.incorporated_checkpoint_seq, inbox_entries.c.finished_at)
+        status, seq, finished_at = (await conn.execute(entry.where(inbox_entries.c.thread_id == lease.thread_id))).one()
+        assert (status, seq) == ("consumed", 1) and finished_at is not None
+        assert (await conn.execute(version)).scalar_one() == before + 1
 
 
 async def test_a_long_first_commit_is_written_in_bounded_statements(db: Any) -> None:

@@ -17,8 +17,9 @@ prepared:
 
 When nothing was written, `runs.fenced_from_row` over the returned row (the check every other fenced write makes)
 names the `LeaseLost` reason; a pending steer entry returns None and the caller commits through the general path,
-which assigns it (§7.8 step 6). It handles the usual boundary only: no seal, no inbox entry to consume
-(`seals.commit_checkpoint` decides that up front). One difference from a multi-statement transaction: the
+which assigns it (§7.8 step 6). It handles the usual boundary and a run's first one, which consumes the run's
+source entry; not a seal, and not a commit that incorporates steer entries (`seals.commit_checkpoint` decides that
+up front). One difference from a multi-statement transaction: the
 statement's snapshot is taken before it waits for its locks, so a steer entry committed while this commit waited
 for the thread lock is assigned by the attempt's next commit rather than this one (entries are assigned at "one of
 its next commits", S-66; the final commit always takes the general path). Driver errors that mean "unavailable"
@@ -111,6 +112,15 @@ WITH fence AS MATERIALIZED (
     UPDATE runs SET checkpoint_id = $4::varchar, checkpoint_seq = $5::integer
     WHERE id = {{run}} AND EXISTS (SELECT 1 FROM gate)
     RETURNING id
+), consumed AS (
+    UPDATE inbox_entries SET status = 'consumed', incorporated_checkpoint_seq = $5::integer, finished_at = {_NOW}
+    WHERE $23::boolean AND id = (SELECT source_entry_id FROM checked) AND assigned_run_id = {{run}}
+      AND status = 'assigned' AND EXISTS (SELECT 1 FROM gate)
+    RETURNING id
+), bumped AS (
+    UPDATE threads SET version = version + 1, updated_at = {_NOW}
+    WHERE id = {{thread}} AND EXISTS (SELECT 1 FROM consumed)
+    RETURNING id
 )
 SELECT checked.*, EXISTS (SELECT 1 FROM gate) AS written, EXISTS (
     SELECT 1 FROM inbox_entries e WHERE e.thread_id = {{thread}} AND e.status = 'pending' AND e.delivery = 'steer'
@@ -126,10 +136,12 @@ the same of the expected one, so the comparison's timing says nothing about the 
 `gate`: without its row nothing is written. Other parameters: 4 checkpoint id, 5 seq, 6 attempt number, 7 base
 id, 8 kept, 9 count, 10 envelope, 11 envelope digest, 12–14 the new message rows (index, body, digest), 15 usage
 JSON (null: no usage record), 16–18 the stream entries (sequence, type, JSON payload without `prev`), 19 the
-expected `checkpoint_seq`, 20 worker id, 21 nonce, 22 blinded hash. The stream ids come from the table's
-sequence in increasing order, matched to the entries in order, each `prev` the id before it and the first one's
-the thread's last entry, as `streams.insert_stream_entries` makes them (no other writer can add entries to the
-thread while this attempt's lease holds: every stream write is fenced)."""
+expected `checkpoint_seq`, 20 worker id, 21 nonce, 22 blinded hash, 23 whether this commit consumes the run's
+source entry (a run's first commit, §7.8 step 4: `consumed` marks it consumed at this seq and `bumped` then
+increments the thread's version, S-75, as `seals.consume_entries` and `bump_thread_version` do). The stream ids
+come from the table's sequence in increasing order, matched to the entries in order, each `prev` the id before it
+and the first one's the thread's last entry, as `streams.insert_stream_entries` makes them (no other writer can add
+entries to the thread while this attempt's lease holds: every stream write is fenced)."""
 
 
 @cache
@@ -165,8 +177,9 @@ async def commit_step(
     envelope: EncodedEnvelope,
     usage: Mapping[str, Any] | None,
     stream_entries: Sequence[NewStreamEntry],
+    consume_source: bool = False,
 ) -> StepCommit | None:
-    """§7.8 steps 1–3, 5, 7 in one statement (its own transaction); raises `LeaseLost` when the fence or the
+    """§7.8 steps 1–5, 7 in one statement (its own transaction); raises `LeaseLost` when the fence or the
     compare-and-swap fails; None (nothing written) when a steer entry is pending and the thread is not archived:
     step 6 is the general path's."""
     if base_id is None and base_encoded:
@@ -191,7 +204,7 @@ async def commit_step(
                     list(range(kept, len(new_encoded))), [m.body for m in fresh], [m.digest for m in fresh],
                     json.dumps(dict(usage)) if usage else None,
                     entries.sequences, entries.types, entries.rests,
-                    expected_seq, lease.worker_id, nonce, blinded,
+                    expected_seq, lease.worker_id, nonce, blinded, consume_source,
                 )  # fmt: skip
             except (asyncpg.PostgresError, asyncpg.InterfaceError) as error:
                 if _unavailable(error):

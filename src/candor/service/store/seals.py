@@ -338,14 +338,15 @@ async def commit_checkpoint(
     entries = list(stream_entries)
     if boundary_sequence is not None:
         entries.append(NewStreamEntry(type="boundary", sequence=boundary_sequence, checkpoint_seq=expected_seq + 1))
-    if seal is None and not incorporated_keys and not source_entry_consumed:
-        # The usual step boundary: on PostgreSQL one statement on asyncpg directly (pg_commits.py), on SQLite one
-        # call to the connection's thread (sqlite_commits.py); None when a steer entry is pending, which only the
-        # path below assigns.
+    if seal is None and not incorporated_keys:
+        # A step boundary (a run's first one included, which consumes its source entry): on PostgreSQL one
+        # statement on asyncpg directly (pg_commits.py), on SQLite one call to the connection's thread
+        # (sqlite_commits.py); None when a steer entry is pending, which only the path below assigns.
         commit_step_on_driver = commit_step if commits_on_driver(engine) else commit_step_sqlite
         step = await commit_step_on_driver(
             engine, lease, expected_seq=expected_seq, base_id=base_id, base_encoded=base_encoded,
             new_encoded=new_encoded, envelope=envelope, usage=usage, stream_entries=entries,
+            consume_source=source_entry_consumed,
         )  # fmt: skip
         if step is not None:
             written = step.written

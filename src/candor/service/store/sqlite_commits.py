@@ -13,9 +13,10 @@ connection, with the same statements and the same order as `seals.commit_checkpo
   chained in commit order, ids from `AUTOINCREMENT`, as `streams.insert_stream_entries` makes them);
 * `COMMIT`, or `ROLLBACK` on any exception, so nothing of a failed commit is visible (S-37).
 
-Like `pg_commits.py` it handles the usual boundary only (no seal, no inbox entry to consume); a pending steer
-entry rolls it back and returns None for the general path to assign it (step 6). A busy or locked database
-becomes `StoreUnavailable`, as through SQLAlchemy.
+Like `pg_commits.py` it handles the usual boundary and a run's first one (which consumes the run's source entry
+and then increments the thread's version), not a seal nor steer entries; a pending steer entry rolls it back and
+returns None for the general path to assign it (step 6). A busy or locked database becomes `StoreUnavailable`, as
+through SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ _STEER_PENDING = (
     "SELECT EXISTS (SELECT 1 FROM inbox_entries WHERE thread_id = ? AND status = 'pending' AND delivery = 'steer')"
 )
 _LAST_STREAM_ID = "SELECT max(id) FROM stream_entries WHERE thread_id = ?"
+_CONSUME_SOURCE = (
+    "UPDATE inbox_entries SET status = 'consumed', incorporated_checkpoint_seq = ?, finished_at = ? "
+    "WHERE id = ? AND assigned_run_id = ? AND status = 'assigned'"
+)
+_BUMP_THREAD = "UPDATE threads SET version = version + 1, updated_at = ? WHERE id = ?"
 _INSERT_STREAM = (
     "INSERT INTO stream_entries (workspace_id, thread_id, run_id, attempt, sequence, type, payload, created_at) "
     f"VALUES (?, ?, ?, ?, ?, ?, ?, {_NOW})"
@@ -85,8 +91,9 @@ async def commit_step_sqlite(
     envelope: EncodedEnvelope,
     usage: Mapping[str, Any] | None,
     stream_entries: Sequence[NewStreamEntry],
+    consume_source: bool = False,
 ) -> StepCommit | None:
-    """§7.8 steps 1–3, 5, 7 in one fenced transaction, run in the connection's thread; raises `LeaseLost` when the
+    """§7.8 steps 1–5, 7 in one fenced transaction, run in the connection's thread; raises `LeaseLost` when the
     fence or the compare-and-swap fails; None (nothing written) when a steer entry is pending and the thread is
     not archived."""
     if base_id is None and base_encoded:
@@ -95,7 +102,7 @@ async def commit_step_sqlite(
     step = _Step(
         lease=lease, expected_seq=expected_seq, checkpoint_id=new_checkpoint_id(), base_id=base_id, kept=kept,
         new_encoded=new_encoded, envelope=envelope, usage=usage, stream_entries=stream_entries,
-        fence=_fence_sql(engine.dialect),
+        fence=_fence_sql(engine.dialect), consume_source=consume_source,
     )  # fmt: skip
     with translate_errors():
         async with engine.connect() as sa_conn:
@@ -125,11 +132,12 @@ class _Step:
     def __init__(
         self, *, lease: Lease, expected_seq: int, checkpoint_id: str, base_id: str | None, kept: int,
         new_encoded: Sequence[EncodedMessage], envelope: EncodedEnvelope, usage: Mapping[str, Any] | None,
-        stream_entries: Sequence[NewStreamEntry], fence: tuple[str, tuple[str, ...]],
+        stream_entries: Sequence[NewStreamEntry], fence: tuple[str, tuple[str, ...]], consume_source: bool,
     ) -> None:  # fmt: skip
         self.lease, self.expected_seq, self.checkpoint_id = lease, expected_seq, checkpoint_id
         self.base_id, self.kept, self.new_encoded, self.envelope = base_id, kept, new_encoded, envelope
         self.usage, self.stream_entries, self.fence = usage, stream_entries, fence
+        self.consume_source = consume_source
 
     def run(self, db: sqlite3.Connection) -> bool:
         """The transaction; True when it committed, False when it rolled back for a pending steer entry."""
@@ -172,6 +180,10 @@ class _Step:
         db.execute(_MOVE_POINTER, (self.checkpoint_id, seq, lease.run_id))
         if not fenced.thread_archived and db.execute(_STEER_PENDING, (lease.thread_id,)).fetchone()[0]:
             return False
+        source = fenced.run["source_entry_id"] if self.consume_source else None
+        # A run's first commit: §7.8 step 4, and S-75 when an entry changed.
+        if source is not None and db.execute(_CONSUME_SOURCE, (seq, fenced.now, source, lease.run_id)).rowcount:
+            db.execute(_BUMP_THREAD, (fenced.now, lease.thread_id))
         if self.stream_entries:
             prev = db.execute(_LAST_STREAM_ID, (lease.thread_id,)).fetchone()[0]
             for entry in self.stream_entries:
