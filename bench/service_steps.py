@@ -79,7 +79,8 @@ SYSTEMS = (
 BASELINE_SYSTEMS = ("candor-baseline+postgresql", "candor-baseline+sqlite")
 MODEL_SECONDS_CONCURRENT = 0.02
 WRITE_SLOPE_TOLERANCE = 0.05
-"""A lease renewal (one write every `lease_seconds / 3` of a live attempt) can land in either run of the slope."""
+"""Lease renewals (one write per `worker.authority_seconds`, 1 s, of a live attempt) land in the longer run of the
+slope: an 80-step run lasts a second or two."""
 
 
 def cpu_ms(pid: int, tid: int | None = None) -> float:

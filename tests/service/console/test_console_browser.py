@@ -140,6 +140,9 @@ def test_console_lists_answers_and_shows_rejections(chromium: str, server: Any, 
     card = page.locator(f'.run[data-run-id="{second.run.id}"]')
     card.wait_for(timeout=30_000)
     card.locator('.item[data-call-id="call_refund_a1"] input[value=approve]').check()
+    # Same call ids as the first run, whose answered card is still shown: each card keeps its own choices.
+    first_choice = page.locator(f'.run[data-run-id="{run.id}"] .item[data-call-id="call_refund_a1"] input[value=edit]')
+    assert first_choice.is_checked()
     card.locator('.item[data-call-id="call_delete_log"] input[value=approve]').check()
     question = card.locator('.item[data-call-id="call_currency"]')
     question.locator("input[value=fail]").check()

@@ -191,7 +191,7 @@ function pendingItems(run) {
   return [...pending.approvals, ...pending.calls];
 }
 
-function renderItem(item) {
+function renderItem(item, runId) {
   const id = item.tool_call_id;
   const node = el("div", { class: "item", "data-call-id": id, "data-kind": item.kind });
   const kind = el("span", { class: "kind " + item.kind, text: item.kind });
@@ -201,7 +201,9 @@ function renderItem(item) {
   if (item.metadata && Object.keys(item.metadata).length) {
     node.append(el("p", { class: "caption", text: "metadata" }), el("pre", { class: "metadata", text: pretty(item.metadata) }));
   }
-  const name = "choice-" + id;
+  // One radio group per item of this card: call ids repeat across runs (deterministic ids, a second run of the same
+  // script), and a shared name would make answering one card clear the other's choice.
+  const name = "choice-" + runId + "-" + id;
   const choice = (value, label, checked) => {
     const input = el("input", { type: "radio", name, value });
     input.checked = checked;
@@ -327,7 +329,7 @@ function renderRun(run) {
     document.createTextNode(" · thread "), el("code", { text: run.thread_id }),
     document.createTextNode(since ? " · waiting since " + since : ""),
     document.createTextNode(" · "), el("span", { class: "last-event", text: "" })));
-  for (const item of pendingItems(run)) card.append(renderItem(item));
+  for (const item of pendingItems(run)) card.append(renderItem(item, run.id));
   const note = el("input", { type: "text", class: "note", placeholder: "Optional message to the agent",
     "aria-label": "Optional message to the agent" });
   const submit = el("button", { type: "button", class: "submit primary", text: "Submit answers" });
