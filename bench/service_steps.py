@@ -138,6 +138,32 @@ class Database:
         finally:
             await conn.close()
 
+    async def quiet_housekeeping(self) -> list[str]:
+        """Autovacuum off on every table of this scratch database, then one `ANALYZE`: an autoanalyze takes a
+        transaction id, and one landing in a workload's window would count as that system's write transactions.
+        The same for every system, once its tables exist (after its warm-up). Returns the tables it could not
+        alter (a lock it waited for more than 5 s)."""
+        if self.name is None:
+            return []
+        conn = await asyncpg.connect(_store.dsn(self.url))
+        skipped: list[str] = []
+        try:
+            await conn.execute("SET lock_timeout = '5s'")
+            tables = await conn.fetch(
+                "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) AS name FROM pg_tables "
+                "WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+            )
+            for table in tables:
+                try:
+                    options = "autovacuum_enabled = false, toast.autovacuum_enabled = false"
+                    await conn.execute(f"ALTER TABLE {table['name']} SET ({options})")
+                except asyncpg.LockNotAvailableError:
+                    skipped.append(table["name"])
+            await conn.execute("ANALYZE")
+        finally:
+            await conn.close()
+        return skipped
+
     async def commits(self, server_url: str) -> int | None:
         if self.name is None:
             return None
@@ -563,6 +589,8 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
             # Warm-up (imports, compiled statements, first connections), not measured.
             await system.run(Workload("warm-up", min(5, args.sequential_steps[0]), 2, 1, 0.0))
             await system.settled()
+            if database is not None and (busy := await database.quiet_housekeeping()):
+                console_lines.append(f"  {name}: autovacuum left on for {', '.join(busy)} (a lock was held)")
             system.claim_ms.clear()
             if database is not None:
                 system.commits_before = await database.commits(args.postgres_url)
@@ -642,7 +670,9 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "Write transactions (PostgreSQL): transaction ids the server assigned from a workload's start until the "
         "system had settled it (for candor: the control process has handled the sealed runs' `checkpoint_cleanup` "
         "rows); only a transaction that writes gets one, and the systems run one at a time, so the count is the "
-        "system's own. Per added step: the slope between the shortest and the longest sequential run (what one more "
+        "system's own (autovacuum is off on every system's scratch tables after its warm-up, which ends with one "
+        "`ANALYZE`: an autoanalyze takes a transaction id too). Per added step: the slope between the shortest and "
+        "the longest sequential run (what one more "
         "step of a run costs); per run: what a run costs whatever its length (for candor the acceptance, claim, "
         "attempt start, seal and cleanup). SQLite has no such counter; the worker tests count the write "
         "transactions per step there (`tests/service/worker/test_stream_writes.py`).",

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from candor.service.outbox import delivery
 from candor.service.outbox.delivery import HandlerResult, InDatabaseHandler, deliver_outbox
+from candor.service.store.dialect import db_now
 from candor.service.store.outbox import enqueue_once
-from candor.service.store.tables import checkpoints
+from candor.service.store.tables import checkpoints, outbox
 from candor.service.worker import WorkerLoop
 
 from . import support
@@ -81,6 +82,9 @@ async def test_a_failing_row_rolls_back_its_batch_and_is_retried_on_its_own(db, 
 
     service = support.make_service(db.url, db.engine, clock=clock)
     await _stage_cleanups(db, tenant, ["run_good", "run_bad"])
+    async with db.engine.begin() as conn:  # claimed oldest first: the good row, then the bad one
+        for key, age in (("run_good", 2), ("run_bad", 1)):
+            await conn.execute(update(outbox).where(outbox.c.dedupe_key == key).values(available_at=db_now() - age))
 
     settled = await deliver_outbox(service, handlers={"checkpoint_cleanup": InDatabaseHandler(work)})
 
