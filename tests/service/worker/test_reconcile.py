@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
 
 from candor.service.control.sweeps import expire_leases
 from candor.service.http import create_app
@@ -58,9 +59,20 @@ async def test_recovery_reconciles_reruns_and_reports_each_call(db, tenant, cont
     assert list(control.payments.values()) == ["ch_1"]  # charged before the crash; the refund never happened
     charge_key = next(iter(control.payments))
 
-    async with db.engine.begin() as conn:  # the lease runs out (moving an expiry earlier is allowed, S-9)
-        await conn.execute(update(run_attempts).where(run_attempts.c.run_id == ref.run_id)
-                           .values(lease_expires_at=db_now() - 1))  # fmt: skip
+    async def lease_run_out() -> bool:  # moving an expiry earlier is allowed (S-9)
+        # The "dead" worker lives in this process: a transaction its aiosqlite thread had begun may still be
+        # finishing (a real crash takes the process and its lock with it). Wait for SQLite's writer lock.
+        try:
+            async with db.engine.begin() as conn:
+                await conn.execute(update(run_attempts).where(run_attempts.c.run_id == ref.run_id)
+                                   .values(lease_expires_at=db_now() - 1))  # fmt: skip
+        except OperationalError as error:
+            if "locked" not in str(error):
+                raise
+            return False
+        return True
+
+    await support.wait_for(lease_run_out, timeout=30, interval=0.2)
 
     async def expired() -> bool:
         return await expire_leases(service) == 1
