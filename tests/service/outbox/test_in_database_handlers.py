@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from candor.service.outbox import delivery
 from candor.service.outbox.delivery import HandlerResult, InDatabaseHandler, deliver_outbox
@@ -99,9 +99,12 @@ async def test_a_failing_row_rolls_back_its_batch_and_is_retried_on_its_own(db, 
 
 
 async def test_an_in_database_handler_called_alone_runs_in_its_own_transaction(db, tenant, clock) -> None:
-    """§9.2: the fallback form (`handler(row, ctx)`) commits its work in a transaction of its own."""
+    """§9.2, §9.6: the fallback form (`handler(row, ctx)`) commits its work in exactly one transaction of its own,
+    apart from the claim and the settle."""
     service = support.make_service(db.url, db.engine, clock=clock)
-    await _stage_cleanups(db, tenant, ["run_x"])
+    async with db.engine.begin() as conn:
+        ref = await add_thread_run(conn, tenant, script="tools")
+    await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
     (row,) = await delivery.claim_rows(db.engine, kind="checkpoint_cleanup", limit=1, lease_seconds=30, max_attempts=3)
     ctx = delivery.DeliveryContext(service=service, client=delivery.webhook_client(connections=1))
     try:
@@ -110,4 +113,8 @@ async def test_an_in_database_handler_called_alone_runs_in_its_own_transaction(d
     finally:
         await ctx.client.aclose()
     assert result.outcome == "delivered"
-    assert transactions == []  # a run without checkpoints: nothing written, and the empty transaction committed nothing
+    assert len(transactions) == 1 and any("UPDATE CHECKPOINTS" in statement for statement in transactions[0])
+    assert not any("OUTBOX" in statement for statement in transactions[0])  # the claim and settle are not in it
+    async with db.engine.connect() as conn:
+        envelopes = select(func.count()).where(checkpoints.c.run_id == ref.run_id, checkpoints.c.envelope.is_not(None))
+        assert (await conn.execute(envelopes)).scalar_one() == 1  # only the run's last checkpoint keeps its envelope
