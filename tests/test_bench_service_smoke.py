@@ -77,10 +77,13 @@ def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgr
     stats = {s["system"]: s for s in data["systems"]}
     assert stats["candor-service+postgresql"]["commits_per_step"] > 0
     assert service["write_xacts_per_step"] > 0 and set(service["cpu_ms_per_step_off_loop"]) == {"control", "worker"}
-    # The slope between the 1- and the 2-step runs: two boundary commits, plus or minus a lease renewal (one write
-    # per `worker.authority_seconds` of a live attempt) on a loaded machine; the exact count per step is checked by
-    # tests/service/worker/test_stream_writes.py. Here: that the counter is wired.
-    assert 0 < stats["candor-service+postgresql"]["write_xacts_per_added_step"] <= 8.0
+    # Transaction ids are cluster-wide: under pytest-xdist other tests write to the same server inside the bench's
+    # windows, so the slope between the 1- and the 2-step runs can come out at any sign here (it did: -4.0). On a
+    # quiet server (`make bench`) it is what one more step costs; the exact count per step is checked by
+    # tests/service/worker/test_stream_writes.py. Here: that the slope and intercept are computed from the counter.
+    cost = stats["candor-service+postgresql"]
+    assert isinstance(cost["write_xacts_per_added_step"], float)
+    assert isinstance(cost["write_xacts_per_run_fixed"], float)
     assert stats["candor-service+sqlite"]["write_xacts_per_added_step"] is None  # no transaction ids on SQLite
     assert stats["candor-service+sqlite"]["claims"] == 4 and stats["candor-service+sqlite"]["bytes_per_run"] > 0
     assert any("created -> first claim" in v["target"] for v in data["verdicts"])
