@@ -90,6 +90,27 @@ def cpu_ms(pid: int, tid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
+def postgres_server_cpu_ms() -> float:
+    """User + system CPU time of the local PostgreSQL server so far, in ms: every live `postgres` process plus what
+    the postmaster has reaped from exited ones (a backend's CPU moves there when its connection closes), so the
+    difference over a window counts the server's work in it, whichever backend did it. 0 when no server process is
+    visible (a remote server)."""
+    total = 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # exited meanwhile
+            continue
+        if text[text.index("(") + 1 : text.rindex(")")] != "postgres":
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+        if fields[1] == "1" or Path(f"/proc/{fields[1]}/comm").read_text().strip() != "postgres":
+            total += int(fields[13]) + int(fields[14])  # the postmaster: its reaped children
+    return total * 1000 / ticks
+
+
 def off_loop_cpu_ms(pid: int) -> float:
     """CPU time of process `pid` outside its main thread (the event loop's), in ms: on SQLite the connection
     threads, where the database itself does its work (PostgreSQL does it in its own server process)."""
@@ -197,6 +218,8 @@ class Measured:
     """Of `cpu_ms`, what ran outside each process's main thread."""
     machine_busy: float = 0.0
     """The share of all CPUs of the machine that was busy during the workload (every process, the database too)."""
+    server_ms: float | None = None
+    """CPU of the PostgreSQL server during the workload (None on SQLite, whose work is in the system's process)."""
 
 
 @dataclass
@@ -224,8 +247,10 @@ class System:
         before = {role: cpu_ms(pid) for role, pid in self.pids.items()}
         off_before = {role: off_loop_cpu_ms(pid) for role, pid in self.pids.items()}
         machine_before = _service.machine_cpu_times()
+        server_before = postgres_server_cpu_ms()
         seconds = await self.run(workload)
         busy = _service.busy_fraction(machine_before, _service.machine_cpu_times())
+        server = postgres_server_cpu_ms() - server_before if xid_before is not None else None
         used = {role: cpu_ms(pid) - before[role] for role, pid in self.pids.items()}
         off_loop = {role: off_loop_cpu_ms(pid) - off_before[role] for role, pid in self.pids.items()}
         written = None
@@ -233,7 +258,7 @@ class System:
             await self.settled()
             xid_after = await self.database.next_xid(server_url)
             written = None if xid_after is None else xid_after - xid_before
-        self.results.setdefault(workload.name, []).append(Measured(seconds, used, written, off_loop, busy))
+        self.results.setdefault(workload.name, []).append(Measured(seconds, used, written, off_loop, busy, server))
         self.runs_done += workload.runs
         self.steps_done += workload.total_steps
 
@@ -433,6 +458,11 @@ def summarize(systems: list[System], workloads: list[Workload], rounds: int) -> 
                     "cpu_ms_per_step_total": sum(per_step.values()),
                     "cpu_ms_per_step_off_loop": off_loop,
                     "machine_busy": _median([m.machine_busy for m in measured]),
+                    "server_cpu_ms_per_step": (
+                        _median([m.server_ms / workload.total_steps for m in measured if m.server_ms is not None])
+                        if any(m.server_ms is not None for m in measured)
+                        else None
+                    ),
                     "write_xacts_per_step": _median([w / workload.total_steps for w in written]) if written else None,
                     "write_xacts_per_run": _median([w / workload.runs for w in written]) if written else None,
                 }
@@ -620,9 +650,9 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
 
 def table(summary: dict[str, Any]) -> list[str]:
     lines = [
-        "| System | Workload | Steps/s (median) | CPU ms per step | Processes | Machine busy "
-        "| Write transactions per step |",
-        "|---|---|---|---|---|---|---|",
+        "| System | Workload | Steps/s (median) | CPU ms per step | Processes | PostgreSQL server CPU ms per step "
+        "| Machine busy | Write transactions per step |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["results"]:
         off_loop = r.get("cpu_ms_per_step_off_loop", {})
@@ -631,9 +661,10 @@ def table(summary: dict[str, Any]) -> list[str]:
             for role, ms in r["cpu_ms_per_step"].items()
         )
         written = "-" if r.get("write_xacts_per_step") is None else f"{r['write_xacts_per_step']:.2f}"
+        server = "-" if r.get("server_cpu_ms_per_step") is None else f"{r['server_cpu_ms_per_step']:.2f}"
         lines.append(
             f"| {r['system']} | {r['workload']} | {r['steps_per_s']:.1f} | {r['cpu_ms_per_step_total']:.2f} | {roles} "
-            f"| {100 * r.get('machine_busy', 0.0):.0f}% | {written} |"
+            f"| {server} | {100 * r.get('machine_busy', 0.0):.0f}% | {written} |"
         )
     lines += [
         "",

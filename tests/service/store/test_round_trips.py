@@ -18,8 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from candor.service.errors import LeaseLost
 from candor.service.protocol.fencing import Lease
 from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history, load_state
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import read_transaction, write_transaction
+from candor.service.store.dialect import allocate_stream_ids, db_now
+from candor.service.store.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.pg_commits import step_statement
 from candor.service.store.runs import claim_runs, lock_attempt, start_attempt
 from candor.service.store.seals import commit_checkpoint
 from candor.service.store.tables import (
@@ -192,6 +193,62 @@ async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: i
         assert sorted(tuple(row) for row in recorded) == [(seq, {"requests": 1}, lease.attempt_id) for seq in (1, 2, 3)]
         assert (await load_state(conn, second.checkpoint_id)).encoded == grown
         assert (await load_state(conn, third.checkpoint_id)).encoded == further
+
+
+@pytest.mark.parametrize("db_kind", [pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def test_postgresql_plans_the_step_statement_once_per_connection(db: Any) -> None:
+    """S-37: the step commit's statement is prepared per connection and, after PostgreSQL's five trial custom plans,
+    runs on its generic plan. Its generic plan must not look dearer than a custom one: when a set-returning function
+    over a parameter made it so (`generate_series(1, cardinality($16))`, estimated at 1,000 rows), PostgreSQL planned
+    the statement afresh at every commit, about 1 ms of server CPU each, twice per durable step (issue 12)."""
+    engine = create_engine(db.url, pool_size=1, max_overflow=0)  # every commit on the same connection
+    try:
+        lease = await _leased_run(db)
+        envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
+        history = [prompt("go")]
+        previous = await commit_checkpoint(
+            engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encode_history(history),
+            envelope=envelope, source_entry_consumed=True,
+        )  # fmt: skip
+        for number in range(1, 9):
+            grown = [*history, *step(number)]
+            previous = await commit_checkpoint(
+                engine, lease, expected_seq=number, base_id=previous.checkpoint_id,
+                base_encoded=encode_history(history), new_encoded=encode_history(grown), envelope=envelope,
+                usage={"requests": 1},
+            )  # fmt: skip
+            history = grown
+        plans = await _plans(engine, step_statement(engine.dialect))
+    finally:
+        await engine.dispose()
+    assert plans == {"custom_plans": 5, "generic_plans": 4}
+
+
+@pytest.mark.parametrize("db_kind", [pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def test_postgresql_plans_the_stream_id_allocation_once_per_connection(db: Any) -> None:
+    """S-37: the general commit path's stream id allocation (every seal, every commit that incorporates steer
+    entries) goes generic after five custom plans too; over `generate_series(1, :count)` it never did."""
+    engine = create_engine(db.url, pool_size=1, max_overflow=0)
+    try:
+        lease = await _leased_run(db)
+        for count in range(1, 10):
+            async with write_transaction(engine) as conn:
+                last, ids = await allocate_stream_ids(conn, lease.thread_id, count)
+                assert last is None and len(ids) == count and ids == sorted(ids)
+        plans = await _plans(engine, "SELECT nextval(pg_get_serial_sequence(%")
+    finally:
+        await engine.dispose()
+    assert plans == {"custom_plans": 5, "generic_plans": 4}
+
+
+async def _plans(engine: AsyncEngine, statement: str) -> dict[str, int] | None:
+    """How often PostgreSQL planned the prepared `statement` (a LIKE pattern) on `engine`'s one connection."""
+    async with engine.connect() as conn:
+        driver = (await conn.get_raw_connection()).driver_connection
+        row = await driver.fetchrow(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE $1", statement
+        )
+    return None if row is None else dict(row)
 
 
 async def test_the_fence_reads_the_clock_after_waiting_for_its_locks(db: Any) -> None:

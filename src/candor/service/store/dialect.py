@@ -312,7 +312,8 @@ async def allocate_stream_ids(conn: AsyncConnection, thread_id: str, count: int)
     from the table's sequence; SQLite, whose `AUTOINCREMENT` never reuses ids, from above both the highest id ever
     handed out and the highest present."""
     if conn.dialect.name == "postgresql":
-        rows = (await conn.execute(_PG_ALLOCATE_STREAM_IDS, {"thread_id": thread_id, "count": count})).all()
+        slots = list(range(count))
+        rows = (await conn.execute(_PG_ALLOCATE_STREAM_IDS, {"thread_id": thread_id, "slots": slots})).all()
         return _int_or_none(rows[0].last), sorted(int(row.id) for row in rows)
     row = (await conn.execute(_SQLITE_ALLOCATE_STREAM_IDS, {"thread_id": thread_id})).one()
     return _int_or_none(row.last), list(range(int(row.top) + 1, int(row.top) + 1 + count))
@@ -325,8 +326,12 @@ def _int_or_none(value: Any) -> int | None:
 _PG_ALLOCATE_STREAM_IDS = text(
     "SELECT nextval(pg_get_serial_sequence('stream_entries', 'id')) AS id, "
     "(SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last "
-    "FROM generate_series(1, :count)"
+    "FROM unnest(CAST(:slots AS INTEGER[]))"
 )
+"""One row per id to allocate. Rows come from `unnest` over an array of `count` slots rather than from
+`generate_series(1, :count)`: PostgreSQL estimates a series over a parameter at 1,000 rows, which made the generic
+plan look dearer than any custom one and kept the prepared statement re-planned at every call (store/pg_commits.py
+says the same of the step statement)."""
 _SQLITE_ALLOCATE_STREAM_IDS = text(
     "SELECT (SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last, "
     "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'stream_entries'), 0), "

@@ -15,6 +15,12 @@ prepared:
    chain as `streams.insert_stream_entries` makes them, run pointer) selects from `gate`: without its row nothing
    is written (S-20).
 
+The statement is planned once per connection: after PostgreSQL's five trial custom plans it runs on its generic
+plan, which it only picks while that plan's estimate is no dearer than a custom one's. Nothing in it may make the
+generic estimate balloon: stream ids are allocated over `unnest` of a parameter array (estimated at 10 rows), not
+`generate_series` over its cardinality (1,000 rows), which kept PostgreSQL re-planning at every commit (about 1 ms
+of server CPU each, issue 12; `test_postgresql_plans_the_step_statement_once_per_connection`).
+
 When nothing was written, `runs.fenced_from_row` over the returned row (the check every other fenced write makes)
 names the `LeaseLost` reason; a pending steer entry returns None and the caller commits through the general path,
 which assigns it (§7.8 step 6). It handles the usual boundary and a run's first one, which consumes the run's
@@ -95,7 +101,7 @@ WITH fence AS MATERIALIZED (
 ), ids AS (
     SELECT id, row_number() OVER (ORDER BY id) AS n
     FROM (SELECT nextval(pg_get_serial_sequence('stream_entries', 'id')) AS id
-          FROM gate, generate_series(1, cardinality($16::integer[]))) AS allocated
+          FROM gate, unnest($16::integer[])) AS allocated
 ), entries AS (
     SELECT ids.id, e.sequence, e.type, e.rest, lag(ids.id) OVER (ORDER BY e.n) AS prev_new
     FROM unnest($16::integer[], $17::text[], $18::text[]) WITH ORDINALITY AS e(sequence, type, rest, n)
@@ -145,7 +151,7 @@ entries to the thread while this attempt's lease holds: every stream write is fe
 
 
 @cache
-def _step_sql(dialect: Dialect) -> str:
+def step_statement(dialect: Dialect) -> str:
     compiled = fence_rows().compile(dialect=dialect)
     names = tuple(compiled.positiontup or ())
     if names != ("thread_id", "run_id", "attempt_id"):
@@ -198,7 +204,7 @@ async def commit_step(
             pg: asyncpg.Connection = (await sa_conn.get_raw_connection()).driver_connection
             try:
                 row = await pg.fetchrow(
-                    _step_sql(engine.dialect),
+                    step_statement(engine.dialect),
                     lease.thread_id, lease.run_id, lease.attempt_id, checkpoint_id, seq, lease.attempt_number,
                     base_id, kept, len(new_encoded), envelope.text, envelope.digest,
                     list(range(kept, len(new_encoded))), [m.body for m in fresh], [m.digest for m in fresh],
