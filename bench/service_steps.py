@@ -692,7 +692,9 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "per-round ratios (the machine is shared with other work: compare systems within this run, not across runs).",
         "CPU ms per step counts every process of a system: for the candor service the worker and the control "
         "process (which also answers the HTTP posts and runs its sweeps); for a peer, its one process. The "
-        "benchmark's own process (posting runs, polling the database) and the database server are not counted. "
+        "benchmark's own process (posting runs, polling the database) is not counted; the PostgreSQL server's CPU "
+        "has its own column: every `postgres` process plus the exited backends the postmaster has reaped, from /proc "
+        "(for candor it includes the benchmark's status poll, one read transaction every 5 ms). "
         "In brackets, the part of a process's CPU outside its main (event loop) thread: for the candor SQLite "
         "worker, the connection threads where SQLite itself executes the statements; PostgreSQL does that work in "
         "its own server process, which is not counted. Machine busy: the share of both CPUs busy during the "

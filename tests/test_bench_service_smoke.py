@@ -77,6 +77,11 @@ def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgr
     stats = {s["system"]: s for s in data["systems"]}
     assert stats["candor-service+postgresql"]["commits_per_step"] > 0
     assert service["write_xacts_per_step"] > 0 and set(service["cpu_ms_per_step_off_loop"]) == {"control", "worker"}
+    # The PostgreSQL server's CPU, read from /proc (the server runs on this machine in tests and CI); none for
+    # systems without PostgreSQL.
+    assert service["server_cpu_ms_per_step"] > 0
+    assert by_system[("candor-service+sqlite", "sequential 2 steps")]["server_cpu_ms_per_step"] is None
+    assert by_system[("pydantic-ai", "sequential 2 steps")]["server_cpu_ms_per_step"] is None
     # Transaction ids are cluster-wide: under pytest-xdist other tests write to the same server inside the bench's
     # windows, so the slope between the 1- and the 2-step runs can come out at any sign here (it did: -4.0). On a
     # quiet server (`make bench`) it is what one more step costs; the exact count per step is checked by
