@@ -10,9 +10,11 @@ connections (S-108: 2xx is delivered) and settles each sub-batch in one transact
 claim token (S-111), until every row is `delivered`. Deliveries/s = rows / (end of the last pass - start of the first).
 The receiver counts the distinct delivery ids it got, which must equal the rows. Target: >= 1,000 deliveries/s.
 The delivering process's CPU time per delivery and how busy the machine's CPUs were meanwhile are reported too
-(the machine may be shared: compare medians).
+(the machine may be shared: compare medians). The delivery loop runs on the event loop `candor serve` runs the
+control role on (`server.event_loop`, uvloop by default; `--event-loop` to compare).
 
     python -m bench.outbox_throughput [--rows 5000] [--batch 1000] [--parallel 15] [--scan-seconds 0.05]
+        [--event-loop uvloop|asyncio]
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from rich.console import Console
 from sqlalchemy import func, select
 
 from candor.service.outbox.delivery import DeliveryLoop
+from candor.service.process import loop_factory
+from candor.service.settings_sections import ServerSettings
 from candor.service.store.outbox import enqueue_once
 from candor.service.store.tables import outbox
 
@@ -118,10 +122,11 @@ def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def measure(
-    rows: int, policy: dict[str, Any], scan_seconds: float, postgres_url: str, console: Console
+    rows: int, policy: dict[str, Any], scan_seconds: float, postgres_url: str, console: Console, event_loop: str
 ) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "bench": "outbox_throughput",
+        "event_loop": event_loop,
         "rows": rows,
         "policy": policy,
         "scan_seconds": scan_seconds,
@@ -187,7 +192,7 @@ def report(summary: dict[str, Any]) -> str:
     lines = [
         f"outbox_throughput: {summary['rows']} webhook rows on PostgreSQL to a local receiver; "
         f"outbox.by_kind.webhook batch={policy['batch']} parallel={policy['parallel']}, passes "
-        f"{summary['scan_seconds']} s apart (control.scan_seconds)",
+        f"{summary['scan_seconds']} s apart (control.scan_seconds), on {summary.get('event_loop', 'asyncio')}",
     ]
     if "deliveries_per_s" in summary:
         lines += [
@@ -213,7 +218,7 @@ def table(summary: dict[str, Any]) -> list[str]:
         "|---|---|",
         f"| Rows | {summary['rows']} (staged in {summary['stage_seconds']:.1f} s) |",
         f"| Settings | `outbox.by_kind.webhook.batch` = {policy['batch']}, `parallel` = {policy['parallel']}, "
-        f"`control.scan_seconds` = {summary['scan_seconds']} |",
+        f"`control.scan_seconds` = {summary['scan_seconds']}, event loop {summary.get('event_loop', 'asyncio')} |",
         f"| **Deliveries/s** | **{summary['deliveries_per_s']:,.0f}** ({summary['seconds']:.2f} s) |",
         f"| Passes | {summary['passes']}, {summary['rows_per_pass_mean']:.0f} rows and "
         f"{summary['pass_seconds_mean'] * 1000:.0f} ms each (mean) |",
@@ -274,6 +279,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.05,
         help="control.scan_seconds, the pause between passes (default: 0.05)",
     )
+    parser.add_argument(
+        "--event-loop",
+        choices=("uvloop", "asyncio"),
+        default=ServerSettings().event_loop,
+        help="the event loop the delivery runs on (default: server.event_loop's default, what candor serve runs)",
+    )
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)
@@ -285,7 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     if problem is not None:
         parser.error(problem)
-    summary = asyncio.run(measure(args.rows, policy, args.scan_seconds, args.postgres_url, Console(stderr=True)))
+    with asyncio.Runner(loop_factory=loop_factory(args.event_loop)) as runner:
+        summary = runner.run(
+            measure(args.rows, policy, args.scan_seconds, args.postgres_url, Console(stderr=True), args.event_loop)
+        )
     return _cli.emit(summary, report, args.json)
 
 
