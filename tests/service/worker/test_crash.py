@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
@@ -101,6 +103,18 @@ async def test_worker_process_dies_before_tools_and_the_run_recovers(db, tenant,
     assert returns["call_lookup"].content == "balance of acme: 10"
 
 
+async def dump_and_kill(process: asyncio.subprocess.Process, communicating: asyncio.Future[Any]) -> str:
+    """What a `_worker_proc.py` that hangs is doing: its asyncio tasks' stacks (SIGUSR1), its threads' (SIGUSR2),
+    then SIGKILL; the tail of everything it wrote to stderr."""
+    process.send_signal(signal.SIGUSR1)
+    await asyncio.sleep(1.0)
+    process.send_signal(signal.SIGUSR2)
+    await asyncio.sleep(0.5)
+    process.kill()
+    _, stderr = await communicating
+    return stderr.decode(errors="replace")[-8000:]
+
+
 @pytest.mark.parametrize("db_kind", ["postgresql"], indirect=True)
 async def test_sigterm_drains_a_worker_process_and_hands_off_uncharged(db, tenant, control, tmp_path: Path) -> None:
     """S-52, S-53, S-54, S-32, S-14: a worker process that gets SIGTERM mid-tool finishes the tool, commits the next
@@ -126,7 +140,11 @@ async def test_sigterm_drains_a_worker_process_and_hands_off_uncharged(db, tenan
 
         await support.wait_for(tool_started, timeout=30, interval=0.05)
         process.terminate()  # SIGTERM while the tool runs: no handoff at a tool boundary (S-54)
-        _, stderr = await asyncio.wait_for(process.communicate(), 30)
+        try:
+            _, stderr = await asyncio.wait_for(asyncio.shield(communicating := asyncio.ensure_future(
+                process.communicate())), 30)  # fmt: skip
+        except TimeoutError:
+            pytest.fail(f"the drained worker did not exit within 30 s:\n{await dump_and_kill(process, communicating)}")
     finally:
         if process.returncode is None:
             process.kill()
