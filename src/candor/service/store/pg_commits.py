@@ -57,7 +57,7 @@ from .runs import fence_rows, fenced_from_row
 from .streams import NewStreamEntry
 from .tables import CHECKPOINT_FORMAT, LIVE_ATTEMPT_STATUSES
 
-__all__ = ("StepCommit", "commit_step")
+__all__ = ("StepCommit", "commit_step", "step_statement")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,6 +152,7 @@ entries to the thread while this attempt's lease holds: every stream write is fe
 
 @cache
 def step_statement(dialect: Dialect) -> str:
+    """The step commit's SQL, with the fence compiled in: one constant text, which asyncpg keeps prepared."""
     compiled = fence_rows().compile(dialect=dialect)
     names = tuple(compiled.positiontup or ())
     if names != ("thread_id", "run_id", "attempt_id"):
