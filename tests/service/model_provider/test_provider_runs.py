@@ -24,7 +24,7 @@ from candor.service.worker import WorkerLoop
 from .agents import AGENT, charges
 from .scripted_openai import Reply, Request, ScriptedOpenAI, ToolCall, in_order, tool_results
 from .support import provider_service
-from worker.support import add_thread_run, attempt_rows, content, make_due, run_row
+from worker.support import add_thread_run, attempt_rows, content, make_due, run_one_attempt, run_row
 
 FINAL_TEXT = "Your card was charged 42 euros. Anything else?"
 
@@ -132,12 +132,11 @@ async def test_an_unavailable_provider_fails_the_attempt_with_model_unavailable(
         service = provider_service(db, provider.base_url, max_retries=1, timeout=timeout)
         async with db.engine.begin() as conn:
             ref = await add_thread_run(conn, tenant, agent=AGENT, max_attempts=2)
-        worker = WorkerLoop(service)
-        await worker.run_until_idle(timeout=60)
+        await run_one_attempt(service)
         run = await run_row(db.engine, ref.run_id)
         assert (run["status"], run["attempts"]) == ("accepted", 1)  # recovered: due again after the backoff
         await make_due(db.engine, ref.run_id)
-        await worker.run_until_idle(timeout=60)
+        await WorkerLoop(service).run_until_idle(timeout=60)
         requests = len(provider.recorded())
     run = await run_row(db.engine, ref.run_id)
     assert (run["status"], run["attempts"], run["failure"]["code"]) == ("failed", 2, "model_unavailable")

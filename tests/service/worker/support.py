@@ -51,6 +51,7 @@ from candor.service.runtime import SeededEntropy
 from candor.service.settings import ServiceSettings
 from candor.service.store.dialect import db_now
 from candor.service.store.tables import inbox_entries, principals, run_attempts, runs, threads, workspaces
+from candor.service.worker import WorkerLoop
 from candor.tools import NotDone, Reconciled, ReconcileRequest, call_key, recovery_retryable, with_reconciler
 
 from waiting import wait_until
@@ -460,6 +461,16 @@ async def make_due(engine: AsyncEngine, run_id: str) -> None:
         await conn.execute(
             update(runs).where(runs.c.id == run_id, runs.c.status == "accepted").values(available_at=db_now())
         )
+
+
+async def run_one_attempt(service: Service, *, timeout: float = 60.0) -> None:
+    """Claim exactly one run and wait until that attempt has ended, claiming nothing more. A failed attempt's run is
+    due again 1 s after its seal (S-31); a plain `run_until_idle` on a loaded machine can stall that long between
+    the seal and its idle check and claim the retry too."""
+    worker = WorkerLoop(service)
+    assert await worker.claim_once() == 1, "no run was claimable"
+    worker.stop_claiming()
+    await worker.run_until_idle(timeout=timeout)
 
 
 async def kill_worker(worker: Any, task: asyncio.Task[None]) -> None:

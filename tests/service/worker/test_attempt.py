@@ -207,8 +207,7 @@ async def test_transient_failures_exhaust_max_attempts(db, service, tenant) -> N
     """S-30, S-31, S-50: `model_unavailable` is charged and retried after 2^(n−1) s; the last one seals failed."""
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant, script="unavailable", max_attempts=2)
-    worker = WorkerLoop(service)
-    await worker.run_until_idle(timeout=30)
+    await support.run_one_attempt(service, timeout=30)
 
     run = await run_row(db.engine, ref.run_id)
     assert (run["status"], run["attempts"], run["current_attempt_id"]) == ("accepted", 1, None)
@@ -217,7 +216,7 @@ async def test_transient_failures_exhaust_max_attempts(db, service, tenant) -> N
     assert 0.5 < due_in <= 1.05  # S-31: min(60, 2^0) = 1 s, no jitter
 
     await support.make_due(db.engine, ref.run_id)
-    await worker.run_until_idle(timeout=30)
+    await WorkerLoop(service).run_until_idle(timeout=30)
     run = await run_row(db.engine, ref.run_id)
     assert (run["status"], run["attempts"], run["failure"]["code"]) == ("failed", 2, "model_unavailable")
     attempts = await attempt_rows(db.engine, ref.run_id)
