@@ -9,6 +9,7 @@ process) continues from the last checkpoint.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -105,14 +106,15 @@ async def test_worker_process_dies_before_tools_and_the_run_recovers(db, tenant,
 
 async def dump_and_kill(process: asyncio.subprocess.Process, communicating: asyncio.Future[Any]) -> str:
     """What a `_worker_proc.py` that hangs is doing: its asyncio tasks' stacks (SIGUSR1), its threads' (SIGUSR2),
-    then SIGKILL; the tail of everything it wrote to stderr."""
-    process.send_signal(signal.SIGUSR1)
-    await asyncio.sleep(1.0)
-    process.send_signal(signal.SIGUSR2)
-    await asyncio.sleep(0.5)
-    process.kill()
-    _, stderr = await communicating
-    return stderr.decode(errors="replace")[-8000:]
+    then SIGKILL; the tail of everything it wrote to stderr. If it had exited already (then something else held its
+    pipes open), the signals find no process and the exit status says so."""
+    exited = process.returncode
+    for signum, settle in ((signal.SIGUSR1, 1.0), (signal.SIGUSR2, 0.5), (signal.SIGKILL, 0.0)):
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signum)
+        await asyncio.sleep(settle)
+    _, stderr = await asyncio.wait_for(communicating, 10)
+    return f"exit status before the dump: {exited}\n" + stderr.decode(errors="replace")[-8000:]
 
 
 @pytest.mark.parametrize("db_kind", ["postgresql"], indirect=True)
