@@ -697,7 +697,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "(for candor it includes the benchmark's status poll, one read transaction every 5 ms). "
         "In brackets, the part of a process's CPU outside its main (event loop) thread: for the candor SQLite "
         "worker, the connection threads where SQLite itself executes the statements; PostgreSQL does that work in "
-        "its own server process, which is not counted. Machine busy: the share of both CPUs busy during the "
+        "its own server processes (the server column). Machine busy: the share of both CPUs busy during the "
         "workload, whatever ran (the database server and the benchmark's own process included): near 100% the "
         "system is bound by CPU, well below it by waits (commits, the model's sleep).",
         "Write transactions (PostgreSQL): transaction ids the server assigned from a workload's start until the "
