@@ -192,7 +192,7 @@ def report(summary: dict[str, Any]) -> str:
     lines = [
         f"outbox_throughput: {summary['rows']} webhook rows on PostgreSQL to a local receiver; "
         f"outbox.by_kind.webhook batch={policy['batch']} parallel={policy['parallel']}, passes "
-        f"{summary['scan_seconds']} s apart (control.scan_seconds), on {summary.get('event_loop', 'asyncio')}",
+        f"{summary['scan_seconds']} s apart (control.scan_seconds), on {summary['event_loop']}",
     ]
     if "deliveries_per_s" in summary:
         lines += [
@@ -218,7 +218,7 @@ def table(summary: dict[str, Any]) -> list[str]:
         "|---|---|",
         f"| Rows | {summary['rows']} (staged in {summary['stage_seconds']:.1f} s) |",
         f"| Settings | `outbox.by_kind.webhook.batch` = {policy['batch']}, `parallel` = {policy['parallel']}, "
-        f"`control.scan_seconds` = {summary['scan_seconds']}, event loop {summary.get('event_loop', 'asyncio')} |",
+        f"`control.scan_seconds` = {summary['scan_seconds']}, event loop {summary['event_loop']} |",
         f"| **Deliveries/s** | **{summary['deliveries_per_s']:,.0f}** ({summary['seconds']:.2f} s) |",
         f"| Passes | {summary['passes']}, {summary['rows_per_pass_mean']:.0f} rows and "
         f"{summary['pass_seconds_mean'] * 1000:.0f} ms each (mean) |",

@@ -247,10 +247,10 @@ class System:
         before = {role: cpu_ms(pid) for role, pid in self.pids.items()}
         off_before = {role: off_loop_cpu_ms(pid) for role, pid in self.pids.items()}
         machine_before = _service.machine_cpu_times()
-        server_before = postgres_server_cpu_ms()
+        server_before = postgres_server_cpu_ms() if xid_before is not None else None
         seconds = await self.run(workload)
         busy = _service.busy_fraction(machine_before, _service.machine_cpu_times())
-        server = postgres_server_cpu_ms() - server_before if xid_before is not None else None
+        server = None if server_before is None else postgres_server_cpu_ms() - server_before
         used = {role: cpu_ms(pid) - before[role] for role, pid in self.pids.items()}
         off_loop = {role: off_loop_cpu_ms(pid) - off_before[role] for role, pid in self.pids.items()}
         written = None
@@ -444,6 +444,7 @@ def summarize(systems: list[System], workloads: list[Workload], rounds: int) -> 
                 role: _median([m.cpu_ms[role] / workload.total_steps for m in measured]) for role in system.pids
             }
             written = [m.write_xacts for m in measured if m.write_xacts is not None]
+            served = [m.server_ms for m in measured if m.server_ms is not None]
             off_loop = {
                 role: _median([m.off_loop_ms.get(role, 0.0) / workload.total_steps for m in measured])
                 for role in system.pids
@@ -458,11 +459,7 @@ def summarize(systems: list[System], workloads: list[Workload], rounds: int) -> 
                     "cpu_ms_per_step_total": sum(per_step.values()),
                     "cpu_ms_per_step_off_loop": off_loop,
                     "machine_busy": _median([m.machine_busy for m in measured]),
-                    "server_cpu_ms_per_step": (
-                        _median([m.server_ms / workload.total_steps for m in measured if m.server_ms is not None])
-                        if any(m.server_ms is not None for m in measured)
-                        else None
-                    ),
+                    "server_cpu_ms_per_step": _median([s / workload.total_steps for s in served]) if served else None,
                     "write_xacts_per_step": _median([w / workload.total_steps for w in written]) if written else None,
                     "write_xacts_per_run": _median([w / workload.runs for w in written]) if written else None,
                 }

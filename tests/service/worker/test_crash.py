@@ -142,9 +142,9 @@ async def test_sigterm_drains_a_worker_process_and_hands_off_uncharged(db, tenan
 
         await support.wait_for(tool_started, timeout=30, interval=0.05)
         process.terminate()  # SIGTERM while the tool runs: no handoff at a tool boundary (S-54)
-        try:
-            _, stderr = await asyncio.wait_for(asyncio.shield(communicating := asyncio.ensure_future(
-                process.communicate())), 30)  # fmt: skip
+        communicating = asyncio.ensure_future(process.communicate())
+        try:  # shielded: on a timeout `dump_and_kill` still collects what the process wrote
+            _, stderr = await asyncio.wait_for(asyncio.shield(communicating), 30)
         except TimeoutError:
             pytest.fail(f"the drained worker did not exit within 30 s:\n{await dump_and_kill(process, communicating)}")
     finally:
