@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import event
 
-__all__ = ("write_transactions",)
+__all__ = ("statements_sent", "write_transactions")
 
 
 @contextmanager
@@ -39,3 +39,19 @@ def write_transactions(engine: Any) -> Iterator[list[list[str]]]:
         event.remove(sync, "before_cursor_execute", record)
         event.remove(sync, "commit", commit)
         event.remove(sync, "rollback", rollback)
+
+
+@contextmanager
+def statements_sent(engine: Any) -> Iterator[list[str]]:
+    """Every statement SQLAlchemy sends meanwhile, whitespace collapsed and upper-cased (the PostgreSQL step
+    commits go to asyncpg directly and are not among them)."""
+    sent: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        sent.append(" ".join(statement.split()).upper())
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)

@@ -25,6 +25,8 @@ from candor.service.worker import WorkerLoop
 
 from . import support
 from .support import add_subscription, make_due, outbox_row, outbox_rows
+from transactions import statements_sent
+from worker import support as worker_support
 from worker.support import add_thread_run, run_row
 
 
@@ -98,6 +100,37 @@ async def test_run_lifecycle_stages_every_transition_in_its_transaction(db, tena
     assert counts["webhook"] == 5 and counts["checkpoint_cleanup"] == 1
     assert len(receiver.received) == 5
     assert {row["status"] for row in await outbox_rows(db.engine)} == {"delivered"}
+
+
+async def test_a_run_without_subscriptions_never_looks_them_up(db, tenant) -> None:
+    """S-106, issue 12: the claim and the fence read whether the workspace has an enabled subscription, so the
+    transitions of a run in a workspace with none (the claim, the attempt start, the seal) stage no webhook
+    without a lookup of their own; the seal still stages its `checkpoint_cleanup` row, and the run's own rows are
+    not read back to stage it."""
+    service = support.make_service(db.url, db.engine)
+    async with db.engine.begin() as conn:
+        ref = await add_thread_run(conn, tenant)
+    with statements_sent(db.engine) as sent:
+        await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
+    assert (await run_row(db.engine, ref.run_id))["status"] == "completed"
+    assert [s for s in sent if s.startswith("SELECT SUBSCRIPTIONS.")] == []
+    assert [s for s in sent if s.startswith("SELECT RUNS.WORKSPACE_ID")] == []  # the seal's former read-back
+    (cleanup,) = await outbox_rows(db.engine, kind="checkpoint_cleanup")
+    assert cleanup["dedupe_key"] == ref.run_id
+    assert await outbox_rows(db.engine, kind="webhook") == []
+
+
+async def test_a_subscription_of_another_workspace_stages_nothing(db, tenant, receiver) -> None:
+    """S-106, §4.4: `workspace_has_subscriptions` is the run's own workspace's: another workspace's subscription
+    neither stages a webhook nor makes a lookup find one."""
+    service = support.make_service(db.url, db.engine)
+    async with db.engine.begin() as conn:
+        other_tenant = await worker_support.add_tenant(conn)
+        await add_subscription(conn, other_tenant, url=receiver.url)
+        ref = await add_thread_run(conn, tenant)
+    await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
+    assert (await run_row(db.engine, ref.run_id))["status"] == "completed"
+    assert await outbox_rows(db.engine, kind="webhook") == []
 
 
 async def test_delivery_is_signed_and_id_matches_header(db, tenant, receiver, clock) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, bindparam, exists, or_, select, true
+from sqlalchemy import and_, bindparam, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..protocol.resume import ResumeLookup, split_resume_lookup
 from .auth import AuthorityFacts, authority_facts, authority_subquery
-from .tables import runs, subscriptions, threads
+from .outbox import workspace_has_subscriptions
+from .tables import runs, threads
 from .views import RunRow, ThreadRow, select_thread, thread_row
 
 __all__ = ("LockedThread", "find_resume_by_key", "find_resume_and_run", "lock_thread_for_resume")
@@ -67,9 +68,7 @@ _THREAD_AND_FACTS = (
     select_thread(workspace_id=None, thread_id=bindparam("load_thread_id"))  # type: ignore[arg-type]
     .add_columns(
         *_AUTHORITY.c,
-        exists()
-        .where(subscriptions.c.workspace_id == threads.c.workspace_id, subscriptions.c.enabled)
-        .label("workspace_has_subscriptions"),
+        workspace_has_subscriptions(threads.c.workspace_id),
     )
     .outerjoin(_AUTHORITY, true())
 )

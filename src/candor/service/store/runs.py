@@ -32,7 +32,7 @@ from ..protocol.fencing import (
 )
 from .dialect import db_now
 from .engine import nothing_to_commit, write_transaction
-from .outbox import stage_run_transition
+from .outbox import stage_run_transition, workspace_has_subscriptions
 from .tables import CHECKPOINT_FORMAT, checkpoints, run_attempts, runs, threads
 
 
@@ -54,6 +54,7 @@ __all__ = (
     "SUPPORTED_CHECKPOINT_FORMATS",
     "ClaimedRun",
     "Fenced",
+    "ThreadOrigin",
     "to_datetime",
     "select_now",
     "select_claimable",
@@ -143,6 +144,14 @@ class ClaimedRun:
     """Milliseconds between `available_at` and the claim ("Attempt claimed", §7.2)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ThreadOrigin:
+    """`threads.origin` and `origin_thread_id` (the parent thread of a child, §7.13)."""
+
+    origin: str
+    origin_thread_id: str | None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Fenced:
     """What a fenced write read under lock: the database clock, the run, and whether the thread is archived."""
@@ -152,6 +161,10 @@ class Fenced:
     run: Mapping[str, Any]
     """The `_FENCE_RUN_COLUMNS` of the run."""
     thread_archived: bool
+    thread_origin: ThreadOrigin | None = None
+    """The thread's origin, when the fence read it (`lock_fenced`): a seal stages a child's result from it."""
+    workspace_has_subscriptions: bool | None = None
+    """Whether the workspace has an enabled subscription, when the fence read it (`lock_fenced`); None: unknown."""
 
 
 def to_datetime(timestamp: float) -> datetime:
@@ -171,7 +184,7 @@ def select_claimable(*, agents: Collection[str], limit: int, now: float) -> Sele
     latest = func.coalesce(runs.c.checkpoint_id, runs.c.start_checkpoint_id)
     checkpoint_format = select(checkpoints.c.format).where(checkpoints.c.id == latest).scalar_subquery()
     return (
-        select(*_CLAIM_RUN_COLUMNS)
+        select(*_CLAIM_RUN_COLUMNS, workspace_has_subscriptions(runs.c.workspace_id))
         .where(
             runs.c.status == "accepted",
             runs.c.available_at <= now,
@@ -263,11 +276,14 @@ def lock_fenced_rows() -> Select[Any]:
     Locks thread → run → attempt: PostgreSQL takes a statement's row locks in the order of `FOR … OF`, the order
     every other fenced write uses. The database clock is read by the outer query, above the locking subquery, so
     it is read only once every lock was granted (a commit that waited for a lock sees the time after the wait).
-    One row: `thread_archived_at`, the `_FENCE_RUN_COLUMNS`, the attempt's columns prefixed `attempt_`, `now`; no
-    row when the thread, run or attempt does not exist or they do not belong together. Built once: a constant
-    statement keeps SQLAlchemy's compiled-statement cache warm without rebuilding and re-keying it at every commit.
+    One row: `thread_archived_at`, the thread's origin, the `_FENCE_RUN_COLUMNS`, the attempt's columns prefixed
+    `attempt_`, `now` and `workspace_has_subscriptions` (so the transition's webhooks need no lookup of their own
+    when there are none); no row when the thread, run or attempt does not exist or they do not belong together.
+    Built once: a constant statement keeps SQLAlchemy's compiled-statement cache warm without rebuilding and
+    re-keying it at every commit.
     """
-    return select(fence_rows().subquery("fenced"), db_now().label("now"))
+    fenced = fence_rows().subquery("fenced")
+    return select(fenced, db_now().label("now"), workspace_has_subscriptions(fenced.c.workspace_id))
 
 
 @cache
@@ -276,6 +292,8 @@ def fence_rows() -> Select[Any]:
     return (
         select(
             threads.c.archived_at.label("thread_archived_at"),
+            threads.c.origin.label("thread_origin"),
+            threads.c.origin_thread_id.label("thread_origin_thread_id"),
             *_FENCE_RUN_COLUMNS,
             *(column.label(_ATTEMPT_PREFIX + column.name) for column in _FENCE_ATTEMPT_COLUMNS),
         )
@@ -368,6 +386,7 @@ async def claim_runs(
                 attempt_id=attempt_id,
                 attempt_status="leased",
                 workspace_id=row["workspace_id"],
+                has_subscriptions=bool(row["workspace_has_subscriptions"]),
             )
             lease = Lease(
                 run_id=row["id"],
@@ -440,7 +459,14 @@ def fenced_from_row(row: Mapping[str, Any] | None, lease: Lease) -> Fenced:
     verdict = check_fence(_snapshot(run, attempt), lease, to_datetime(now))
     if not verdict.ok:
         raise LeaseLost(str(verdict.reason))
-    return Fenced(now=now, run=run, thread_archived=row["thread_archived_at"] is not None)
+    has_subscriptions = row.get("workspace_has_subscriptions")  # not in the step statement's row (pg_commits)
+    return Fenced(
+        now=now,
+        run=run,
+        thread_archived=row["thread_archived_at"] is not None,
+        thread_origin=ThreadOrigin(row["thread_origin"], row["thread_origin_thread_id"]),
+        workspace_has_subscriptions=None if has_subscriptions is None else bool(has_subscriptions),
+    )
 
 
 async def lock_for_expiry(conn: AsyncConnection, *, run_id: str, attempt_id: str) -> Fenced | None:
@@ -476,5 +502,11 @@ async def start_attempt(engine: AsyncEngine, lease: Lease, *, harness_run_id: st
         )
         # S-16, S-106: `run_attempt.running` in the same transaction.
         await stage_run_transition(
-            conn, run_id=lease.run_id, run_status=None, attempt_id=lease.attempt_id, attempt_status="running"
+            conn,
+            run_id=lease.run_id,
+            run_status=None,
+            attempt_id=lease.attempt_id,
+            attempt_status="running",
+            workspace_id=fenced.run["workspace_id"],
+            has_subscriptions=fenced.workspace_has_subscriptions,
         )

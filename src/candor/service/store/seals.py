@@ -33,7 +33,7 @@ from .checkpoints import EncodedEnvelope, EncodedMessage, checkpoint_writes
 from .dialect import commits_on_driver, db_now
 from .engine import execute_together, write_transaction
 from .interrupts import RUN_ENDED_MESSAGE
-from .outbox import stage_seal_rows
+from .outbox import SealedRun, stage_seal_rows
 from .pg_commits import commit_step
 from .runs import Fenced, lock_fenced
 from .sqlite_commits import commit_step_sqlite
@@ -461,9 +461,8 @@ async def seal_locked(
     run_id, thread_id, now = fenced.run["id"], fenced.run["thread_id"], fenced.now
     if attempt_failure is None and request.status in ("failed", "cancelled"):
         attempt_failure = request.failure
-    await conn.execute(
-        finish_attempt(attempt_id=attempt_id, end=end or request.attempt, attempt_failure=attempt_failure, now=now)
-    )
+    end = end or request.attempt
+    await conn.execute(finish_attempt(attempt_id=attempt_id, end=end, attempt_failure=attempt_failure, now=now))
     usage = sum_usage(row.usage for row in (await conn.execute(select_run_usage(run_id))).all())
     await conn.execute(seal_run_row(run_id=run_id, request=request, usage=usage, now=now))
     await conn.execute(update_thread_sealed(thread_id=thread_id, run_id=run_id, now=now))
@@ -474,7 +473,24 @@ async def seal_locked(
     await conn.execute(release_entries(run_id=run_id, status=released, now=now))
     # §7.10, S-106, S-118: run.<status> and run_attempt.<status> webhooks, the `checkpoint_cleanup` row and, on a
     # child thread and a status other than waiting, the `child_result` row (dedupe key = run id for both).
-    await stage_seal_rows(conn, run_id=run_id, attempt_id=attempt_id)
+    await stage_seal_rows(conn, run_id=run_id, attempt_id=attempt_id, sealed=_sealed_run(fenced, request, end))
+
+
+def _sealed_run(fenced: Fenced, request: SealRequest, end: AttemptEnd) -> SealedRun | None:
+    """The sealed run as the writes above left it, when the fence read all of it (`lock_fenced`): under the fence
+    the run was `running` and the attempt live, so both updates applied."""
+    if fenced.thread_origin is None:
+        return None  # fenced by the expiry sweep (`lock_for_expiry`), which reads less
+    return SealedRun(
+        workspace_id=fenced.run["workspace_id"],
+        thread_id=fenced.run["thread_id"],
+        status=request.status,
+        reason=(request.failure or {}).get("code") or request.wait_reason or request.status,
+        attempt_status=end.status,
+        thread_origin=fenced.thread_origin.origin,
+        origin_thread_id=fenced.thread_origin.origin_thread_id,
+        workspace_has_subscriptions=fenced.workspace_has_subscriptions,
+    )
 
 
 async def seal_run(
