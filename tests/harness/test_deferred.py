@@ -21,7 +21,9 @@ from pydantic_ai.messages import (
     ToolCallPart,
     UserPromptPart,
 )
+from pydantic_ai.tools import ToolDefinition
 
+from candor.harness._agent_glue import HarnessCapability, harness_capabilities
 from candor.harness.deferred import (
     DEFERRED_FUNCTION_ID_METADATA_KEY,
     MAX_DEFERRED_ITEMS,
@@ -29,6 +31,7 @@ from candor.harness.deferred import (
     DeferredToolResume,
     deferred_function_id,
     pending_ids,
+    stamp_function_ids,
 )
 from candor.harness.errors import RunError
 
@@ -139,6 +142,66 @@ def test_pending_ids_and_function_id() -> None:
     assert deferred_function_id(batch.requests, "q1") == "ask"
     assert deferred_function_id(batch.requests, "e1") is None
     assert deferred_function_id(batch.requests, "zz") is None
+
+
+def _tool(name: str, kind: Any = "function", metadata: dict[str, Any] | None = None) -> ToolDefinition:
+    return ToolDefinition(name=name, kind=kind, metadata=metadata)
+
+
+def test_stamping_gives_local_deferrals_their_function_id_and_leaves_the_rest() -> None:
+    """§5, H-74: at suspension each deferral of a local function tool (approval-gated ones included) carries the
+    tool's identity: its declared `candor.deferred_function_id`, else its name. A stamp the tool set itself, the
+    calls of external tools, calls no tool of the surface names, approvals and the other metadata stay as they
+    are, and the original requests are not changed."""
+    requests = DeferredToolRequests(
+        approvals=[call("a1", "delete")],
+        calls=[call("f1", "lookup"), call("g1", "gated"), call("d1", "declared"), call("s1", "stamped"),
+               call("e1", "fetch"), call("u1", "gone")],
+        metadata={"f1": {"note": "kept"}, "s1": {DEFERRED_FUNCTION_ID_METADATA_KEY: "own"}, "e1": {"x": 1}},
+        _kinds={"f1": "question"},
+    )  # fmt: skip
+    before = copy.deepcopy(requests)
+    surface = {
+        "delete": _tool("delete", "unapproved"),
+        "lookup": _tool("lookup"),
+        "gated": _tool("gated", "unapproved"),
+        "declared": _tool("declared", metadata={DEFERRED_FUNCTION_ID_METADATA_KEY: "declared-v1"}),
+        "stamped": _tool("stamped"),
+        "fetch": _tool("fetch", "external"),
+    }
+    stamped = stamp_function_ids(requests, surface)
+    assert stamped.metadata == {
+        "f1": {"note": "kept", DEFERRED_FUNCTION_ID_METADATA_KEY: "lookup"},
+        "g1": {DEFERRED_FUNCTION_ID_METADATA_KEY: "gated"},
+        "d1": {DEFERRED_FUNCTION_ID_METADATA_KEY: "declared-v1"},
+        "s1": {DEFERRED_FUNCTION_ID_METADATA_KEY: "own"},
+        "e1": {"x": 1},
+    }
+    assert stamped.calls == requests.calls and stamped.approvals == requests.approvals
+    assert stamped.kind("f1") == "question"
+    assert requests == before
+
+
+def test_stamping_returns_the_requests_themselves_when_nothing_needs_a_stamp() -> None:
+    """§5: only external calls (or stamps already there): no copy is made."""
+    requests = DeferredToolRequests(calls=[call("e1", "fetch")], metadata={"e1": {"x": 1}})
+    assert stamp_function_ids(requests, {"fetch": _tool("fetch", "external")}) is requests
+
+
+@pytest.mark.parametrize(
+    ("supported", "refresh", "expected"),
+    [(True, False, 0), (True, True, 1), (False, False, 1), (False, True, 1)],
+)
+def test_a_run_gets_the_harness_capability_only_when_its_hooks_have_work(
+    supported: bool, refresh: bool, expected: int
+) -> None:
+    """H-84, H-107, issue 12: pydantic-ai calls every hook of every capability at every step; candor's own is added
+    only for a run that cannot suspend (H-84) or replaces a thread's stored system prompts (H-107)."""
+    capabilities = harness_capabilities(deferred_tools_supported=supported, refresh_system_prompt=refresh)
+    assert len(capabilities) == expected
+    assert all(isinstance(capability, HarnessCapability) for capability in capabilities)
+    if capabilities:
+        assert (capabilities[0].deferred_tools_supported, capabilities[0].refresh_system_prompt) == (supported, refresh)
 
 
 # -- remaining() (H-89) ----------------------------------------------------------------------------------------------

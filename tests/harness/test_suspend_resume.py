@@ -480,6 +480,22 @@ async def test_local_deferral_needs_the_same_function_id(metadata: dict[str, Any
     assert [p.content for p in returns(result.state.message_history, "q1")] == ["blue"]
 
 
+async def test_a_deferral_in_a_continued_thread_carries_its_function_id_too() -> None:
+    """§5, H-74, H-107: a run continuing a thread (history given, so candor's capability refreshes the system
+    prompt) stamps a local tool's deferral exactly as a thread's first run does."""
+    first = await Harness(Agent(FunctionModel(ScriptedModel(text("hello"))))).run("hi")
+    script = ScriptedModel(tool_calls(("q1", "ask", {})), text("done"))
+    agent: Agent[None, str] = Agent(FunctionModel(script), system_prompt="Be brief.")
+
+    @agent.tool_plain(metadata={FUNCTION_ID_KEY: "ask-v2"})
+    def ask() -> str:
+        raise CallDeferred({"prompt": "?"}, kind="question")
+
+    second = await Harness(agent).run("again", previous_state=first.state)
+    assert second.status == "suspended"
+    assert second.deferred.metadata["q1"] == {"prompt": "?", FUNCTION_ID_KEY: "ask-v2"}
+
+
 # ----------------------------------------------------------------------------------------------- H-75, H-76
 
 

@@ -28,7 +28,6 @@ from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.run import AgentRun
 from pydantic_ai.tools import RunContext, ToolDefinition
 
-from .deferred import DEFERRED_FUNCTION_ID_METADATA_KEY
 from .results import SafeFailure
 
 __all__ = (
@@ -129,10 +128,20 @@ def classify_agent_exception(exc: BaseException) -> SafeFailure:
     )
 
 
-def function_id(tool_def: ToolDefinition) -> str:
-    """The stable identity of a local function tool, stamped on its deferrals (spec §5)."""
-    declared = (tool_def.metadata or {}).get(DEFERRED_FUNCTION_ID_METADATA_KEY)
-    return declared if isinstance(declared, str) and declared else tool_def.name
+def harness_capabilities(*, deferred_tools_supported: bool, refresh_system_prompt: bool) -> list[HarnessCapability]:
+    """candor's own capability for a run, or none when the run needs none of its hooks.
+
+    pydantic-ai calls every hook of every capability at every step, each with a copy of the run context, so a
+    capability with nothing to do still costs a few percent of a fast step (issue 12, docs/worker-cost.md). The
+    hooks do something only for H-84 (a run that cannot suspend) and H-107 (a thread's stored system prompts
+    replaced); the stamping of deferrals (§5) happens when the run suspends (`deferred.stamp_function_ids`).
+    """
+    if deferred_tools_supported and not refresh_system_prompt:
+        return []
+    capability = HarnessCapability(
+        deferred_tools_supported=deferred_tools_supported, refresh_system_prompt=refresh_system_prompt
+    )
+    return [capability]
 
 
 @dataclass
@@ -175,20 +184,15 @@ class HarnessCapability(AbstractCapability[Any]):
     async def wrap_tool_execute(
         self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition, args: Any, handler: Any
     ) -> Any:
+        if self.deferred_tools_supported:
+            return await handler(args)
         try:
             return await handler(args)
-        except (CallDeferred, ApprovalRequired) as deferral:
-            if not self.deferred_tools_supported:
-                # H-84: a deferral the tool raises is closed right here; pydantic-ai records a `ToolDenied`
-                # result as an `outcome="denied"` return. Left to `handle_deferred_tool_calls`, a
-                # `CallDeferred` could only get a `calls` answer, which pydantic-ai records as a success.
-                return ToolDenied(DENIED_UNSUPPORTED_MESSAGE)
-            if isinstance(deferral, CallDeferred) and tool_def.kind in ("function", "unapproved"):
-                # Spec §5: deferrals of local function tools carry the tool's identity for H-74.
-                metadata = dict(deferral.metadata or {})
-                metadata.setdefault(DEFERRED_FUNCTION_ID_METADATA_KEY, function_id(tool_def))
-                deferral.metadata = metadata
-            raise
+        except (CallDeferred, ApprovalRequired):
+            # H-84: a deferral the tool raises is closed right here; pydantic-ai records a `ToolDenied` result as an
+            # `outcome="denied"` return. Left to `handle_deferred_tool_calls`, a `CallDeferred` could only get a
+            # `calls` answer, which pydantic-ai records as a success.
+            return ToolDenied(DENIED_UNSUPPORTED_MESSAGE)
 
     async def handle_deferred_tool_calls(
         self, ctx: RunContext[Any], *, requests: DeferredToolRequests

@@ -8,12 +8,14 @@ returns a new batch instead of changing this one (H-89).
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.tools import ToolDefinition
 
 from .errors import RunError
 from .history import answered_call_ids, last_response_index, tool_calls
@@ -33,6 +35,39 @@ MAX_DEFERRED_METADATA_BYTES = 65536
 """Largest encoded JSON of the request metadata or of the result metadata of one batch (H-69)."""
 DEFERRED_FUNCTION_ID_METADATA_KEY = "candor.deferred_function_id"
 """Request metadata key set on deferrals raised by local function tools: the tool's stable identity (§5, H-74)."""
+LOCAL_TOOL_KINDS = frozenset({"function", "unapproved"})
+"""Prepared `ToolDefinition.kind`s of local function tools (approval-gated ones included)."""
+
+
+def tool_function_id(tool: ToolDefinition) -> str:
+    """A local function tool's stable identity: its non-blank string `candor.deferred_function_id` metadata entry,
+    else (fallback) its name. The stamp on its deferrals and the H-74 check at resume both use this rule."""
+    declared = (tool.metadata or {}).get(DEFERRED_FUNCTION_ID_METADATA_KEY)
+    return declared if isinstance(declared, str) and declared else tool.name
+
+
+def stamp_function_ids(requests: DeferredToolRequests, surface: Mapping[str, ToolDefinition]) -> DeferredToolRequests:
+    """The requests of a suspending run with each deferral of a local function tool stamped with the tool's
+    identity (§5), for H-74 to match on resume; an identity the tool put in its deferral's metadata is kept.
+
+    `surface` is the step's prepared tools (name → definition), the surface the deferring tool ran in. Calls of
+    external tools are left as they are; so are the requests when nothing needs a stamp.
+    """
+    stamped: dict[str, Any] | None = None
+    for call in requests.calls:
+        tool = surface.get(call.tool_name)
+        if tool is None or tool.kind not in LOCAL_TOOL_KINDS:
+            continue
+        metadata = requests.metadata.get(call.tool_call_id)
+        if isinstance(metadata, dict) and DEFERRED_FUNCTION_ID_METADATA_KEY in metadata:
+            continue
+        if stamped is None:
+            stamped = dict(requests.metadata)
+        stamped[call.tool_call_id] = {
+            **(metadata if isinstance(metadata, dict) else {}),
+            DEFERRED_FUNCTION_ID_METADATA_KEY: tool_function_id(tool),
+        }
+    return requests if stamped is None else dataclasses.replace(requests, metadata=stamped)
 
 
 @dataclass(frozen=True)

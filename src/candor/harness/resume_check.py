@@ -23,20 +23,18 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.tools import DeferredToolKind, ToolDefinition
 
 from .deferred import (
-    DEFERRED_FUNCTION_ID_METADATA_KEY,
+    LOCAL_TOOL_KINDS,
     MAX_DEFERRED_ITEMS,
     MAX_DEFERRED_METADATA_BYTES,
     DeferredToolResume,
     deferred_function_id,
     pending_ids,
+    tool_function_id,
 )
 from .errors import DefinitionError, RunError
 from .history import answered_call_ids, last_response_index, tool_calls
 
 __all__ = ("ResumeCheck", "check_resume", "check_surface")
-
-_LOCAL_TOOL_KINDS = frozenset({"function", "unapproved"})
-"""Prepared `ToolDefinition.kind`s of local function tools (approval-gated ones included)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -93,7 +91,7 @@ def check_surface(resume: DeferredToolResume, surface: Mapping[str, ToolDefiniti
     requests, results = resume.requests, resume.results
     for call in requests.approvals:
         tool = surface.get(call.tool_name)
-        if tool is None or tool.kind not in _LOCAL_TOOL_KINDS:
+        if tool is None or tool.kind not in LOCAL_TOOL_KINDS:
             _surface_mismatch(call.tool_call_id, "approval", "no_approvable_tool")
     for call in requests.calls:
         category = requests.kind(call.tool_call_id)
@@ -102,10 +100,10 @@ def check_surface(resume: DeferredToolResume, surface: Mapping[str, ToolDefiniti
         if function_id is not None:
             if not isinstance(function_id, str):
                 _surface_mismatch(call.tool_call_id, category, "function_id_invalid")
-            if tool is None or tool.kind not in _LOCAL_TOOL_KINDS or _tool_function_id(tool) != function_id:
+            if tool is None or tool.kind not in LOCAL_TOOL_KINDS or tool_function_id(tool) != function_id:
                 _surface_mismatch(call.tool_call_id, category, "no_matching_function_tool")
         elif category == "question":
-            if tool is None or tool.kind not in _LOCAL_TOOL_KINDS:
+            if tool is None or tool.kind not in LOCAL_TOOL_KINDS:
                 _surface_mismatch(call.tool_call_id, category, "no_matching_function_tool")
         elif tool is None:
             if not isinstance(results.calls.get(call.tool_call_id), ToolFailed):
@@ -354,15 +352,6 @@ def _error(code: str, message: str, **details: Any) -> RunError:
 
 
 # -- surface (H-74) ------------------------------------------------------------------------------------------------
-
-
-def _tool_function_id(tool: ToolDefinition) -> str:
-    """A definition's deferred-function identity: its non-blank string metadata entry, else (fallback) its name.
-
-    The same rule the deferral stamping uses (`_agent_glue.function_id`), so a stamp and its tool always agree.
-    """
-    declared = (tool.metadata or {}).get(DEFERRED_FUNCTION_ID_METADATA_KEY)
-    return declared if isinstance(declared, str) and declared else tool.name
 
 
 def _surface_mismatch(tool_call_id: str, category: str, reason: str) -> NoReturn:

@@ -36,7 +36,7 @@ from ._stepping import NodeStepper
 from ._usage_state import USAGE_CAPABILITY_ID
 from .bindings import RunBindings
 from .capability_store import CapabilityStore
-from .deferred import DeferredToolResume
+from .deferred import DeferredToolResume, stamp_function_ids
 from .errors import HarnessError, RunCleanupError, RunError, StateError
 from .events import BoundaryEvent, RunResultEvent
 from .ids import new_run_id
@@ -266,7 +266,7 @@ class RunStream(Generic[OutputT]):
             model=self._bindings.model,
             toolsets=list(self._bindings.toolsets),
             capabilities=[
-                glue.HarnessCapability(
+                *glue.harness_capabilities(
                     deferred_tools_supported=self._bindings.deferred_tools_supported,
                     refresh_system_prompt=bool(history),
                 ),
@@ -417,7 +417,9 @@ class RunStream(Generic[OutputT]):
             self._candidate = self._terminal_candidate("failed", failure=deferred_unsupported_failure())
 
     def _finish_suspended(self, deferred: DeferredToolRequests) -> None:
-        self._finish(self._outcomes.suspended(deferred, usage=self._usage))
+        # §5: the deferrals of local function tools carry the tool's identity, from the surface they ran in.
+        stamped = stamp_function_ids(deferred, glue.prepared_surface(self._run))
+        self._finish(self._outcomes.suspended(stamped, usage=self._usage))
 
     def _finish(self, candidate: RunResult[OutputT]) -> None:
         self._snapshot = candidate.state
