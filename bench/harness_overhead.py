@@ -137,8 +137,10 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "run's own history, which keeps exported states immutable (H-6, H-11), but by a copier specialised to "
         "message dataclasses and JSON (`candor.harness._detach`, several times faster than `copy.deepcopy`), and a "
         "model boundary no longer copies its pending request twice; the rest is the per-node task and event "
-        "hand-over that makes boundaries wait for the consumer (H-36) and candor's own capability hooks on every "
-        "tool call.",
+        "hand-over that makes boundaries wait for the consumer (H-36). Since 2026-12-03 candor adds its own "
+        "capability only to runs whose hooks have work (H-84, H-107): pydantic-ai calls every hook of every "
+        "capability at every step with a copy of the run context, about 4% of a bare run here (py-spy; "
+        "docs/worker-cost.md, fifth pass).",
     ]
 
 
