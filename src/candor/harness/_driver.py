@@ -18,14 +18,20 @@ _Reply = tuple[Literal["item", "stop", "error", "closed"], Any]
 
 
 class TaskDrivenGenerator:
-    """Drives `factory()`'s generator in a dedicated task, one item per `next()`."""
+    """Drives `factory()`'s generator in a dedicated task, one item per `next()`.
+
+    One request and one reply are in flight at a time, so each is a bare future rather than a queue: every item
+    crosses between the two tasks twice, at every event of every step.
+    """
 
     def __init__(self, factory: Callable[[], AsyncGenerator[Any, None]], *, context: contextvars.Context) -> None:
         self._factory = factory
         self._context = context
         self._task: asyncio.Task[None] | None = None
-        self._requests: asyncio.Queue[Literal["next", "close"]] = asyncio.Queue()
-        self._replies: asyncio.Queue[_Reply] = asyncio.Queue()
+        self._request: Literal["next", "close"] | None = None
+        self._request_ready: asyncio.Future[None] | None = None
+        """Set while the driving task waits for a request."""
+        self._reply: asyncio.Future[_Reply] | None = None
         self._abandoned = False
 
     async def next(self) -> Any:
@@ -34,9 +40,9 @@ class TaskDrivenGenerator:
             self._task = asyncio.get_running_loop().create_task(self._run(), context=self._context)
         elif self._task.done():
             raise StopAsyncIteration
-        self._requests.put_nowait("next")
+        reply = self._send("next")
         try:
-            kind, value = await self._replies.get()
+            kind, value = await reply
         except asyncio.CancelledError:
             self._task.cancel()  # the consumer gave up: the run must not go on without it
             self._abandoned = True
@@ -57,30 +63,51 @@ class TaskDrivenGenerator:
             if self._task is not None:
                 await asyncio.gather(self._task, return_exceptions=True)
             return
-        self._requests.put_nowait("close")
-        kind, value = await self._replies.get()
+        kind, value = await self._send("close")
         await asyncio.gather(self._task, return_exceptions=True)
         if kind == "error":
             raise value
 
+    def _send(self, request: Literal["next", "close"]) -> asyncio.Future[_Reply]:
+        self._request, self._reply = request, asyncio.get_running_loop().create_future()
+        if self._request_ready is not None and not self._request_ready.done():
+            self._request_ready.set_result(None)
+        return self._reply
+
+    def _answer(self, kind: Literal["item", "stop", "error", "closed"], value: Any) -> None:
+        reply, self._reply = self._reply, None
+        if reply is not None and not reply.done():  # a cancelled consumer no longer waits for it
+            reply.set_result((kind, value))
+
+    async def _next_request(self) -> Literal["next", "close"]:
+        if self._request is None:
+            self._request_ready = asyncio.get_running_loop().create_future()
+            try:
+                await self._request_ready
+            finally:
+                self._request_ready = None
+        request, self._request = self._request, None
+        assert request is not None
+        return request
+
     async def _run(self) -> None:
         generator = self._factory()
         while True:
-            request = await self._requests.get()
+            request = await self._next_request()
             if request == "close":
                 try:
                     await generator.aclose()
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller of aclose()
-                    self._replies.put_nowait(("error", exc))
+                    self._answer("error", exc)
                 else:
-                    self._replies.put_nowait(("closed", None))
+                    self._answer("closed", None)
                 return
             try:
                 item = await generator.__anext__()
             except StopAsyncIteration:
-                self._replies.put_nowait(("stop", None))
+                self._answer("stop", None)
                 return
             except BaseException as exc:  # noqa: BLE001 - handed to the caller of next()
-                self._replies.put_nowait(("error", exc))
+                self._answer("error", exc)
                 return
-            self._replies.put_nowait(("item", item))
+            self._answer("item", item)
