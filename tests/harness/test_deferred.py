@@ -1,4 +1,5 @@
-"""DeferredToolResume: construction, isolation and remaining() (spec §3.9, H-87 to H-89)."""
+"""DeferredToolResume: construction, isolation and remaining() (spec §3.9, H-87 to H-89); the function-id stamp of
+a suspending run's deferrals (§5, H-74) and when candor adds its own capability (H-84, H-107)."""
 
 from __future__ import annotations
 
