@@ -184,11 +184,11 @@ class HarnessCapability(AbstractCapability[Any]):
     async def wrap_tool_execute(
         self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition, args: Any, handler: Any
     ) -> Any:
-        if self.deferred_tools_supported:
-            return await handler(args)
         try:
             return await handler(args)
         except (CallDeferred, ApprovalRequired):
+            if self.deferred_tools_supported:
+                raise
             # H-84: a deferral the tool raises is closed right here; pydantic-ai records a `ToolDenied` result as an
             # `outcome="denied"` return. Left to `handle_deferred_tool_calls`, a `CallDeferred` could only get a
             # `calls` answer, which pydantic-ai records as a success.

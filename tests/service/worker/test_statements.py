@@ -36,6 +36,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "runs.lock_run": lambda: runs.lock_run("run_x"),
     "runs.lock_attempt": lambda: runs.lock_attempt("att_x"),
     "runs.lock_fenced_rows": runs.lock_fenced_rows,
+    "runs.step_fence_rows": runs.step_fence_rows,
     "runs.update_attempt_started": lambda: runs.update_attempt_started(attempt_id="att_x", harness_run_id="r", now=1.0),
     "leases.select_renewable": lambda: leases.select_renewable(
         attempt_ids=["att_x"], worker_id="w", now=1.0, lease_seconds=30

@@ -254,12 +254,17 @@ class SealedRun:
     workspace_id: str
     thread_id: str
     status: str
-    reason: str
-    """`candor_runs_sealed_total`'s label: the failure code, else the wait reason, else the status."""
+    failure: Mapping[str, Any] | None
+    wait_reason: str | None
     attempt_status: str | None
     thread_origin: str
     origin_thread_id: str | None
     workspace_has_subscriptions: bool | None
+
+    @property
+    def reason(self) -> str:
+        """`candor_runs_sealed_total`'s label: the failure code, else the wait reason, else the status."""
+        return (self.failure or {}).get("code") or self.wait_reason or self.status
 
 
 async def _read_sealed_run(conn: AsyncConnection, *, run_id: str, attempt_id: str | None) -> SealedRun:
@@ -278,7 +283,8 @@ async def _read_sealed_run(conn: AsyncConnection, *, run_id: str, attempt_id: st
         workspace_id=run.workspace_id,
         thread_id=run.thread_id,
         status=run.status,
-        reason=(run.failure or {}).get("code") or run.wait_reason or run.status,
+        failure=run.failure,
+        wait_reason=run.wait_reason,
         attempt_status=attempt_status,
         thread_origin=run.origin,
         origin_thread_id=run.origin_thread_id,

@@ -66,6 +66,7 @@ __all__ = (
     "lock_attempt",
     "lock_fenced_rows",
     "fence_rows",
+    "step_fence_rows",
     "update_attempt_started",
     "claim_runs",
     "read_now",
@@ -277,23 +278,34 @@ def lock_fenced_rows() -> Select[Any]:
     every other fenced write uses. The database clock is read by the outer query, above the locking subquery, so
     it is read only once every lock was granted (a commit that waited for a lock sees the time after the wait).
     One row: `thread_archived_at`, the thread's origin, the `_FENCE_RUN_COLUMNS`, the attempt's columns prefixed
-    `attempt_`, `now` and `workspace_has_subscriptions` (so the transition's webhooks need no lookup of their own
+    `attempt_`, `now` and `workspace_has_subscriptions` (so a transition's webhooks need no lookup of their own
     when there are none); no row when the thread, run or attempt does not exist or they do not belong together.
     Built once: a constant statement keeps SQLAlchemy's compiled-statement cache warm without rebuilding and
     re-keying it at every commit.
     """
-    fenced = fence_rows().subquery("fenced")
+    origin = (threads.c.origin.label("thread_origin"), threads.c.origin_thread_id.label("thread_origin_thread_id"))
+    fenced = _fence_query(*origin).subquery("fenced")
     return select(fenced, db_now().label("now"), workspace_has_subscriptions(fenced.c.workspace_id))
 
 
 @cache
+def step_fence_rows() -> Select[Any]:
+    """`lock_fenced_rows()` without what only a transition reads (the thread's origin, the subscriptions): the
+    fence of the step commits (`pg_commits`, `sqlite_commits`), which stage no webhook and seal nothing."""
+    return select(fence_rows().subquery("fenced"), db_now().label("now"))
+
+
+@cache
 def fence_rows() -> Select[Any]:
-    """The locking part of `lock_fenced_rows()` (without the clock): thread → run → attempt, one row or none."""
+    """The locking part of `step_fence_rows()` (without the clock): thread → run → attempt, one row or none."""
+    return _fence_query()
+
+
+def _fence_query(*thread_columns: Any) -> Select[Any]:
     return (
         select(
             threads.c.archived_at.label("thread_archived_at"),
-            threads.c.origin.label("thread_origin"),
-            threads.c.origin_thread_id.label("thread_origin_thread_id"),
+            *thread_columns,
             *_FENCE_RUN_COLUMNS,
             *(column.label(_ATTEMPT_PREFIX + column.name) for column in _FENCE_ATTEMPT_COLUMNS),
         )
@@ -459,12 +471,13 @@ def fenced_from_row(row: Mapping[str, Any] | None, lease: Lease) -> Fenced:
     verdict = check_fence(_snapshot(run, attempt), lease, to_datetime(now))
     if not verdict.ok:
         raise LeaseLost(str(verdict.reason))
-    has_subscriptions = row.get("workspace_has_subscriptions")  # not in the step statement's row (pg_commits)
+    has_subscriptions = row.get("workspace_has_subscriptions")  # the step commits' fence reads neither
+    origin = row.get("thread_origin")
     return Fenced(
         now=now,
         run=run,
         thread_archived=row["thread_archived_at"] is not None,
-        thread_origin=ThreadOrigin(row["thread_origin"], row["thread_origin_thread_id"]),
+        thread_origin=None if origin is None else ThreadOrigin(origin, row["thread_origin_thread_id"]),
         workspace_has_subscriptions=None if has_subscriptions is None else bool(has_subscriptions),
     )
 

@@ -7,7 +7,7 @@ stream entries, COMMIT). Here the whole transaction is one function run in that 
 connection, with the same statements and the same order as `seals.commit_checkpoint`:
 
 * `BEGIN IMMEDIATE` (§2.2: the single writer lock, waited for up to the engine's busy timeout);
-* the fence is `runs.lock_fenced_rows()` compiled for SQLite, checked by the same `fenced_from_row` as every other
+* the fence is `runs.step_fence_rows()` compiled for SQLite, checked by the same `fenced_from_row` as every other
   fenced write before anything is written (S-20), then the compare-and-swap on `checkpoint_seq` (S-38);
 * the checkpoint row, its new message rows, the usage record, the run pointer and the stream entries (`prev`
   chained in commit order, ids from `AUTOINCREMENT`, as `streams.insert_stream_entries` makes them);
@@ -39,7 +39,7 @@ from .checkpoints import CheckpointWritten, EncodedEnvelope, EncodedMessage, com
 from .dialect import now_sql
 from .engine import translate_errors
 from .pg_commits import StepCommit
-from .runs import fenced_from_row, lock_fenced_rows
+from .runs import fenced_from_row, step_fence_rows
 from .streams import NewStreamEntry
 from .tables import CHECKPOINT_FORMAT
 
@@ -75,8 +75,8 @@ _INSERT_STREAM = (
 
 @cache
 def _fence_sql(dialect: Dialect) -> tuple[str, tuple[str, ...]]:
-    """`lock_fenced_rows()` as SQLite SQL (`?` parameters) and the names of its parameters in order."""
-    compiled = lock_fenced_rows().compile(dialect=dialect)
+    """`step_fence_rows()` as SQLite SQL (`?` parameters) and the names of its parameters in order."""
+    compiled = step_fence_rows().compile(dialect=dialect)
     return compiled.string, tuple(compiled.positiontup or ())
 
 
