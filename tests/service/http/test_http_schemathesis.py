@@ -2,14 +2,16 @@
 to the ASGI app (SQLite, authenticated with a bootstrapped admin key). Every answer must be non-5xx, carry a
 documented content type, and match the documented response schema (S-96: errors are the §8.1 envelope).
 
-Bounded: at most `MAX_EXAMPLES` generated cases per operation, no deadline, so the whole module stays well under a
-minute. The thread stream is shortened (`StreamTiming.max_seconds`) so a generated stream request ends.
+Bounded: at most `MAX_EXAMPLES` generated cases per operation, derandomized, no deadline, so the whole module stays
+well under a minute. For a deeper hunt, `CANDOR_SCHEMATHESIS_EXAMPLES=500` raises the bound and draws new random
+cases on every run (a failure prints the case to reproduce). The thread stream is shortened (`StreamTiming.max_seconds`) so a generated stream request ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -34,7 +36,8 @@ from candor.service.store import auth
 from candor.service.store.engine import create_engine, write_transaction
 from candor.service.store.migrate import migrate
 
-MAX_EXAMPLES = 25
+_DEEP_EXAMPLES = os.environ.get("CANDOR_SCHEMATHESIS_EXAMPLES")
+MAX_EXAMPLES = int(_DEEP_EXAMPLES) if _DEEP_EXAMPLES else 25
 _KEYS = itertools.count()
 CHECKS = [not_a_server_error, content_type_conformance, response_schema_conformance]
 
@@ -96,7 +99,12 @@ def _conformance_test(operation_id: str) -> Any:
     test id, which pytest-xdist (`make test`) collapses into one item, silently running a single operation."""
 
     @schema.include(operation_id=operation_id).parametrize()
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=not _DEEP_EXAMPLES,
+    )
     def test(case: Any, secret: str) -> None:
         _check(case, secret)
 

@@ -60,24 +60,27 @@ async def test_upgrade_head_reproduces_tables_exactly(empty_db: str) -> None:
 async def test_concurrent_migrations_apply_each_revision_once(empty_db: str) -> None:
     """S-122: two processes migrating at the same time apply each revision exactly once."""
     first, second = await asyncio.gather(migrate(empty_db), migrate(empty_db))
-    assert sorted([first, second]) == [(), ("0001", "0002")]
-    assert head_revision() == "0002"
+    assert sorted([first, second]) == [(), ("0001", "0002", "0003")]
+    assert head_revision() == "0003"
     assert (await check_schema(empty_db)).is_current
+
+
+def _alembic_step(target: str, *, down: bool = False) -> Any:
+    """Upgrade (or downgrade) to `target` on the connection `run_sync` passes."""
+
+    def run(sync_conn: sa.Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = sync_conn
+        (command.downgrade if down else command.upgrade)(config, target)
+
+    return run
 
 
 async def test_0002_records_declared_on_existing_runs(empty_db: str) -> None:
     """Issue 13 item 1: revision 0002 adds `runs.tool_recovery`; runs accepted before it read "declared" (the mode
     every run was hosted with until then), and downgrading to 0001 removes the column again."""
     engine = create_engine(empty_db)
-
-    def step(target: str, *, down: bool = False) -> Any:
-        def run(sync_conn: sa.Connection) -> None:
-            config = alembic_config()
-            config.attributes["connection"] = sync_conn
-            (command.downgrade if down else command.upgrade)(config, target)
-
-        return run
-
+    step = _alembic_step
     try:
         async with engine.begin() as conn:
             await conn.run_sync(step("0001"))
@@ -101,6 +104,29 @@ async def test_0002_records_declared_on_existing_runs(empty_db: str) -> None:
             assert "tool_recovery" not in columns and "max_attempts" in columns
     finally:
         await engine.dispose()
+
+
+async def test_0003_replaces_the_workspace_index_and_downgrades_cleanly(empty_db: str) -> None:
+    """Revision 0003: `ix_runs_workspace_created` and `ix_runs_workspace_waiting` replace `ix_runs_workspace_id`;
+    downgrading to 0002 restores it, and upgrading again leaves the schema exactly as tables.py has it."""
+
+    def index_names(sync_conn: sa.Connection) -> set[str]:
+        return {index["name"] for index in sa.inspect(sync_conn).get_indexes("runs") if index["name"]}
+
+    await migrate(empty_db)
+    engine = create_engine(empty_db)
+    try:
+        async with engine.begin() as conn:
+            names = await conn.run_sync(index_names)
+            assert {"ix_runs_workspace_created", "ix_runs_workspace_waiting"} <= names
+            assert "ix_runs_workspace_id" not in names
+            await conn.run_sync(_alembic_step("0002", down=True))
+            names = await conn.run_sync(index_names)
+            assert "ix_runs_workspace_id" in names and "ix_runs_workspace_created" not in names
+            await conn.run_sync(_alembic_step("head"))
+    finally:
+        await engine.dispose()
+    assert (await check_schema(empty_db)).differences == ()
 
 
 async def _trigger_definitions(conn: AsyncConnection, schema: str | None = None) -> dict[str, str]:

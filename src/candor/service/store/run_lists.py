@@ -4,15 +4,18 @@
 its thread's last run, nothing runs on the thread, the thread is not archived, and no resume successor exists yet.
 A resumed waiting run keeps its `waiting` status for the record, so `status = 'waiting'` alone lists those too.
 
-No index covers `runs.workspace_id` with `status`: the query scans the workspace's runs (keyset on `created_at`,
-`id`); fine for an approvals console, the one caller that needs it, but not meant for bulk export.
+A page walks `ix_runs_workspace_created` (`workspace_id`, `created_at`, `id`) backwards from its cursor, or
+`ix_runs_workspace_waiting` (the same columns over waiting runs only) when the list asks for waiting runs, so it
+reads about `limit` rows however many runs the workspace has. The cursor is one row-value comparison, which both
+databases turn into the start of the index range (an OR of two comparisons would make them scan from the newest
+run and filter).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Select, and_, exists, select
+from sqlalchemy import Select, and_, exists, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .tables import runs, threads
@@ -41,9 +44,7 @@ def select_workspace_runs(
         )
     if before is not None:
         created_at, run_id = before
-        query = query.where(
-            (runs.c.created_at < created_at) | and_(runs.c.created_at == created_at, runs.c.id < run_id)
-        )
+        query = query.where(tuple_(runs.c.created_at, runs.c.id) < tuple_(created_at, run_id))
     return query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
 
 

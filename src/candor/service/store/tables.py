@@ -136,8 +136,9 @@ def _in(column: str, values: tuple[str, ...], *, nullable: bool = False) -> str:
     return f"{column} IS NULL OR {column} IN ({listed})" if nullable else f"{column} IN ({listed})"
 
 
-def _workspace() -> Column[str]:
-    return Column("workspace_id", ID, ForeignKey("workspaces.id"), nullable=False, index=True)
+def _workspace(*, index: bool = True) -> Column[str]:
+    """The owning workspace; `index=False` where a composite index leads with it instead."""
+    return Column("workspace_id", ID, ForeignKey("workspaces.id"), nullable=False, index=index)
 
 
 workspaces = Table(
@@ -224,7 +225,7 @@ runs = Table(
     "runs",
     metadata,
     Column("id", ID, primary_key=True),
-    _workspace(),
+    _workspace(index=False),
     Column("thread_id", ID, ForeignKey("threads.id"), nullable=False),
     Column("agent", NAME, nullable=False),
     Column("principal_id", ID, nullable=False),
@@ -261,6 +262,10 @@ runs = Table(
     # S-1: at most one accepted or running run per thread.
     partial_index("uq_runs_live_thread", "thread_id", where=_in("status", LIVE_RUN_STATUSES), unique=True),
     partial_index("ix_runs_due", "available_at", "id", where="status = 'accepted'"),
+    # GET /v1/runs pages a workspace's runs newest first (store/run_lists.py): the keyset walks this index instead
+    # of sorting the workspace's runs, and the approvals console's waiting runs have a small index of their own.
+    Index("ix_runs_workspace_created", "workspace_id", "created_at", "id"),
+    partial_index("ix_runs_workspace_waiting", "workspace_id", "created_at", "id", where="status = 'waiting'"),
     UniqueConstraint("resumed_by_id", "request_key", name="uq_runs_resume_request"),
     Index(None, "thread_id", "created_at"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
