@@ -13,11 +13,12 @@ from sqlalchemy import delete, insert, select
 
 from candor.service import commands
 from candor.service.errors import CheckpointCorrupt, NotFound
-from candor.service.store.engine import write_transaction
-from candor.service.store.messages import window_ranges
+from candor.service.store.engine import read_transaction, write_transaction
+from candor.service.store.messages import iter_added_messages, window_ranges
 from candor.service.store.tables import checkpoint_messages
 
 from .helpers import TEXT, claim_run, commit_history, make_service, new_key
+from transactions import statements_sent
 
 _T = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -54,6 +55,33 @@ async def test_messages_the_run_added_from_its_latest_checkpoint(db: Any) -> Non
     rest, last = await commands.list_run_messages_page(service, key, run.id, limit=4, offset=4)
     assert (page, more, rest, last) == (added[:4], True, added[4:], False)
     assert await commands.list_run_messages_page(service, key, run.id, offset=6) == ([], False)
+
+
+async def test_all_added_messages_in_pages_read_the_checkpoint_chain_once(db: Any) -> None:
+    """S-43, S-46: iterating a run's added messages page by page (the run view's recovered calls) yields them all in
+    order, and reads the checkpoint chain once, not once per page: a thread's chain is as long as its checkpoints."""
+    service = make_service(db)
+    key = await new_key(service)
+    imported = _turn(0)
+    accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, message_history=imported, key="k")
+    run = accepted.run
+    await claim_run(service, run.id)
+    history, base = list(imported), (run.start_checkpoint_id, list(imported))
+    for seq in range(1, 6):
+        history = [*history, *_turn(seq)]
+        base = (await commit_history(service, run, history, base=base, seq=seq), history)
+    added = ModelMessagesTypeAdapter.dump_python(history[2:], mode="json")
+    async with read_transaction(service.engine) as conn:
+        with statements_sent(service.engine) as sent:
+            pages = [
+                page
+                async for page in iter_added_messages(
+                    conn, checkpoint_id=base[0], start_checkpoint_id=run.start_checkpoint_id, page_size=3
+                )
+            ]
+    assert [len(page) for page in pages] == [3, 3, 3, 1]
+    assert [message for page in pages for message in page] == added
+    assert sum("RECURSIVE" in statement for statement in sent) == 1
 
 
 async def test_a_run_without_a_start_checkpoint_added_its_whole_history(db: Any) -> None:

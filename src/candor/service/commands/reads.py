@@ -84,14 +84,12 @@ async def get_run_with_recovery(
         if run.attempts <= 1 and run.start_checkpoint_id is None:
             return run, []
         found: list[RecoveredCall] = []
-        offset, more = 0, True
-        while more:
-            page = await messages.read_added_messages(
-                conn, checkpoint_id=run.checkpoint_id, start_checkpoint_id=run.start_checkpoint_id, offset=offset,
-                limit=_RECOVERY_PAGE,
-            )  # fmt: skip
-            found.extend(recovered_calls(page.messages))
-            offset, more = offset + len(page.messages), page.more
+        pages = messages.iter_added_messages(
+            conn, checkpoint_id=run.checkpoint_id, start_checkpoint_id=run.start_checkpoint_id,
+            page_size=_RECOVERY_PAGE,
+        )  # fmt: skip
+        async for page in pages:
+            found.extend(recovered_calls(page))
     return run, found
 
 

@@ -10,7 +10,7 @@ pydantic-ai message JSON they store.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from ..errors import CheckpointCorrupt
 from .checkpoints import plan_ranges, select_chain, select_message_ranges, sha256_hex
 from .tables import checkpoints
 
-__all__ = ("MessagePage", "window_ranges", "read_added_messages")
+__all__ = ("MessagePage", "window_ranges", "read_added_messages", "iter_added_messages")
 
 _RANGES_PER_QUERY = 200
 
@@ -47,21 +47,28 @@ async def _count(conn: AsyncConnection, checkpoint_id: str) -> int:
     return int(count)
 
 
-async def read_added_messages(
-    conn: AsyncConnection, *, checkpoint_id: str | None, start_checkpoint_id: str | None, offset: int, limit: int
-) -> MessagePage:
-    """Messages `offset … offset + limit − 1` of those the checkpoint's history adds to the start checkpoint's."""
-    if checkpoint_id is None:  # the run has not committed: it added nothing yet
-        return MessagePage(messages=(), more=False)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _AddedHistory:
+    """Where a run's added messages are stored: the row ranges of its latest checkpoint's history, from `start`."""
+
+    checkpoint_id: str
+    ranges: list[tuple[str, int, int]]
+    start: int
+    count: int
+
+
+async def _added_history(
+    conn: AsyncConnection, *, checkpoint_id: str, start_checkpoint_id: str | None
+) -> _AddedHistory:
     start = 0 if start_checkpoint_id is None else await _count(conn, start_checkpoint_id)
     chain = [tuple(row) for row in (await conn.execute(select_chain(checkpoint_id))).all()]
     ranges = plan_ranges(chain)
-    count = int(chain[0][3])
-    low = start + offset
-    high = min(low + limit, count)
-    if low >= high:
-        return MessagePage(messages=(), more=False)
-    window = window_ranges(ranges, low, high)
+    return _AddedHistory(checkpoint_id=checkpoint_id, ranges=ranges, start=start, count=int(chain[0][3]))
+
+
+async def _read_window(conn: AsyncConnection, history: _AddedHistory, low: int, high: int) -> tuple[Any, ...]:
+    """The message JSON of history indexes `[low, high)`, every body checked against its digest (S-46)."""
+    window = window_ranges(history.ranges, low, high)
     bodies: list[str | None] = [None] * (high - low)
     for first in range(0, len(window), _RANGES_PER_QUERY):
         for row in await conn.execute(select_message_ranges(window[first : first + _RANGES_PER_QUERY])):
@@ -69,5 +76,35 @@ async def read_added_messages(
                 raise CheckpointCorrupt(f"message {row.index} of checkpoint {row.checkpoint_id} fails its digest")
             bodies[row.index - low] = row.body
     if any(body is None for body in bodies):
-        raise CheckpointCorrupt(f"checkpoint {checkpoint_id} is missing message rows")
-    return MessagePage(messages=tuple(json.loads(body) for body in bodies if body is not None), more=high < count)
+        raise CheckpointCorrupt(f"checkpoint {history.checkpoint_id} is missing message rows")
+    return tuple(json.loads(body) for body in bodies if body is not None)
+
+
+async def read_added_messages(
+    conn: AsyncConnection, *, checkpoint_id: str | None, start_checkpoint_id: str | None, offset: int, limit: int
+) -> MessagePage:
+    """Messages `offset … offset + limit − 1` of those the checkpoint's history adds to the start checkpoint's."""
+    if checkpoint_id is None:  # the run has not committed: it added nothing yet
+        return MessagePage(messages=(), more=False)
+    history = await _added_history(conn, checkpoint_id=checkpoint_id, start_checkpoint_id=start_checkpoint_id)
+    low = history.start + offset
+    high = min(low + limit, history.count)
+    if low >= high:
+        return MessagePage(messages=(), more=False)
+    return MessagePage(messages=await _read_window(conn, history, low, high), more=high < history.count)
+
+
+async def iter_added_messages(
+    conn: AsyncConnection, *, checkpoint_id: str | None, start_checkpoint_id: str | None, page_size: int
+) -> AsyncIterator[tuple[Any, ...]]:
+    """Every message the run added, `page_size` at a time (memory stays bounded by a page), in history order.
+
+    The checkpoint chain is read once for all pages: a page of `read_added_messages` reads it again, and a
+    thread's chain is as long as its checkpoints, so reading a long run's messages page by page that way costs
+    the square of its length.
+    """
+    if checkpoint_id is None:
+        return
+    history = await _added_history(conn, checkpoint_id=checkpoint_id, start_checkpoint_id=start_checkpoint_id)
+    for low in range(history.start, history.count, page_size):
+        yield await _read_window(conn, history, low, min(low + page_size, history.count))
