@@ -17,7 +17,7 @@ from .signing_keys import KeyRing
 from .store.engine import Engine, bind_key_ring, create_engine
 from .store.notify import Notifier
 
-__all__ = ("Service", "DEFAULT_AGENTS", "agent_registry")
+__all__ = ("Service", "DEFAULT_AGENTS", "agent_registry", "pool_size_for")
 
 DEFAULT_AGENTS = {"support": "candor.demo.support:support_harness"}
 """With no `[agents.*]` configured, the scripted demo agents are hosted: everything works with no API key."""
@@ -27,6 +27,28 @@ def agent_registry(settings: ServiceSettings) -> AgentRegistry:
     if settings.agents:
         return AgentRegistry.from_settings(settings.agents)
     return AgentRegistry(DEFAULT_AGENTS)
+
+
+DEFAULT_POOL_SIZE = 10
+WORKER_POOL_HEADROOM = 8
+"""Connections a worker process needs besides one per slot: the claim loop, the supervisor's heartbeats and lease
+renewals, the live stream's timed writes, and in an `all` process the sweeps and HTTP requests."""
+
+
+def pool_size_for(settings: ServiceSettings, *, runs_worker: bool) -> int:
+    """`database.pool_size` when set; else 10, or one connection per worker slot plus `WORKER_POOL_HEADROOM` (at
+    least 10) in a process that runs a worker (pure).
+
+    A worker whose slots outnumber its pooled connections takes overflow connections under load, and SQLAlchemy
+    closes each one when it comes back to a full pool: every such commit then pays a new PostgreSQL connection (a
+    forked backend, authentication, statements prepared again). With 16 slots on a pool of 10, 16 concurrent runs
+    opened about one new connection a second; with the pool sized for the slots, none (docs/worker-cost.md).
+    """
+    if settings.database.pool_size is not None:
+        return settings.database.pool_size
+    if runs_worker:
+        return max(DEFAULT_POOL_SIZE, settings.worker.slots + WORKER_POOL_HEADROOM)
+    return DEFAULT_POOL_SIZE
 
 
 @dataclass(kw_only=True)
@@ -54,13 +76,15 @@ class Service:
         cls,
         settings: ServiceSettings,
         *,
+        runs_worker: bool = False,
         agents: AgentRegistry | None = None,
         clock: Clock | None = None,
         entropy: Entropy | None = None,
     ) -> Service:
+        """`runs_worker`: this process runs a worker loop, so its pool is sized for the slots (`pool_size_for`)."""
         engine = create_engine(
             settings.database.url, timeout=settings.database.timeout,
-            pool_size=settings.database.pool_size, max_overflow=settings.database.max_overflow,
+            pool_size=pool_size_for(settings, runs_worker=runs_worker), max_overflow=settings.database.max_overflow,
         )  # fmt: skip
         return cls(
             settings=settings,

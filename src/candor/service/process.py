@@ -22,6 +22,7 @@ from .core import Service
 from .http.app import create_app
 from .http.readiness import Readiness
 from .settings import ServiceSettings
+from .store.dialect import is_postgresql_url
 from .store.migrate import migrate, require_current_schema
 from .store.notify import listen_for_wakeups
 from .worker.drain import drain
@@ -64,9 +65,17 @@ async def prepare(settings: ServiceSettings, role: Role) -> Service:
     if role in ("control", "all") and settings.database.auto_migrate:
         await migrate(url, lock_timeout=settings.database.migration_lock_timeout)
     await require_current_schema(url, timeout=settings.database.timeout)
-    service = await Service.open(settings)
-    if role in ("worker", "all"):
+    runs_worker = role in ("worker", "all")
+    service = await Service.open(settings, runs_worker=runs_worker)
+    if runs_worker:
         service.agents.check_all()
+        pool_size = settings.database.pool_size
+        if pool_size is not None and pool_size < settings.worker.slots and is_postgresql_url(url):
+            log.warning(
+                "database.pool_size is below worker.slots: busy slots will take overflow connections, each a new "
+                "PostgreSQL connection; unset database.pool_size to size the pool for the slots",
+                extra={"pool_size": pool_size, "slots": settings.worker.slots},
+            )
     return service
 
 

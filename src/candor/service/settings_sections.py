@@ -81,8 +81,9 @@ class DatabaseSettings(Section):
     """Longest wait for the migration lock."""
     timeout: float = Field(5.0, gt=0)
     """Statement timeout; also the safety margin before a lease deadline (S-25)."""
-    pool_size: int = Field(10, ge=1, le=1000)
-    """PostgreSQL connections each process keeps open in its pool (SQLite ignores it)."""
+    pool_size: int | None = Field(None, ge=1, le=1000)
+    """PostgreSQL connections each process keeps open in its pool (SQLite ignores it). Unset: 10, and in a process
+    that runs a worker one per `worker.slots` plus 8, at least 10 (`core.pool_size_for`)."""
     max_overflow: int = Field(10, ge=0, le=1000)
     """PostgreSQL connections a process may open beyond `pool_size` under load; each is closed again when it is
     returned while the pool is full, so a busy process that keeps needing them pays a new connection every time."""
