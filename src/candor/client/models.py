@@ -41,6 +41,8 @@ class Run:
     id: str
     thread_id: str
     agent: str
+    principal_id: str | None
+    """The API key the run acts for (None from a server older than this field)."""
     status: str
     wait_reason: str | None
     pending: tuple[PendingItem, ...]
@@ -64,7 +66,8 @@ class Run:
         pending = raw.get("pending") or {}
         items = [*(pending.get("approvals") or ()), *(pending.get("calls") or ())]
         return cls(
-            id=raw["id"], thread_id=raw["thread_id"], agent=raw["agent"], status=raw["status"],
+            id=raw["id"], thread_id=raw["thread_id"], agent=raw["agent"], principal_id=raw.get("principal_id"),
+            status=raw["status"],
             wait_reason=raw.get("wait_reason"), pending=tuple(PendingItem.of(item) for item in items),
             output=raw.get("output"), failure=raw.get("failure"), parent_run_id=raw.get("parent_run_id"),
             version=raw["version"], raw=dict(raw),

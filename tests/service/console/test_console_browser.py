@@ -76,7 +76,9 @@ def test_console_lists_answers_and_shows_rejections(chromium: str, server: Any, 
     card.wait_for()
     assert page.evaluate("sessionStorage.getItem('candor.console.key')") == server.secret
 
-    # The pending items: tool, kind, arguments and who asked (the agent), in the DOM and on a non-blank screenshot.
+    # The pending items: tool, kind, arguments and who asked (the agent, for the key the run acts for), in the DOM
+    # and on a non-blank screenshot.
+    assert run.principal_id is not None and card.locator(".principal").text_content() == run.principal_id
     items = card.locator(".item")
     assert items.count() == 3
     refund = card.locator('.item[data-call-id="call_refund_a1"]')

@@ -48,6 +48,7 @@ async def test_create_wait_list_and_resume_with_the_batch(api: Any) -> None:
         waiting = [run async for run in client.waiting_runs()]
         assert [run.id for run in waiting] == [accepted.run.id]
         run = waiting[0]
+        assert run.principal_id == key.id  # the key the run acts for, as the console shows it
         assert [(item.tool_call_id, item.kind, item.tool_name) for item in run.pending] == [
             ("a1", "approval", "delete"), ("a2", "approval", "delete"), ("c1", "external", "lookup")]  # fmt: skip
         assert run.pending[0].arguments == {"path": "/x"}

@@ -30,10 +30,12 @@ async def _resume(api: Any, key: Any, run_id: str, body: Any, idempotency_key: s
 
 
 async def test_read_run_and_attempts(api: Any) -> None:
-    """§8.4: RunView with its ETag; the attempts list in number order, unpaged."""
+    """§8.4: RunView with its ETag (naming the key the run acts for, §4.3); the attempts list in number order,
+    unpaged."""
     key = await api.key()
     created = (await create_thread(api.client, key)).json()
     run_id = created["run"]["id"]
+    assert created["run"]["principal_id"] == key.id
     read = await api.client.get(f"/v1/runs/{run_id}", headers=key.headers())
     assert read.status_code == 200 and read.json() == created["run"] | {"recovery": []}
     assert read.headers["etag"] == f'"{run_id}:{created["run"]["version"]}"'
@@ -99,6 +101,7 @@ async def test_resume_creates_the_successor(api: Any) -> None:
     view = response.json()
     assert (view["status"], view["trigger"], view["lineage"]) == ("accepted", "resume", "continue")
     assert view["parent_run_id"] == waiting.id and view["agent"] == waiting.agent
+    assert view["principal_id"] == owner.id  # the key the run acts for, not the one that answered
     assert response.headers["etag"] == f'"{view["id"]}:{view["version"]}"'
     stored = await run_row(api.service, view["id"])
     assert (stored.options, stored.principal_id, stored.authority) == (

@@ -21,8 +21,8 @@ async def test_create_thread(api: Any) -> None:
                            "last_run_id", "archived_at", "version", "created_at", "updated_at"}  # fmt: skip
     assert set(entry) == {"id", "thread_id", "kind", "delivery", "position", "status", "agent", "assigned_run_id",
                           "failure", "created_at", "finished_at"}  # fmt: skip
-    assert set(run) == {"id", "thread_id", "agent", "status", "trigger", "lineage", "parent_run_id", "wait_reason",
-                        "pending", "output", "failure", "attempts", "max_attempts", "tool_recovery",
+    assert set(run) == {"id", "thread_id", "agent", "principal_id", "status", "trigger", "lineage", "parent_run_id",
+                        "wait_reason", "pending", "output", "failure", "attempts", "max_attempts", "tool_recovery",
                         "cancel_requested_at", "current_attempt_id", "checkpoint_seq", "usage", "created_at", "started_at", "sealed_at",
                         "version"}  # fmt: skip
     assert (thread["state"], thread["origin"], thread["current_run_id"]) == ("active", "new", run["id"])

@@ -278,6 +278,9 @@ class RunView(BaseModel):
     id: str
     thread_id: str
     agent: str
+    principal_id: str
+    """The API key the run acts for (§4.3): the key whose input the run was accepted for. A resume successor keeps
+    its waiting run's key (S-80)."""
     status: Literal["accepted", "running", "waiting", "completed", "failed", "cancelled"]
     trigger: Literal["input", "queued", "resume", "child_result", "spawned"]
     lineage: Literal["root", "continue", "fork"]
@@ -303,7 +306,7 @@ class RunView(BaseModel):
     def of(cls, row: RunRow) -> RunView:
         pending = None if row.pending is None else PendingView.model_validate(row.pending)
         return cls(
-            id=row.id, thread_id=row.thread_id, agent=row.agent, status=row.status,
+            id=row.id, thread_id=row.thread_id, agent=row.agent, principal_id=row.principal_id, status=row.status,
             trigger=row.trigger, lineage=row.lineage, parent_run_id=row.parent_run_id,
             wait_reason=row.wait_reason, pending=pending, output=row.output,
             failure=_failure(row.failure), attempts=row.attempts, max_attempts=row.max_attempts,

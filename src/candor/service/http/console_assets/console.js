@@ -325,6 +325,7 @@ function renderRun(run) {
   card.append(el("h2", { text: `Agent ${run.agent} asks for ${pendingItems(run).length} answer(s)` }));
   const since = run.sealed_at ? new Date(run.sealed_at).toLocaleString() : "";
   card.append(el("p", { class: "meta" }, document.createTextNode("agent "), el("code", { text: run.agent }),
+    document.createTextNode(" · for key "), el("code", { class: "principal", text: run.principal_id }),
     document.createTextNode(" · run "), el("code", { text: run.id }),
     document.createTextNode(" · thread "), el("code", { text: run.thread_id }),
     document.createTextNode(since ? " · waiting since " + since : ""),
