@@ -20,7 +20,7 @@ import uvicorn
 from .control.sweeps import run_sweeps
 from .core import Service
 from .http.app import create_app
-from .http.readiness import Readiness
+from .http.readiness import Readiness, Role
 from .settings import ServiceSettings
 from .store.dialect import is_postgresql_url
 from .store.migrate import migrate, require_current_schema
@@ -28,7 +28,6 @@ from .store.notify import listen_for_wakeups
 from .worker.drain import drain
 from .worker.loop import WorkerLoop
 
-Role = Literal["all", "control", "worker"]
 log = logging.getLogger("candor.process")
 
 __all__ = ("Role", "run", "serve", "prepare", "loop_factory")
