@@ -25,12 +25,14 @@ from sqlalchemy import (
     UniqueConstraint,
     event,
     text,
+    tuple_,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
 __all__ = (
@@ -106,6 +108,16 @@ def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
 @compiles(db_now, "postgresql")
 def _now_postgresql(element: db_now, compiler: Any, **kw: Any) -> str:
     return _NOW_SQL["postgresql"]
+
+
+def past_keyset(
+    created_at: ColumnElement[Any], row_id: ColumnElement[Any], cursor: tuple[float, str], *, newest_first: bool
+) -> ColumnElement[bool]:
+    """The rows a (`created_at`, `id`) keyset page continues with after `cursor`: one row-value comparison, which
+    PostgreSQL and SQLite both turn into the start of an index range (an OR of two comparisons is applied as a
+    filter after scanning from the first row)."""
+    keys, bound = tuple_(created_at, row_id), tuple_(*cursor)
+    return keys < bound if newest_first else keys > bound
 
 
 def partial_index(name: str, *columns: str, where: str, unique: bool = False) -> Index:

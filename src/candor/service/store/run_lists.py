@@ -6,18 +6,18 @@ A resumed waiting run keeps its `waiting` status for the record, so `status = 'w
 
 A page walks `ix_runs_workspace_created` (`workspace_id`, `created_at`, `id`) backwards from its cursor, or
 `ix_runs_workspace_waiting` (the same columns over waiting runs only) when the list asks for waiting runs, so it
-reads about `limit` rows however many runs the workspace has. The cursor is one row-value comparison, which both
-databases turn into the start of the index range (an OR of two comparisons would make them scan from the newest
-run and filter).
+reads about `limit` rows however many runs the workspace has; the cursor starts the index range
+(`dialect.past_keyset`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Select, and_, exists, select, tuple_
+from sqlalchemy import Select, and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .dialect import past_keyset
 from .tables import runs, threads
 from .views import RunRow
 
@@ -43,8 +43,7 @@ def select_workspace_runs(
             ~has_successor,
         )
     if before is not None:
-        created_at, run_id = before
-        query = query.where(tuple_(runs.c.created_at, runs.c.id) < tuple_(created_at, run_id))
+        query = query.where(past_keyset(runs.c.created_at, runs.c.id, before, newest_first=True))
     return query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
 
 

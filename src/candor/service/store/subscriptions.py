@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Select, delete, func, insert, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import AlreadyExists
-from .dialect import db_now
+from .dialect import db_now, past_keyset
 from .tables import outbox, subscriptions, workspaces
 
 __all__ = (
@@ -133,7 +133,7 @@ def select_subscriptions(*, workspace_id: str, limit: int, after: Keyset | None 
     s = subscriptions.c
     query = select(*_PUBLIC_COLUMNS).where(s.workspace_id == workspace_id)
     if after is not None:
-        query = query.where(or_(s.created_at > after[0], and_(s.created_at == after[0], s.id > after[1])))
+        query = query.where(past_keyset(s.created_at, s.id, after, newest_first=False))
     return query.order_by(s.created_at, s.id).limit(limit)
 
 
@@ -146,7 +146,7 @@ def select_deliveries(
         o.workspace_id == workspace_id, o.subscription_id == subscription_id, o.kind == "webhook"
     )
     if before is not None:
-        query = query.where(or_(o.created_at < before[0], and_(o.created_at == before[0], o.id < before[1])))
+        query = query.where(past_keyset(o.created_at, o.id, before, newest_first=True))
     return query.order_by(o.created_at.desc(), o.id.desc()).limit(limit)
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import Select, and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..protocol.thread_state import ThreadState, thread_state
+from .dialect import past_keyset
 from .tables import inbox_entries, run_attempts, runs, threads
 
 __all__ = (
@@ -210,10 +211,7 @@ def select_runs(
     """A thread's runs, newest first (`created_at`, then `id`), optionally after the keyset `before`."""
     query = select(runs).where(runs.c.thread_id == thread_id, runs.c.workspace_id == workspace_id)
     if before is not None:
-        created_at, run_id = before
-        query = query.where(
-            (runs.c.created_at < created_at) | and_(runs.c.created_at == created_at, runs.c.id < run_id)
-        )
+        query = query.where(past_keyset(runs.c.created_at, runs.c.id, before, newest_first=True))
     return query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
 
 
