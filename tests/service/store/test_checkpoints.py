@@ -25,6 +25,7 @@ from candor.harness.state import CapabilityState, HarnessState
 from candor.service.errors import CheckpointCorrupt
 from candor.service.store.checkpoints import (
     CheckpointEnvelope,
+    EncodedMessage,
     LoadedCheckpoint,
     common_prefix_length,
     encode_envelope,
@@ -33,8 +34,10 @@ from candor.service.store.checkpoints import (
     envelope_for_state,
     import_history,
     insert_checkpoint,
+    kept_count,
     load_state,
     plan_ranges,
+    sha256_hex,
 )
 from candor.service.store.dialect import db_now
 from candor.service.store.engine import read_transaction, write_transaction
@@ -145,6 +148,34 @@ async def _row_count(db: Any, checkpoint_id: str) -> int:
 def test_common_prefix_length(base: tuple[str, ...], new: tuple[str, ...], expected: int) -> None:
     """§6: `kept` is the longest common prefix by canonical message JSON (here: its digest)."""
     assert common_prefix_length(base, new) == expected
+
+
+_BODIES = st.sampled_from(['{"a":1}', '{"b":2}', '{"c":3}'])
+
+
+@given(
+    base=st.lists(_BODIES, max_size=8),
+    shared=st.integers(min_value=0, max_value=8),
+    copied=st.booleans(),
+    tail=st.lists(_BODIES, max_size=4),
+)
+def test_kept_count_is_the_common_prefix_of_the_digests(
+    base: list[str], shared: int, copied: bool, tail: list[str]
+) -> None:
+    """§6, S-41: `kept_count` (the commit's fast path: the same message objects, compared at once) always equals
+    the longest common prefix of the digests, whether the new history reuses the base's objects, holds equal
+    copies of them, or differs anywhere."""
+    base_encoded = [encode_message_body(body) for body in base]
+    head = base_encoded[:shared]
+    if copied:
+        head = [encode_message_body(m.body) for m in head]
+    new_encoded = [*head, *(encode_message_body(body) for body in tail)]
+    digests = common_prefix_length([m.digest for m in base_encoded], [m.digest for m in new_encoded])
+    assert kept_count(base_encoded, new_encoded) == digests
+
+
+def encode_message_body(body: str) -> EncodedMessage:
+    return EncodedMessage(body=body, digest=sha256_hex(body))
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -15,12 +15,12 @@ from sqlalchemy import event, func, insert, select, update
 from sqlalchemy.engine.default import CacheStats
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from candor.service.errors import LeaseLost
+from candor.service.errors import LeaseLost, StoreUnavailable
 from candor.service.protocol.fencing import Lease
 from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history, load_state
 from candor.service.store.dialect import allocate_stream_ids, db_now
 from candor.service.store.engine import create_engine, read_transaction, write_transaction
-from candor.service.store.pg_commits import step_statement
+from candor.service.store.pg_commits import pooled_asyncpg, step_statement
 from candor.service.store.runs import claim_runs, lock_attempt, start_attempt
 from candor.service.store.seals import commit_checkpoint
 from candor.service.store.tables import (
@@ -63,13 +63,14 @@ def statements(engine: AsyncEngine) -> Iterator[list[tuple[str, CacheStats]]]:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
-@contextmanager
-def driver_statements(engine: AsyncEngine) -> Iterator[list[str]]:
+@asynccontextmanager
+async def driver_statements(engine: AsyncEngine) -> AsyncIterator[list[str]]:
     """The SQL statements `engine`'s connections send inside the block, as the driver sees them: asyncpg's query log
     (its type introspection, once per connection, left out) or SQLite's trace callback. A step commit runs on the
     driver directly (`store/pg_commits.py`, `store/sqlite_commits.py`), so SQLAlchemy's events (`statements`) do
     not see it. BEGIN, COMMIT and ROLLBACK are left out (PostgreSQL's step commit has none: it is one statement).
-    Only connections checked out inside the block are observed."""
+    Only connections checked out inside the block are observed. asyncpg hands its log to the loggers on the event
+    loop's next turn (`call_soon`), so the block ends with one."""
     sent: list[str] = []
 
     def record(text: str) -> None:
@@ -106,6 +107,7 @@ def driver_statements(engine: AsyncEngine) -> Iterator[list[str]]:
     event.listen(engine.sync_engine.pool, "checkin", checkin)
     try:
         yield sent
+        await asyncio.sleep(0)  # the queries logged inside the block reach `logged`
     finally:
         event.remove(engine.sync_engine.pool, "checkout", checkout)
         event.remove(engine.sync_engine.pool, "checkin", checkin)
@@ -157,7 +159,7 @@ async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: i
         usage={"requests": 1},
     )
     grown = [*base, *encode_history(step(steps_before + 1))]
-    with driver_statements(db.engine) as sent:
+    async with driver_statements(db.engine) as sent:
         second = await commit_checkpoint(
             db.engine,
             lease,
@@ -170,7 +172,7 @@ async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: i
         )
     assert len(sent) == COMMIT_STATEMENTS[db.kind], "\n".join(statement[:50] for statement in sent)
     further = [*grown, *encode_history(step(steps_before + 2))]
-    with driver_statements(db.engine) as again:  # same shape: the same constant statements
+    async with driver_statements(db.engine) as again:  # same shape: the same constant statements
         third = await commit_checkpoint(
             db.engine,
             lease,
@@ -301,7 +303,7 @@ async def test_a_runs_first_commit_consumes_its_source_entry_in_the_same_stateme
     async with read_transaction(db.engine) as conn:
         version = select(threads.c.version).where(threads.c.id == lease.thread_id)
         before = (await conn.execute(version)).scalar_one()
-    with driver_statements(db.engine) as sent:
+    async with driver_statements(db.engine) as sent:
         first = await commit_checkpoint(
             db.engine,
             lease,
@@ -343,3 +345,81 @@ async def test_a_long_first_commit_is_written_in_bounded_statements(db: Any) -> 
     assert (committed.kept, committed.count) == (0, 1201)
     async with read_transaction(db.engine) as conn:
         assert (await load_state(conn, committed.checkpoint_id)).encoded == encoded
+
+
+@pytest.mark.parametrize("db_kind", [pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def test_a_step_commit_hands_its_connection_back_to_the_pool(db: Any) -> None:
+    """S-37, S-20: the step commit checks its connection out of the pool and returns it itself (`pooled_asyncpg`),
+    after a commit and after a fence that refused one alike: on a pool of one connection the next commit gets it."""
+    engine = create_engine(db.url, pool_size=1, max_overflow=0, timeout=5)
+    try:
+        lease = await _leased_run(db)
+        envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
+        history = encode_history([prompt("go")])
+        first = await commit_checkpoint(
+            engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
+        )
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        with pytest.raises(LeaseLost):  # a stale expected seq: the fence writes nothing
+            await commit_checkpoint(
+                engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
+            )
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        second = await asyncio.wait_for(
+            commit_checkpoint(
+                engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=history,
+                new_encoded=encode_history([prompt("go"), *step(1)]), envelope=envelope,
+            ),
+            timeout=10,
+        )  # fmt: skip
+        assert second.seq == 2
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("db_kind", [pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def test_a_cancelled_step_commit_writes_nothing_and_frees_its_connection(db: Any) -> None:
+    """S-37: a step commit cancelled while its statement waits for a lock (a worker told to stop mid-commit) writes
+    nothing, and its connection goes back to the pool (ended, since the statement's transaction was still open, and
+    replaced at the next checkout): the next commit on a pool of one connection succeeds."""
+    engine = create_engine(db.url, pool_size=1, max_overflow=0, timeout=5)
+    try:
+        lease = await _leased_run(db)
+        envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
+        history = encode_history([prompt("go")])
+        async with write_transaction(db.engine) as holder:  # the attempt's row lock keeps the statement waiting
+            await holder.execute(lock_attempt(lease.attempt_id))
+            commit = asyncio.ensure_future(
+                commit_checkpoint(
+                    engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
+                )
+            )
+            await asyncio.sleep(0.3)
+            assert not commit.done()
+            commit.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await commit
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        async with read_transaction(db.engine) as conn:
+            assert (await conn.execute(select(func.count()).select_from(checkpoints))).scalar_one() == 0
+        committed = await asyncio.wait_for(
+            commit_checkpoint(
+                engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
+            ),
+            timeout=10,
+        )
+        assert committed.seq == 1
+    finally:
+        await engine.dispose()
+
+
+async def test_a_step_connection_from_an_unreachable_server_is_unavailable() -> None:
+    """§2.2: a refused connection at the step commit's checkout surfaces as `StoreUnavailable`, as it does for
+    every other transaction, never as a driver or socket exception."""
+    engine = create_engine("postgresql://postgres@127.0.0.1:1/none", timeout=1)
+    try:
+        with pytest.raises(StoreUnavailable):
+            async with pooled_asyncpg(engine):
+                pass
+    finally:
+        await engine.dispose()

@@ -38,7 +38,8 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -46,18 +47,19 @@ from typing import Any
 import asyncpg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from .. import failpoints
 from ..errors import LeaseLost, StoreUnavailable
 from ..protocol.fencing import Lease, hash_lease_token
-from .checkpoints import CheckpointWritten, EncodedEnvelope, EncodedMessage, common_prefix_length, new_checkpoint_id
+from .checkpoints import CheckpointWritten, EncodedEnvelope, EncodedMessage, kept_count, new_checkpoint_id
 from .dialect import now_sql
 from .engine import UNAVAILABLE_SQLSTATE_PREFIXES, UNAVAILABLE_SQLSTATES, translate_errors
 from .runs import fence_rows, fenced_from_row
 from .streams import NewStreamEntry
 from .tables import CHECKPOINT_FORMAT, LIVE_ATTEMPT_STATUSES
 
-__all__ = ("StepCommit", "commit_step", "step_statement")
+__all__ = ("StepCommit", "commit_step", "pooled_asyncpg", "step_statement")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -193,16 +195,15 @@ async def commit_step(
         raise ValueError("base_encoded must be empty when there is no base checkpoint")
     checkpoint_id = new_checkpoint_id()
     seq = expected_seq + 1
-    kept = common_prefix_length([m.digest for m in base_encoded], [m.digest for m in new_encoded])
+    kept = kept_count(base_encoded, new_encoded)
     fresh = new_encoded[kept:]
     written = len(envelope.text) + len(envelope.digest) + sum(len(m.body) + len(m.digest) for m in fresh)
     entries = _StreamEntryRows(stream_entries)
     nonce = secrets.token_hex(16)
     blinded = hashlib.sha256((hash_lease_token(lease.token) + nonce).encode()).digest()
     failpoints.hit(failpoints.CHECKPOINT_BEFORE_COMMIT)  # a crash here leaves nothing, as one inside the transaction
-    with translate_errors():  # checkout and connection errors (SQLAlchemy's)
-        async with engine.connect() as sa_conn:
-            pg: asyncpg.Connection = (await sa_conn.get_raw_connection()).driver_connection
+    with translate_errors():  # timeouts and lost connections during the statement (the OS's, asyncio's)
+        async with pooled_asyncpg(engine) as pg:
             try:
                 row = await pg.fetchrow(
                     step_statement(engine.dialect),
@@ -231,6 +232,32 @@ async def commit_step(
     if row is not None and row["pending_steer"] and not fenced.thread_archived:
         return None
     raise LeaseLost("lease_expired")  # the database clock passed the expiry between the two comparisons
+
+
+@asynccontextmanager
+async def pooled_asyncpg(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of the engine's pool, as the asyncpg connection, checked out and returned through the pool itself.
+
+    `engine.connect()` would wrap it in SQLAlchemy's `Connection` and `AsyncConnection` (three greenlet switches)
+    and return it from a shielded task: 50–110 µs of a step commit's 400–700 µs of client CPU, measured in one
+    process alternating both (issue 12, docs/worker-cost.md). The pool's checkout, with the hook that replaces a
+    connection the server closed (`dialect._replace_closed_connections`), and its return are the same. Returning it
+    does no I/O (nothing began a transaction through SQLAlchemy, so the pool's reset has nothing to roll back): no
+    await a cancellation could interrupt, so no shield is needed. Failing to check one out is `StoreUnavailable`.
+    """
+    with translate_errors():  # pool timeouts, refused connections (SQLAlchemy's, the OS's)
+        try:
+            pooled = await greenlet_spawn(engine.sync_engine.raw_connection)
+        except engine.dialect.loaded_dbapi.Error as error:  # the driver's errors, as SQLAlchemy's adapter raises them
+            raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
+        except (asyncpg.PostgresError, asyncpg.InterfaceError) as error:  # raised while connecting
+            if _unavailable(error):
+                raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
+            raise
+    try:
+        yield pooled.driver_connection
+    finally:
+        await greenlet_spawn(pooled.close)
 
 
 def _unavailable(error: Exception) -> bool:

@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from .. import failpoints
 from ..errors import LeaseLost, StoreUnavailable
 from ..protocol.fencing import Lease
-from .checkpoints import CheckpointWritten, EncodedEnvelope, EncodedMessage, common_prefix_length, new_checkpoint_id
+from .checkpoints import CheckpointWritten, EncodedEnvelope, EncodedMessage, kept_count, new_checkpoint_id
 from .dialect import now_sql
 from .engine import translate_errors
 from .pg_commits import StepCommit
@@ -98,7 +98,7 @@ async def commit_step_sqlite(
     not archived."""
     if base_id is None and base_encoded:
         raise ValueError("base_encoded must be empty when there is no base checkpoint")
-    kept = common_prefix_length([m.digest for m in base_encoded], [m.digest for m in new_encoded])
+    kept = kept_count(base_encoded, new_encoded)
     step = _Step(
         lease=lease, expected_seq=expected_seq, checkpoint_id=new_checkpoint_id(), base_id=base_id, kept=kept,
         new_encoded=new_encoded, envelope=envelope, usage=usage, stream_entries=stream_entries,
