@@ -378,10 +378,12 @@ async def test_a_step_commit_hands_its_connection_back_to_the_pool(db: Any) -> N
 
 
 @pytest.mark.parametrize("db_kind", [pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def test_a_cancelled_step_commit_writes_nothing_and_frees_its_connection(db: Any) -> None:
-    """S-37: a step commit cancelled while its statement waits for a lock (a worker told to stop mid-commit) writes
-    nothing, and its connection goes back to the pool (ended, since the statement's transaction was still open, and
-    replaced at the next checkout): the next commit on a pool of one connection succeeds."""
+async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connection(db: Any) -> None:
+    """S-37, S-38: a step commit cancelled while its statement waits for a lock (a worker told to stop mid-commit)
+    has an outcome the caller cannot know: asyncpg asks the server to cancel the statement, but the lock may be
+    released first and the statement commit. Either way it is all or nothing (a checkpoint row exactly when the run
+    points at it), its connection goes back to the pool, and the next commit on a pool of one connection, with the
+    `checkpoint_seq` read back, succeeds."""
     engine = create_engine(db.url, pool_size=1, max_overflow=0, timeout=5)
     try:
         lease = await _leased_run(db)
@@ -400,15 +402,23 @@ async def test_a_cancelled_step_commit_writes_nothing_and_frees_its_connection(d
             with pytest.raises(asyncio.CancelledError):
                 await commit
         assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-        async with read_transaction(db.engine) as conn:
-            assert (await conn.execute(select(func.count()).select_from(checkpoints))).scalar_one() == 0
+
+        async def stored() -> tuple[int, int]:
+            async with read_transaction(db.engine) as conn:
+                count = (await conn.execute(select(func.count()).select_from(checkpoints))).scalar_one()
+                pointer = select(runs.c.checkpoint_seq).where(runs.c.id == lease.run_id)
+                return count, (await conn.execute(pointer)).scalar_one()
+
+        count, seq = await stored()
+        assert (count, seq) in ((0, 0), (1, 1))  # nothing, or the whole commit
         committed = await asyncio.wait_for(
             commit_checkpoint(
-                engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
+                engine, lease, expected_seq=seq, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
             ),
             timeout=10,
         )
-        assert committed.seq == 1
+        assert committed.seq == seq + 1
+        assert await stored() == (count + 1, seq + 1)
     finally:
         await engine.dispose()
 
