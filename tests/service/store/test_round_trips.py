@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, insert, select, update
+from sqlalchemy import event, func, insert, select, text, update
 from sqlalchemy.engine.default import CacheStats
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -403,12 +403,18 @@ async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connectio
                 await commit
         assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
-        async def stored() -> tuple[int, int]:
+        async def statement_ended() -> bool:  # at the server: cancelled, or committed once the lock was free
             async with read_transaction(db.engine) as conn:
-                count = (await conn.execute(select(func.count()).select_from(checkpoints))).scalar_one()
-                pointer = select(runs.c.checkpoint_seq).where(runs.c.id == lease.run_id)
-                return count, (await conn.execute(pointer)).scalar_one()
+                return bool((await conn.execute(_OTHER_ACTIVE_BACKENDS)).scalar_one() == 0)
 
+        async def stored() -> tuple[int, int]:  # one statement, so one snapshot of both
+            count = select(func.count()).select_from(checkpoints).scalar_subquery()
+            pointer = select(runs.c.checkpoint_seq).where(runs.c.id == lease.run_id).scalar_subquery()
+            async with read_transaction(db.engine) as conn:
+                found, seq = (await conn.execute(select(count, pointer))).one()
+            return int(found), int(seq)
+
+        await wait_until(statement_ended, 10)
         count, seq = await stored()
         assert (count, seq) in ((0, 0), (1, 1))  # nothing, or the whole commit
         committed = await asyncio.wait_for(
@@ -421,6 +427,12 @@ async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connectio
         assert await stored() == (count + 1, seq + 1)
     finally:
         await engine.dispose()
+
+
+_OTHER_ACTIVE_BACKENDS = text(
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()"
+)
 
 
 async def test_a_step_connection_from_an_unreachable_server_is_unavailable() -> None:
