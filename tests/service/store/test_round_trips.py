@@ -431,7 +431,8 @@ async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connectio
 
 _OTHER_ACTIVE_BACKENDS = text(
     "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()"
+    "WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid() "
+    "AND backend_type = 'client backend'"  # not an autovacuum worker of the same database
 )
 
 
