@@ -60,8 +60,8 @@ async def test_upgrade_head_reproduces_tables_exactly(empty_db: str) -> None:
 async def test_concurrent_migrations_apply_each_revision_once(empty_db: str) -> None:
     """S-122: two processes migrating at the same time apply each revision exactly once."""
     first, second = await asyncio.gather(migrate(empty_db), migrate(empty_db))
-    assert sorted([first, second]) == [(), ("0001", "0002", "0003")]
-    assert head_revision() == "0003"
+    assert sorted([first, second]) == [(), ("0001", "0002", "0003", "0004")]
+    assert head_revision() == "0004"
     assert (await check_schema(empty_db)).is_current
 
 
@@ -142,6 +142,40 @@ async def _trigger_definitions(conn: AsyncConnection, schema: str | None = None)
         {"schema": schema},
     )
     return {name: f"{table}:{kind}:{source}" for name, table, kind, source in rows}
+
+
+async def test_0004_drops_the_step_tables_workspace_keys_on_postgresql_only(empty_db: str) -> None:
+    """Revision 0004 (issue 12, §7.8): on PostgreSQL `checkpoints`, `usage_records` and `stream_entries` lose their
+    foreign keys to `workspaces`, and downgrading to 0003 restores them; SQLite keeps them. Either way the schema
+    then equals tables.py's for that dialect."""
+
+    def workspace_keys(sync_conn: sa.Connection) -> set[str]:
+        inspector = sa.inspect(sync_conn)
+        return {
+            f"{table}.{key['name']}"
+            for table in ("checkpoints", "usage_records", "stream_entries")
+            for key in inspector.get_foreign_keys(table)
+            if key["referred_table"] == "workspaces"
+        }
+
+    all_three = {f"{t}.fk_{t}_workspace_id" for t in ("checkpoints", "usage_records", "stream_entries")}
+    await migrate(empty_db)
+    engine = create_engine(empty_db)
+    try:
+        async with engine.begin() as conn:
+            postgresql = conn.dialect.name == "postgresql"
+            assert await conn.run_sync(workspace_keys) == (set() if postgresql else all_three)
+            await conn.run_sync(_alembic_step("0003", down=True))
+            assert await conn.run_sync(workspace_keys) == all_three
+        # At 0003 the comparison with this build reports each key PostgreSQL should no longer have.
+        reported = {d for d in (await check_schema(empty_db)).differences if d.startswith("remove_fk")}
+        assert reported == ({f"remove_fk {key}" for key in all_three} if postgresql else set())
+        async with engine.begin() as conn:
+            await conn.run_sync(_alembic_step("head"))
+            assert await conn.run_sync(workspace_keys) == (set() if postgresql else all_three)
+    finally:
+        await engine.dispose()
+    assert (await check_schema(empty_db)).differences == ()
 
 
 async def test_migrated_triggers_equal_tables_triggers(db_kind: str, empty_db: str, tmp_path: object) -> None:

@@ -25,12 +25,14 @@ from candor.service.store.engine import create_engine, read_transaction, write_t
 from candor.service.store.pg_commits import pooled_asyncpg, step_statement
 from candor.service.store.runs import claim_runs, lock_attempt, start_attempt
 from candor.service.store.seals import commit_checkpoint
+from candor.service.store.streams import NewStreamEntry
 from candor.service.store.tables import (
     checkpoint_messages,
     checkpoints,
     inbox_entries,
     run_attempts,
     runs,
+    stream_entries,
     threads,
     usage_records,
 )
@@ -457,3 +459,37 @@ async def test_a_step_connection_from_an_unreachable_server_is_unavailable() -> 
                 pass
     finally:
         await engine.dispose()
+
+
+@pytest.mark.parametrize("db_kind", [pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def test_a_step_commit_takes_no_lock_on_its_workspace_row(db: Any) -> None:
+    """§7.8, S-37 (issue 12): a step commit writes a checkpoint row, a usage record and stream entries, and locks the
+    thread, run and attempt rows it fences on, but not the workspace's row. A foreign key from those tables to
+    `workspaces` made PostgreSQL lock it `FOR KEY SHARE` at every commit of every run of the workspace, and commits
+    at the same time shared it through a MultiXact each (migration 0004 dropped those keys). A lock leaves the
+    locking transaction's id in the row's `xmax`, so the row must come out of the commit with the `xmax` it had."""
+    lease = await _leased_run(db)
+    workspace_xmax = text(
+        "SELECT w.xmax::text FROM workspaces w JOIN threads t ON t.workspace_id = w.id WHERE t.id = :thread"
+    )
+    async with read_transaction(db.engine) as conn:
+        before = (await conn.execute(workspace_xmax, {"thread": lease.thread_id})).scalar_one()
+    committed = await commit_checkpoint(
+        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(),
+        new_encoded=encode_history([prompt("go"), *step(1)]),
+        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)), usage={"requests": 1},
+        stream_entries=[NewStreamEntry(type="delta", sequence=1, event={"event_kind": "part_start"})],
+        boundary_sequence=2,
+    )  # fmt: skip
+    async with read_transaction(db.engine) as conn:
+        after = (await conn.execute(workspace_xmax, {"thread": lease.thread_id})).scalar_one()
+        written = (
+            await conn.execute(
+                select(
+                    select(func.count()).where(usage_records.c.run_id == lease.run_id).scalar_subquery(),
+                    select(func.count()).where(stream_entries.c.run_id == lease.run_id).scalar_subquery(),
+                )
+            )
+        ).one()
+    assert committed.seq == 1 and tuple(written) == (1, 2)
+    assert after == before

@@ -13,7 +13,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from candor.service.store.engine import create_engine
-from candor.service.store.migrate import include_name
+from candor.service.store.migrate import include_name, include_object_for
 from candor.service.store.tables import metadata
 
 config = context.config
@@ -24,6 +24,7 @@ def _run(connection: Connection) -> None:
         connection=connection,
         target_metadata=metadata,
         include_name=include_name,
+        include_object=include_object_for(connection.dialect.name),
         compare_type=True,
         render_as_batch=connection.dialect.name == "sqlite",
         on_version_apply=config.attributes.get("on_version_apply"),

@@ -9,7 +9,7 @@ triggers with the ones tables.py declares (S-123, `candor migrate --check`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
 from sqlalchemy.engine import URL, Connection
 
 from .. import migrations as _migrations_package
@@ -70,6 +71,36 @@ class SchemaStatus:
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     """Alembic filter: compare everything except Alembic's own version table."""
     return not (type_ == "table" and name == VERSION_TABLE)
+
+
+def include_object_for(dialect: str) -> Callable[[Any, str | None, str, bool, Any], bool]:
+    """Alembic filter: a constraint of tables.py declared for some dialects only (`info["dialects"]`, created
+    through `ddl_if`) is not missing on the others. (Alembic matches a declared constraint with a reflected one
+    before it filters, so one present where it should not be is found by `_unwanted_foreign_keys` instead.)"""
+
+    def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+        dialects = None if reflected else getattr(obj, "info", {}).get("dialects")
+        return dialects is None or dialect in dialects
+
+    return include_object
+
+
+def _unwanted_foreign_keys(connection: Connection) -> list[str]:
+    """Foreign keys of tables.py declared for other dialects only, yet present in the database."""
+    dialect = connection.dialect.name
+    inspector = inspect(connection)
+    existing = set(inspector.get_table_names())
+    unwanted = []
+    for table in (table for table in metadata.sorted_tables if table.name in existing):
+        limited = {
+            str(key.name)
+            for key in table.foreign_key_constraints
+            if key.info.get("dialects") is not None and dialect not in key.info["dialects"]
+        }
+        if limited:
+            present = {key["name"] for key in inspector.get_foreign_keys(table.name)}
+            unwanted += [f"remove_fk {table.name}.{name}" for name in sorted(limited & present)]
+    return unwanted
 
 
 def alembic_config(url: str | URL | None = None) -> Config:
@@ -145,10 +176,16 @@ async def require_current_schema(url: str | URL, *, timeout: float = DEFAULT_TIM
 def _inspect(connection: Connection) -> SchemaStatus:
     context = MigrationContext.configure(
         connection,
-        opts={"include_name": include_name, "compare_type": True, "target_metadata": metadata},
+        opts={
+            "include_name": include_name,
+            "include_object": include_object_for(connection.dialect.name),
+            "compare_type": True,
+            "target_metadata": metadata,
+        },
     )
     current = tuple(sorted(context.get_current_heads()))
     differences = [_describe(diff) for diff in compare_metadata(context, metadata)]
+    differences += _unwanted_foreign_keys(connection)
     expected = trigger_names(GUARDS, dialect_name(connection))
     present = existing_trigger_names(connection)
     differences += [f"add_trigger {name}" for name in sorted(expected - present)]

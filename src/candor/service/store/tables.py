@@ -13,6 +13,8 @@ Schema decisions, the same on SQLite and PostgreSQL:
 * **Foreign keys** point from owned rows to their owners only (workspace, thread, run, checkpoint). Back-pointers
   (`threads.current_run_id`, `runs.current_attempt_id`, `runs.checkpoint_id`, `threads.base_checkpoint_id`, …)
   carry no foreign key, so the schema has no cycles. SQLite enforces foreign keys (`PRAGMA foreign_keys = ON`).
+  One difference between the dialects: the rows a step commit inserts (`checkpoints`, `usage_records`,
+  `stream_entries`) reference their workspace by a foreign key on SQLite only (`_step_workspace_key`).
 * **Triggers** (S-6, S-7, S-8, S-9, S-40) are declared below as data (`StatusGuard`, `LeaseGuard`, `InsertOnly`),
   rendered per dialect by dialect.py and created by `after_create` events of their tables; migration 0001 creates
   the same triggers. Violations surface as `sqlalchemy.exc.IntegrityError`.
@@ -25,6 +27,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -139,6 +142,22 @@ def _in(column: str, values: tuple[str, ...], *, nullable: bool = False) -> str:
 def _workspace(*, index: bool = True) -> Column[str]:
     """The owning workspace; `index=False` where a composite index leads with it instead."""
     return Column("workspace_id", ID, ForeignKey("workspaces.id"), nullable=False, index=index)
+
+
+def _step_workspace() -> tuple[Column[str], ForeignKeyConstraint]:
+    """The owning workspace of a row that step commits insert, with its foreign key declared for SQLite only.
+
+    On PostgreSQL a foreign-key check locks the referenced row (`FOR KEY SHARE`). With this key every step commit
+    of every run in a workspace locked that workspace's one row, and commits running at the same time share such a
+    lock only through a MultiXact: 0.84 of them per commit with 16 runs committing at once, each one spending
+    MultiXact ids and member space that `VACUUM` must later freeze, and 10–15% of the server's CPU per commit
+    (issue 12, docs/worker-cost.md). The workspace exists all the same: the row's thread or run references it
+    by a foreign key of its own, and the step commit locks that thread or run row anyway. On SQLite, one writer
+    and no row locks, the check is an index lookup and stays. `info["dialects"]` lets the schema comparison
+    (`migrate.include_object_for`) skip the key where `ddl_if` keeps it out of `CREATE TABLE`.
+    """
+    key = ForeignKeyConstraint(["workspace_id"], ["workspaces.id"], info={"dialects": ("sqlite",)})
+    return Column("workspace_id", ID, nullable=False, index=True), key.ddl_if(dialect="sqlite")
 
 
 workspaces = Table(
@@ -321,7 +340,7 @@ checkpoints = Table(
     "checkpoints",
     metadata,
     Column("id", ID, primary_key=True),
-    _workspace(),
+    *_step_workspace(),
     Column("thread_id", ID, ForeignKey("threads.id"), nullable=False, index=True),
     Column("run_id", ID, ForeignKey("runs.id")),
     Column("seq", Integer, nullable=False),
@@ -359,7 +378,7 @@ usage_records = Table(
     "usage_records",
     metadata,
     Column("id", ID_INTEGER, primary_key=True, autoincrement=True),
-    _workspace(),
+    *_step_workspace(),
     Column("run_id", ID, ForeignKey("runs.id"), nullable=False, index=True),
     Column("attempt_id", ID),
     Column("checkpoint_seq", Integer),
@@ -372,7 +391,7 @@ stream_entries = Table(
     "stream_entries",
     metadata,
     Column("id", ID_INTEGER, primary_key=True, autoincrement=True),
-    _workspace(),
+    *_step_workspace(),
     Column("thread_id", ID, ForeignKey("threads.id"), nullable=False),
     Column("run_id", ID, nullable=False),
     Column("attempt", Integer, nullable=False),
