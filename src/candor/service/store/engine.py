@@ -19,7 +19,9 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql.dml import UpdateBase
+from sqlalchemy.util import greenlet_spawn
 
 from ..errors import StoreUnavailable
 from ..signing_keys import NO_KEYS, KeyRing
@@ -46,6 +48,7 @@ __all__ = (
     "execute_together",
     "translate_errors",
     "is_unavailable",
+    "check_out",
     "DEFAULT_TIMEOUT",
     "UNAVAILABLE_SQLSTATES",
     "UNAVAILABLE_SQLSTATE_PREFIXES",
@@ -152,6 +155,23 @@ def translate_errors() -> Iterator[None]:
         if is_unavailable(error):
             raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
         raise
+
+
+async def check_out(engine: AsyncEngine) -> PoolProxiedConnection:
+    """A connection of `engine`'s pool, checked out through the pool itself, for code that talks to the driver
+    directly (the step commits, `pg_commits.py` and `sqlite_commits.py`; the caller returns it).
+
+    `engine.connect()` would wrap it in SQLAlchemy's `Connection` and `AsyncConnection` (greenlet switches, and a
+    close run in a shielded task): on a step commit's path that cost as much as the statement itself (issue 12,
+    docs/worker-cost.md). The pool's checkout, with its hooks (`dialect._replace_closed_connections`), is the
+    same. Failing to check one out is `StoreUnavailable`: the pool's timeout, a refused connection, and the driver's
+    own errors as SQLAlchemy's adapter raises them.
+    """
+    with translate_errors():
+        try:
+            return await greenlet_spawn(engine.sync_engine.raw_connection)
+        except engine.dialect.loaded_dbapi.Error as error:
+            raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
 
 
 @asynccontextmanager

@@ -25,25 +25,27 @@ import asyncio
 import functools
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from functools import cache
 from typing import Any
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from .. import failpoints
 from ..errors import LeaseLost, StoreUnavailable
 from ..protocol.fencing import Lease
 from .checkpoints import CheckpointWritten, EncodedEnvelope, EncodedMessage, kept_count, new_checkpoint_id
 from .dialect import now_sql
-from .engine import translate_errors
+from .engine import check_out, translate_errors
 from .pg_commits import StepCommit
 from .runs import fenced_from_row, step_fence_rows
 from .streams import NewStreamEntry
 from .tables import CHECKPOINT_FORMAT
 
-__all__ = ("commit_step_sqlite",)
+__all__ = ("commit_step_sqlite", "pooled_aiosqlite")
 
 _NOW = now_sql("sqlite")
 _INSERT_CHECKPOINT = (
@@ -105,8 +107,7 @@ async def commit_step_sqlite(
         fence=_fence_sql(engine.dialect), consume_source=consume_source,
     )  # fmt: skip
     with translate_errors():
-        async with engine.connect() as sa_conn:
-            aio: Any = (await sa_conn.get_raw_connection()).driver_connection
+        async with pooled_aiosqlite(engine) as aio:
             if aio._connection is None:  # closed: as aiosqlite's own calls check, nothing would run the call
                 raise StoreUnavailable("database unavailable: the SQLite connection is closed")
             # aiosqlite's queue to its thread, as SQLAlchemy's own adapter uses it (`isolation_level`).
@@ -124,6 +125,32 @@ async def commit_step_sqlite(
         written=CheckpointWritten(id=step.checkpoint_id, kept=kept, count=len(new_encoded), bytes_written=written),
         seq=expected_seq + 1,
     )
+
+
+@asynccontextmanager
+async def pooled_aiosqlite(engine: AsyncEngine) -> AsyncIterator[Any]:
+    """A connection of the engine's pool, as the aiosqlite connection, checked out and returned through the pool
+    itself (`engine.check_out`).
+
+    The step commit ends its own transaction in the connection's thread (`_Step.run`: COMMIT or ROLLBACK, whatever
+    happened), so after it the connection goes back to the pool as one whose transaction was already reset. The
+    pool's own reset would roll back through aiosqlite's thread, one more hand-over and wake-up per commit; with
+    `engine.connect()` that and SQLAlchemy's wrappers cost about 190 µs of a commit's CPU on the event loop,
+    measured in one process alternating both (issue 12, docs/worker-cost.md). When the block ends with an
+    exception, a cancellation included, the call may still be queued or running on the connection's thread: the
+    connection then goes back the usual way, shielded, its rollback queued behind that call, as before.
+    """
+    pooled = await check_out(engine)
+    aio: Any = pooled.driver_connection
+    try:
+        yield aio
+    except BaseException:
+        await asyncio.shield(greenlet_spawn(pooled.close))
+        raise
+    if aio._connection is not None and aio._connection.in_transaction:  # the call always ends its transaction
+        await asyncio.shield(greenlet_spawn(pooled.close))
+    else:  # no I/O unless the pool is over its size and closes the connection instead
+        await greenlet_spawn(pooled._close_special, transaction_reset=True)
 
 
 class _Step:

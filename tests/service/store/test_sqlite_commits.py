@@ -1,0 +1,108 @@
+"""The SQLite step commit's connection (§7.8, issue 12): checked out of the pool and handed back by the commit
+itself (`sqlite_commits.pooled_aiosqlite`), without a rollback through the connection's thread after a commit,
+and never handed to another caller while a cancelled commit may still be running on it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select
+
+from candor.service.errors import LeaseLost
+from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
+from candor.service.store.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.seals import commit_checkpoint
+from candor.service.store.tables import checkpoints, runs
+
+from .test_checkpoints import prompt, step
+from .test_round_trips import _leased_run
+
+pytestmark = pytest.mark.parametrize("db_kind", ["sqlite"])
+
+
+async def test_a_step_commit_hands_its_connection_back_without_a_rollback(db: Any) -> None:
+    """S-37 (issue 12): a step commit ends its transaction itself (COMMIT, or ROLLBACK when the fence refuses), so
+    after a commit the pool takes the connection back as already reset, with no rollback sent through aiosqlite's
+    thread. After a refused commit (LeaseLost) it goes back the usual way. Either way none stays checked out, and
+    the commits that follow get a connection."""
+    engine = create_engine(db.url, timeout=5)
+    resets: list[bool] = []
+
+    def reset(_dbapi_connection: Any, _record: Any, state: Any) -> None:
+        resets.append(state.transaction_was_reset)
+
+    event.listen(engine.sync_engine.pool, "reset", reset)
+    try:
+        lease = await _leased_run(db)
+        envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
+        history = encode_history([prompt("go")])
+        first = await commit_checkpoint(
+            engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
+        )
+        assert resets == [True] and engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        with pytest.raises(LeaseLost):  # a stale expected seq: the fence writes nothing
+            await commit_checkpoint(
+                engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
+            )
+        assert resets == [True, False] and engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        second = await commit_checkpoint(
+            engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=history,
+            new_encoded=encode_history([prompt("go"), *step(1)]), envelope=envelope,
+        )  # fmt: skip
+        assert second.seq == 2 and resets == [True, False, True]
+    finally:
+        await engine.dispose()
+
+
+async def test_a_cancelled_step_commit_ends_once_its_call_has_ended(db: Any) -> None:
+    """S-37, S-38: a step commit cancelled while it waits for SQLite's write lock (a worker told to stop
+    mid-commit) cannot stop its call on the connection's thread. The cancellation completes once that call has
+    ended, with the connection back in the pool and its rollback queued behind the call, so no other caller gets
+    the connection inside the call's transaction. Here the lock is freed meanwhile, so the call commits, whole, and
+    the next commit, with the `checkpoint_seq` read back, succeeds."""
+    engine = create_engine(db.url, timeout=5)
+    try:
+        lease = await _leased_run(db)
+        envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
+        history = encode_history([prompt("go")])
+        locked, release = asyncio.Event(), asyncio.Event()
+
+        async def hold_write_lock() -> None:  # the commit's BEGIN IMMEDIATE waits until this commits
+            async with write_transaction(db.engine) as holder:
+                await holder.execute(select(1))
+                locked.set()
+                await release.wait()
+
+        holder = asyncio.ensure_future(hold_write_lock())
+        await locked.wait()
+        commit = asyncio.ensure_future(
+            commit_checkpoint(
+                engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
+            )
+        )
+        await asyncio.sleep(0.3)
+        assert not commit.done()
+        commit.cancel()
+        await asyncio.sleep(0.3)
+        assert not commit.done()  # its call still waits for the lock on the connection's thread
+        release.set()
+        await holder
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(commit), timeout=10)
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        count = select(func.count()).select_from(checkpoints).scalar_subquery()
+        pointer = select(runs.c.checkpoint_seq).where(runs.c.id == lease.run_id).scalar_subquery()
+        async with read_transaction(db.engine) as conn:
+            stored = tuple((await conn.execute(select(count, pointer))).one())
+        assert stored == (1, 1)  # the call went on once the lock was free, and committed whole
+        committed = await asyncio.wait_for(
+            commit_checkpoint(
+                engine, lease, expected_seq=1, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
+            ),
+            timeout=10,
+        )
+        assert committed.seq == 2
+    finally:
+        await engine.dispose()
