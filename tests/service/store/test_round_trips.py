@@ -404,11 +404,7 @@ async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connectio
         history = encode_history([prompt("go")])
         async with write_transaction(db.engine) as holder:  # the attempt's row lock keeps the statement waiting
             await holder.execute(lock_attempt(lease.attempt_id))
-            commit = asyncio.ensure_future(
-                commit_checkpoint(
-                    engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
-                )
-            )
+            commit = first_commit_in_background(engine, lease, history, envelope)
             await asyncio.sleep(0.3)
             assert not commit.done()
             commit.cancel()
@@ -420,15 +416,8 @@ async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connectio
             async with read_transaction(db.engine) as conn:
                 return bool((await conn.execute(_OTHER_ACTIVE_BACKENDS)).scalar_one() == 0)
 
-        async def stored() -> tuple[int, int]:  # one statement, so one snapshot of both
-            count = select(func.count()).select_from(checkpoints).scalar_subquery()
-            pointer = select(runs.c.checkpoint_seq).where(runs.c.id == lease.run_id).scalar_subquery()
-            async with read_transaction(db.engine) as conn:
-                found, seq = (await conn.execute(select(count, pointer))).one()
-            return int(found), int(seq)
-
         await wait_until(statement_ended, 10)
-        count, seq = await stored()
+        count, seq = await stored_checkpoints(db.engine, lease.run_id)
         assert (count, seq) in ((0, 0), (1, 1))  # nothing, or the whole commit
         committed = await asyncio.wait_for(
             commit_checkpoint(
@@ -437,9 +426,27 @@ async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connectio
             timeout=10,
         )
         assert committed.seq == seq + 1
-        assert await stored() == (count + 1, seq + 1)
+        assert await stored_checkpoints(db.engine, lease.run_id) == (count + 1, seq + 1)
     finally:
         await engine.dispose()
+
+
+def first_commit_in_background(engine: AsyncEngine, lease: Lease, history: Any, envelope: Any) -> asyncio.Future[Any]:
+    """A run's first step commit, started as a task the test may cancel."""
+    return asyncio.ensure_future(
+        commit_checkpoint(
+            engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
+        )
+    )
+
+
+async def stored_checkpoints(engine: AsyncEngine, run_id: str) -> tuple[int, int]:
+    """How many checkpoints are stored and the run's `checkpoint_seq`: one statement, so one snapshot of both."""
+    count = select(func.count()).select_from(checkpoints).scalar_subquery()
+    pointer = select(runs.c.checkpoint_seq).where(runs.c.id == run_id).scalar_subquery()
+    async with read_transaction(engine) as conn:
+        found, seq = (await conn.execute(select(count, pointer))).one()
+    return int(found), int(seq)
 
 
 _OTHER_ACTIVE_BACKENDS = text(

@@ -8,16 +8,19 @@ import asyncio
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import event, select
 
-from candor.service.errors import LeaseLost
 from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
-from candor.service.store.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.engine import create_engine, write_transaction
 from candor.service.store.seals import commit_checkpoint
-from candor.service.store.tables import checkpoints, runs
 
-from .test_checkpoints import prompt, step
-from .test_round_trips import _leased_run
+from .test_checkpoints import prompt
+from .test_round_trips import (
+    _commit_twice_and_once_refused,
+    _leased_run,
+    first_commit_in_background,
+    stored_checkpoints,
+)
 
 pytestmark = pytest.mark.parametrize("db_kind", ["sqlite"])
 
@@ -34,26 +37,8 @@ async def test_a_step_commit_hands_its_connection_back_without_a_rollback(db: An
         resets.append(state.transaction_was_reset)
 
     event.listen(engine.sync_engine.pool, "reset", reset)
-    try:
-        lease = await _leased_run(db)
-        envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
-        history = encode_history([prompt("go")])
-        first = await commit_checkpoint(
-            engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
-        )
-        assert resets == [True] and engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-        with pytest.raises(LeaseLost):  # a stale expected seq: the fence writes nothing
-            await commit_checkpoint(
-                engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
-            )
-        assert resets == [True, False] and engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-        second = await commit_checkpoint(
-            engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=history,
-            new_encoded=encode_history([prompt("go"), *step(1)]), envelope=envelope,
-        )  # fmt: skip
-        assert second.seq == 2 and resets == [True, False, True]
-    finally:
-        await engine.dispose()
+    await _commit_twice_and_once_refused(db, engine)  # disposes of the engine
+    assert resets == [True, False, True]
 
 
 async def test_a_cancelled_step_commit_ends_once_its_call_has_ended(db: Any) -> None:
@@ -77,11 +62,7 @@ async def test_a_cancelled_step_commit_ends_once_its_call_has_ended(db: Any) -> 
 
         holder = asyncio.ensure_future(hold_write_lock())
         await locked.wait()
-        commit = asyncio.ensure_future(
-            commit_checkpoint(
-                engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
-            )
-        )
+        commit = first_commit_in_background(engine, lease, history, envelope)
         await asyncio.sleep(0.3)
         assert not commit.done()
         commit.cancel()
@@ -92,11 +73,8 @@ async def test_a_cancelled_step_commit_ends_once_its_call_has_ended(db: Any) -> 
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(commit), timeout=10)
         assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-        count = select(func.count()).select_from(checkpoints).scalar_subquery()
-        pointer = select(runs.c.checkpoint_seq).where(runs.c.id == lease.run_id).scalar_subquery()
-        async with read_transaction(db.engine) as conn:
-            stored = tuple((await conn.execute(select(count, pointer))).one())
-        assert stored == (1, 1)  # the call went on once the lock was free, and committed whole
+        # The call went on once the lock was free, and committed whole.
+        assert await stored_checkpoints(db.engine, lease.run_id) == (1, 1)
         committed = await asyncio.wait_for(
             commit_checkpoint(
                 engine, lease, expected_seq=1, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
