@@ -5,25 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import re
-import secrets
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, insert, select, text, update
+from sqlalchemy import event, func, select, text, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine.default import CacheStats
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from candor.service.errors import LeaseLost, StoreUnavailable
-from candor.service.protocol.fencing import Lease
 from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history, load_state
 from candor.service.store.dialect import allocate_stream_ids, db_now
 from candor.service.store.engine import create_engine, read_transaction, write_transaction
 from candor.service.store.pg_commits import pooled_asyncpg, step_statement
-from candor.service.store.runs import claim_runs, lock_attempt, start_attempt
+from candor.service.store.runs import lock_attempt
 from candor.service.store.seals import commit_checkpoint
 from candor.service.store.streams import NewStreamEntry
 from candor.service.store.tables import (
@@ -37,7 +35,7 @@ from candor.service.store.tables import (
     usage_records,
 )
 
-from .rows import add_run, add_thread, add_workspace, new_id
+from .step_commits import commit_twice_and_once_refused, first_commit_in_background, leased_run, stored_checkpoints
 from .test_checkpoints import prompt, step
 from waiting import wait_until
 
@@ -117,35 +115,13 @@ async def driver_statements(engine: AsyncEngine) -> AsyncIterator[list[str]]:
         event.remove(engine.sync_engine.pool, "checkin", checkin)
 
 
-async def _leased_run(db: Any, *, source_entry: bool = False) -> Lease:
-    async with write_transaction(db.engine) as conn:
-        workspace_id = await add_workspace(conn)
-        thread_id = await add_thread(conn, workspace_id)
-        run_id = await add_run(conn, workspace_id, thread_id)
-        if source_entry:  # the message that started the run, assigned to it (§8.5)
-            entry_id = new_id("ent")
-            await conn.execute(
-                insert(inbox_entries).values(
-                    id=entry_id, workspace_id=workspace_id, thread_id=thread_id, kind="message", delivery="next_run",
-                    position=1, payload={"content": []}, size=2, status="assigned", assigned_run_id=run_id,
-                    created_at=db_now(),
-                )
-            )  # fmt: skip
-            await conn.execute(update(runs).where(runs.c.id == run_id).values(source_entry_id=entry_id))
-    [claimed] = await claim_runs(
-        db.engine, worker_id="w1", agents={"demo"}, limit=1, lease_seconds=30.0, randbytes=secrets.token_bytes
-    )
-    await start_attempt(db.engine, claimed.lease, harness_run_id="run_" + "0" * 32)
-    return claimed.lease
-
-
 @pytest.mark.parametrize("steps_before", [1, 40])
 async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: int) -> None:
     """S-37, S-41, S-20: an incremental checkpoint commit with a usage record sends exactly `COMMIT_STATEMENTS`
     statements, at a short and at a long history alike, the same ones again at the next commit of the same shape
     (constants the driver keeps prepared), and writes what it always wrote. A regression in round trips (or in
     compilation work) per durable step fails here."""
-    lease = await _leased_run(db)
+    lease = await leased_run(db)
     envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
     history = [prompt("go")]
     for number in range(1, steps_before + 1):
@@ -209,7 +185,7 @@ async def test_postgresql_plans_the_step_statement_once_per_connection(db: Any) 
     the statement afresh at every commit, about 1 ms of server CPU each, twice per durable step (issue 12)."""
     engine = create_engine(db.url, pool_size=1, max_overflow=0)  # every commit on the same connection
     try:
-        lease = await _leased_run(db)
+        lease = await leased_run(db)
         envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
         history = [prompt("go")]
         previous = await commit_checkpoint(
@@ -236,7 +212,7 @@ async def test_postgresql_plans_the_stream_id_allocation_once_per_connection(db:
     entries) goes generic after five custom plans too; over `generate_series(1, :count)` it never did."""
     engine = create_engine(db.url, pool_size=1, max_overflow=0)
     try:
-        lease = await _leased_run(db)
+        lease = await leased_run(db)
         for count in range(1, 10):
             async with write_transaction(engine) as conn:
                 last, ids = await allocate_stream_ids(conn, lease.thread_id, count)
@@ -261,7 +237,7 @@ async def test_the_fence_reads_the_clock_after_waiting_for_its_locks(db: Any) ->
     """S-20, §7.3: the fence locks thread → run → attempt and only then reads "now". A commit that waited for the
     attempt's row lock past the lease's expiry raises `LeaseLost` and writes nothing, although the lease was
     still valid when the commit started."""
-    lease = await _leased_run(db)
+    lease = await leased_run(db)
     async with write_transaction(db.engine) as conn:  # moving an expiry earlier is allowed (S-9)
         await conn.execute(
             update(run_attempts).where(run_attempts.c.id == lease.attempt_id).values(lease_expires_at=db_now() + 0.3)
@@ -301,9 +277,9 @@ more CTEs of the same statement, on SQLite two more statements."""
 
 
 async def test_a_runs_first_commit_consumes_its_source_entry_in_the_same_statement(db: Any) -> None:
-    """§7.8 step 4, S-76, S-75, S-37: the first commit of a run takes the one-statement path too: the source entry
-    becomes `consumed` at seq 1 and the thread's version goes up by one, in the checkpoint's own transaction."""
-    lease = await _leased_run(db, source_entry=True)
+    """§7.8 step 4, §8.5, S-76, S-75, S-37: the first commit of a run takes the one-statement path too: the source
+    entry (the message that started the run, assigned to it) becomes `consumed` at seq 1 and the thread's version goes up by one, in the checkpoint's own transaction."""
+    lease = await leased_run(db, source_entry=True)
     async with read_transaction(db.engine) as conn:
         version = select(threads.c.version).where(threads.c.id == lease.thread_id)
         before = (await conn.execute(version)).scalar_one()
@@ -331,7 +307,7 @@ async def test_a_runs_first_commit_consumes_its_source_entry_in_the_same_stateme
 async def test_a_long_first_commit_is_written_in_bounded_statements(db: Any) -> None:
     """S-41, S-43: a first commit of a long history (more message rows than one multi-row INSERT takes) stores
     every message once and rebuilds exactly."""
-    lease = await _leased_run(db)
+    lease = await leased_run(db)
     history = [prompt("go")]
     for number in range(1, 601):
         history += step(number)
@@ -360,34 +336,11 @@ async def test_a_step_commit_hands_its_connection_back_to_the_pool(db: Any) -> N
     engine = create_engine(db.url, pool_size=1, max_overflow=0, timeout=5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", sa_exc.SAWarning)
-        await _commit_twice_and_once_refused(db, engine)
+        try:
+            await commit_twice_and_once_refused(db, engine)
+        finally:
+            await engine.dispose()
     assert not [w for w in caught if issubclass(w.category, sa_exc.SAWarning)], [str(w.message) for w in caught]
-
-
-async def _commit_twice_and_once_refused(db: Any, engine: AsyncEngine) -> None:
-    try:
-        lease = await _leased_run(db)
-        envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
-        history = encode_history([prompt("go")])
-        first = await commit_checkpoint(
-            engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
-        )
-        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-        with pytest.raises(LeaseLost):  # a stale expected seq: the fence writes nothing
-            await commit_checkpoint(
-                engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
-            )
-        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-        second = await asyncio.wait_for(
-            commit_checkpoint(
-                engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=history,
-                new_encoded=encode_history([prompt("go"), *step(1)]), envelope=envelope,
-            ),
-            timeout=10,
-        )  # fmt: skip
-        assert second.seq == 2
-    finally:
-        await engine.dispose()
 
 
 @pytest.mark.parametrize("db_kind", [pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -399,7 +352,7 @@ async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connectio
     `checkpoint_seq` read back, succeeds."""
     engine = create_engine(db.url, pool_size=1, max_overflow=0, timeout=5)
     try:
-        lease = await _leased_run(db)
+        lease = await leased_run(db)
         envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
         history = encode_history([prompt("go")])
         async with write_transaction(db.engine) as holder:  # the attempt's row lock keeps the statement waiting
@@ -431,24 +384,6 @@ async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connectio
         await engine.dispose()
 
 
-def first_commit_in_background(engine: AsyncEngine, lease: Lease, history: Any, envelope: Any) -> asyncio.Future[Any]:
-    """A run's first step commit, started as a task the test may cancel."""
-    return asyncio.ensure_future(
-        commit_checkpoint(
-            engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
-        )
-    )
-
-
-async def stored_checkpoints(engine: AsyncEngine, run_id: str) -> tuple[int, int]:
-    """How many checkpoints are stored and the run's `checkpoint_seq`: one statement, so one snapshot of both."""
-    count = select(func.count()).select_from(checkpoints).scalar_subquery()
-    pointer = select(runs.c.checkpoint_seq).where(runs.c.id == run_id).scalar_subquery()
-    async with read_transaction(engine) as conn:
-        found, seq = (await conn.execute(select(count, pointer))).one()
-    return int(found), int(seq)
-
-
 _OTHER_ACTIVE_BACKENDS = text(
     "SELECT count(*) FROM pg_stat_activity "
     "WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid() "
@@ -475,7 +410,7 @@ async def test_a_step_commit_takes_no_lock_on_its_workspace_row(db: Any) -> None
     `workspaces` made PostgreSQL lock it `FOR KEY SHARE` at every commit of every run of the workspace, and commits
     at the same time shared it through a MultiXact each (migration 0004 dropped those keys). A lock leaves the
     locking transaction's id in the row's `xmax`, so the row must come out of the commit with the `xmax` it had."""
-    lease = await _leased_run(db)
+    lease = await leased_run(db)
     workspace_xmax = text(
         "SELECT w.xmax::text FROM workspaces w JOIN threads t ON t.workspace_id = w.id WHERE t.id = :thread"
     )

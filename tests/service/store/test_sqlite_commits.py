@@ -14,13 +14,8 @@ from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope
 from candor.service.store.engine import create_engine, write_transaction
 from candor.service.store.seals import commit_checkpoint
 
+from .step_commits import commit_twice_and_once_refused, first_commit_in_background, leased_run, stored_checkpoints
 from .test_checkpoints import prompt
-from .test_round_trips import (
-    _commit_twice_and_once_refused,
-    _leased_run,
-    first_commit_in_background,
-    stored_checkpoints,
-)
 
 pytestmark = pytest.mark.parametrize("db_kind", ["sqlite"])
 
@@ -37,7 +32,10 @@ async def test_a_step_commit_hands_its_connection_back_without_a_rollback(db: An
         resets.append(state.transaction_was_reset)
 
     event.listen(engine.sync_engine.pool, "reset", reset)
-    await _commit_twice_and_once_refused(db, engine)  # disposes of the engine
+    try:
+        await commit_twice_and_once_refused(db, engine)
+    finally:
+        await engine.dispose()
     assert resets == [True, False, True]
 
 
@@ -49,7 +47,7 @@ async def test_a_cancelled_step_commit_ends_once_its_call_has_ended(db: Any) -> 
     the next commit, with the `checkpoint_seq` read back, succeeds."""
     engine = create_engine(db.url, timeout=5)
     try:
-        lease = await _leased_run(db)
+        lease = await leased_run(db)
         envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
         history = encode_history([prompt("go")])
         locked, release = asyncio.Event(), asyncio.Event()

@@ -12,8 +12,8 @@ from candor.service.store.seals import commit_checkpoint
 from candor.service.store.streams import NewStreamEntry, append_stream_entries, read_stream
 from candor.service.store.tables import threads, usage_records
 
+from .step_commits import leased_run
 from .test_checkpoints import prompt
-from .test_round_trips import _leased_run
 
 
 def _deltas(first: int, count: int) -> list[NewStreamEntry]:
@@ -23,7 +23,7 @@ def _deltas(first: int, count: int) -> list[NewStreamEntry]:
 async def test_batches_and_single_entries_chain_in_commit_order(db: Any) -> None:
     """S-104: every entry's `prev` is the id of the thread's entry written just before it, whether it was written
     alone (the database assigns its id) or in a batch (ids allocated up front)."""
-    lease = await _leased_run(db)
+    lease = await leased_run(db)
     first = await append_stream_entries(db.engine, lease, _deltas(1, 3))
     single = await append_stream_entries(
         db.engine, lease, [NewStreamEntry(type="boundary", sequence=4, checkpoint_seq=1)]
@@ -46,7 +46,7 @@ async def test_entries_riding_in_step_commits_chain_with_appends(db: Any) -> Non
     """§7.8 step 7, S-104: deltas and the `boundary` entry written by a step commit (on PostgreSQL in its single
     statement on asyncpg) continue the chain of entries appended on their own, and the next append continues
     theirs; the usage record and the checkpoint are written with them."""
-    lease = await _leased_run(db)
+    lease = await leased_run(db)
     envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
     alone = await append_stream_entries(db.engine, lease, _deltas(1, 2))
     first = await commit_checkpoint(
