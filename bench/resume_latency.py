@@ -2,9 +2,11 @@
 
 On a fresh PostgreSQL database, a `candor serve --role worker` process first brings enough scripted runs to
 `waiting` (the model calls a tool that requires approval) and is then stopped, so only the API works while the
-resumes are measured. A `candor serve --role control` process (uvicorn, service defaults) serves the API; once its
+resumes are measured. A `candor serve --role control` process (uvicorn, service defaults except `database.pool_size`,
+one connection per client of the largest level: docs/operations.md) serves the API; once its
 sweeps have settled the outbox rows the preparation staged (a `checkpoint_cleanup` per sealed run), the
-clients are aiohttp sessions in the benchmark process, one connection each (keep-alive), each sending
+clients are aiohttp sessions in the benchmark process, one connection each (keep-alive, opened before the timing
+starts unless `--cold-connections`), each sending
 `--requests` / clients resumes one after the other, each for a different waiting run, approving its pending call
 with a fresh `Idempotency-Key`. Every answer must be 201 (a new successor run). The figure is the client-side
 time of one request, from sending to the full response. `--warmup` resumes go first, untimed. Target: p99 <= 50 ms
@@ -15,8 +17,8 @@ control process importing that code serves the same database, and every client c
 `--rounds` interleaved rounds (alternating which goes first), so before/after figures share the machine's load.
 `--profile DIR` records the (non-baseline) control process with py-spy during the largest client count.
 
-    python -m bench.resume_latency [--clients 1,8,32] [--requests 160] [--warmup 16]
-                                   [--baseline-src DIR] [--rounds 1] [--profile DIR]
+    python -m bench.resume_latency [--clients 1,8,32] [--requests 640] [--warmup 16]
+                                   [--baseline-src DIR] [--rounds 1] [--profile DIR] [--cold-connections]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,37 +89,62 @@ async def outbox_drained(db: _service.ServiceDatabase, timeout: float = 120.0) -
     raise RuntimeError(f"{pending} outbox rows still pending after {timeout:.0f} s")
 
 
-async def resume_all(base_url: str, secret: str, run_ids: list[str], clients: int) -> list[float]:
-    """Resume every run of `run_ids` with `clients` concurrent clients; each request's milliseconds."""
+async def resume_all(
+    base_url: str,
+    secret: str,
+    run_ids: list[str],
+    clients: int,
+    *,
+    on_start: Callable[[], None] | None = None,
+    cold: bool = False,
+) -> list[float]:
+    """Resume every run of `run_ids` with `clients` concurrent clients; each request's milliseconds.
+
+    Each client is one aiohttp session holding one keep-alive connection. Unless `cold`, every client first opens
+    its connection with a `GET /healthz`, and `on_start` runs once they all have: the timed requests then measure
+    the endpoint as a client holding a connection sees it, not 32 TCP handshakes arriving at once (with
+    `--requests 160` at 32 clients a fifth of the samples were a connection's first request)."""
     queue: asyncio.Queue[str] = asyncio.Queue()
     for run_id in run_ids:
         queue.put_nowait(run_id)
     latencies: list[float] = []
     headers = {"Authorization": f"Bearer {secret}"}
-
     body = json.dumps(RESUME_BODY).encode()
+    timeout = aiohttp.ClientTimeout(total=30)
+    # aiohttp rather than httpx: the clients share the machine's 2 cores with the server, and an httpx request
+    # costs ~1 ms of client CPU against ~0.15 ms here; the requests on the wire are the same.
+    sessions = [
+        aiohttp.ClientSession(base_url, headers=headers, connector=aiohttp.TCPConnector(limit=1), timeout=timeout)
+        for _ in range(min(clients, len(run_ids)))
+    ]
 
-    async def client() -> None:
-        # aiohttp rather than httpx: the clients share the machine's 2 cores with the server, and an httpx request
-        # costs ~1 ms of client CPU against ~0.15 ms here; the requests on the wire are the same.
-        connector = aiohttp.TCPConnector(limit=1)
-        timeout = aiohttp.ClientTimeout(total=30)
-        async with aiohttp.ClientSession(base_url, headers=headers, connector=connector, timeout=timeout) as http:
-            while not queue.empty():
-                run_id = queue.get_nowait()
-                started = time.perf_counter()
-                async with http.post(
-                    f"/v1/runs/{run_id}/resume",
-                    data=body,
-                    headers={"Idempotency-Key": f"resume-{run_id}", "Content-Type": "application/json"},
-                ) as response:
-                    text = await response.text()
-                elapsed = (time.perf_counter() - started) * 1000
-                if response.status != 201:
-                    raise RuntimeError(f"resume of {run_id} answered {response.status}: {text[:500]}")
-                latencies.append(elapsed)
+    async def open_connection(http: aiohttp.ClientSession) -> None:
+        async with http.get("/healthz") as response:
+            await response.read()
 
-    await asyncio.gather(*(client() for _ in range(clients)))
+    async def client(http: aiohttp.ClientSession) -> None:
+        while not queue.empty():
+            run_id = queue.get_nowait()
+            started = time.perf_counter()
+            async with http.post(
+                f"/v1/runs/{run_id}/resume",
+                data=body,
+                headers={"Idempotency-Key": f"resume-{run_id}", "Content-Type": "application/json"},
+            ) as response:
+                text = await response.text()
+            elapsed = (time.perf_counter() - started) * 1000
+            if response.status != 201:
+                raise RuntimeError(f"resume of {run_id} answered {response.status}: {text[:500]}")
+            latencies.append(elapsed)
+
+    try:
+        if not cold:
+            await asyncio.gather(*(open_connection(http) for http in sessions))
+        if on_start is not None:
+            on_start()
+        await asyncio.gather(*(client(http) for http in sessions))
+    finally:
+        await asyncio.gather(*(http.close() for http in sessions))
     return latencies
 
 
@@ -191,6 +219,19 @@ async def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
     await asyncio.to_thread(profiler.wait, 60)
 
 
+class _Window:
+    """What a level's figures are measured from: the control process's CPU, the machine's CPU times and the clock,
+    read once the clients hold their connections (`resume_all`'s `on_start`)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.start()
+
+    def start(self) -> None:
+        self.cpu, self.machine = process_cpu_seconds(self.pid), _service.machine_cpu_times()
+        self.started = time.perf_counter()
+
+
 async def measure(
     levels: list[int],
     requests: int,
@@ -202,11 +243,13 @@ async def measure(
     baseline: Path | None = None,
     rounds: int = 1,
     profile: Path | None = None,
+    cold: bool = False,
 ) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "bench": "resume_latency",
         "requests": requests,
         "warmup": warmup,
+        "cold_connections": cold,
         "results": [],
         "skipped": {},
         "verdicts": [],
@@ -249,13 +292,14 @@ async def measure(
                     order = list(systems) if round_index % 2 == 0 else list(reversed(systems))
                     for name in order:
                         control, batch = controls[name], take(count)
-                        cpu, machine = process_cpu_seconds(control.pid), _service.machine_cpu_times()
-                        started = time.perf_counter()
-                        latencies = await resume_all(control.base_url, db.secret, batch, clients)
+                        window = _Window(control.pid)
+                        latencies = await resume_all(
+                            control.base_url, db.secret, batch, clients, on_start=window.start, cold=cold
+                        )
                         total = totals[name]
-                        total["wall"] += time.perf_counter() - started
-                        total["cpu"] += process_cpu_seconds(control.pid) - cpu
-                        total["busy"] += _service.busy_fraction(machine, _service.machine_cpu_times()) * count
+                        total["wall"] += time.perf_counter() - window.started
+                        total["cpu"] += process_cpu_seconds(control.pid) - window.cpu
+                        total["busy"] += _service.busy_fraction(window.machine, _service.machine_cpu_times()) * count
                         total["latencies"] += latencies
                         progress.advance(task, len(batch))
                 if profiler is not None:
@@ -273,7 +317,8 @@ async def measure(
 def report(summary: dict[str, Any]) -> str:
     lines = [
         f"resume_latency: POST /v1/runs/{{id}}/resume over HTTP to `candor serve --role control` on PostgreSQL, "
-        f"{summary['requests']} timed requests per level after {summary['warmup']} warm-up requests",
+        f"{summary['requests']} timed requests per level after {summary['warmup']} warm-up requests"
+        + (", connections opened inside the timed requests" if summary.get("cold_connections") else ""),
         f"  {'system':<10}{'clients':>8}{'requests':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'requests/s':>12}"
         f"{'control CPU ms/req':>20}{'net of idle':>13}{'machine busy':>14}",
     ]
@@ -357,10 +402,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[1, 8, TARGET_CLIENTS],
         help="concurrent client counts (default: 1,8,32)",
     )
-    parser.add_argument("--requests", type=int, default=160, help="timed resumes per client count (default: 160)")
+    parser.add_argument("--requests", type=int, default=640, help="timed resumes per client count (default: 640)")
     parser.add_argument("--warmup", type=int, default=16, help="untimed resumes first (default: 16)")
     parser.add_argument(
-        "--pool-size", type=int, default=None, help="database.pool_size of the processes (default: the service default)"
+        "--pool-size",
+        type=int,
+        default=None,
+        help="database.pool_size of the processes (default: the largest --clients, one connection per concurrent "
+        "request, as docs/operations.md advises for a control process)",
     )
     parser.add_argument(
         "--max-overflow",
@@ -382,14 +431,21 @@ def main(argv: list[str] | None = None) -> int:
         help="record the control process with py-spy during the largest client count, into this "
         "directory (raw collapsed stacks)",
     )
+    parser.add_argument(
+        "--cold-connections",
+        action="store_true",
+        help="time each client's first request together with opening its connection (as before 2026-12-04); "
+        "by default every client opens its connection first, untimed",
+    )
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)
     if args.requests < 1 or args.warmup < 0 or not 1 <= args.rounds <= args.requests:
         parser.error("--requests must be >= 1, --warmup >= 0 and --rounds between 1 and --requests")
+    pool_size = max(args.clients) if args.pool_size is None else args.pool_size
     database = {
         name: value
-        for name, value in (("pool_size", args.pool_size), ("max_overflow", args.max_overflow))
+        for name, value in (("pool_size", pool_size), ("max_overflow", args.max_overflow))
         if value is not None
     }
     problem = _service.settings_problem(database=database) if database else None
@@ -406,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             baseline=args.baseline_src,
             rounds=args.rounds,
             profile=args.profile,
+            cold=args.cold_connections,
         )
     )
     return _cli.emit(summary, report, args.json)

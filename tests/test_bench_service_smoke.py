@@ -23,6 +23,8 @@ def test_resume_latency_resumes_waiting_runs_over_http(tmp_path: Path, postgres_
     assert all(0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"] for r in data["results"])
     assert data["verdicts"] == []  # the target is set at 32 clients, not measured here
     assert "p99 ms" in stdout
+    # Connections are opened before the timing; the pool holds a connection per client of the largest level.
+    assert data["cold_connections"] is False and data["database_settings"] == {"pool_size": 2}
 
 
 @pytest.mark.postgres

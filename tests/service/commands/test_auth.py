@@ -6,7 +6,7 @@ import hashlib
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from candor.service.errors import AlreadyBootstrapped, AlreadyExists, InvalidArgument, NotFound
 from candor.service.store import auth
@@ -134,3 +134,37 @@ async def test_key_management_is_scoped_to_its_workspace(db: Any) -> None:
     async with read_transaction(service.engine) as conn:
         assert await auth.list_principals(conn, workspace_id=other_workspace) == []
         assert [p.id for p in await auth.list_principals(conn, workspace_id=key.workspace_id)] == [key.id]
+
+
+async def test_a_request_authenticates_in_one_statement_outside_sqlalchemy_on_postgresql(db: Any) -> None:
+    """§4.2, S-101, S-128: `authenticate_request` (what every API request runs) finds a key's principal, refuses an
+    unknown secret, an empty one and a disabled key from its next request, and flags an archived workspace; on
+    PostgreSQL it sends its one statement on asyncpg directly (nothing through SQLAlchemy's execute)."""
+    service = make_service(db)
+    workspace_id = await new_workspace(service)
+    async with write_transaction(service.engine) as conn:
+        created = await auth.create_principal(
+            conn, workspace_id=workspace_id, permissions=["read", "run"], entropy=service.entropy
+        )
+    statements: list[str] = []
+    listen = service.engine.sync_engine
+    record = lambda *args: statements.append(args[2])  # noqa: E731 - (conn, cursor, statement, ...)
+    event.listen(listen, "before_cursor_execute", record)
+    try:
+        found = await auth.authenticate_request(service.engine, created.secret)
+        unknown = await auth.authenticate_request(service.engine, created.secret + "x")
+        empty = await auth.authenticate_request(service.engine, "")
+    finally:
+        event.remove(listen, "before_cursor_execute", record)
+    assert found is not None and not found.workspace_archived
+    assert (found.principal.id, found.principal.workspace_id) == (created.principal.id, workspace_id)
+    assert found.principal.permissions == frozenset({"read", "run"})
+    assert unknown is None and empty is None
+    assert (statements == []) == (db.kind == "postgresql")  # SQLite reads through SQLAlchemy, in a transaction
+    async with write_transaction(service.engine) as conn:
+        await auth.archive_workspace(conn, workspace_id)
+    archived = await auth.authenticate_request(service.engine, created.secret)
+    assert archived is not None and archived.workspace_archived
+    async with write_transaction(service.engine) as conn:
+        await auth.disable_principal(conn, principal_id=created.principal.id)
+    assert await auth.authenticate_request(service.engine, created.secret) is None

@@ -14,7 +14,7 @@ from ..protocol.authority import Principal
 from ..protocol.recovered import RecoveredCall, recovered_calls
 from ..protocol.requests import checked_limit, require
 from ..store import auth, inbox, messages, views
-from ..store.engine import read_transaction, single_read
+from ..store.engine import read_transaction
 from ..store.views import AttemptRow, EntryRow, RunRow, ThreadRow
 
 __all__ = (
@@ -44,10 +44,7 @@ async def _thread_in_workspace(conn: Any, principal: Principal, thread_id: str) 
 
 async def authenticate(service: Service, secret: str) -> auth.Authenticated | None:
     """The principal holding a bearer `secret`, or `None` for a missing, unknown or disabled key (S-101)."""
-    if not secret:
-        return None
-    async with single_read(service.engine) as conn:  # one statement: no BEGIN/ROLLBACK round trips
-        return await auth.authenticate(conn, secret)
+    return await auth.authenticate_request(service.engine, secret)
 
 
 async def get_thread(service: Service, principal: Principal, thread_id: str) -> ThreadRow:

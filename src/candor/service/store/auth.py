@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Subquery
 
 from ..admin.rules import checked_name
@@ -26,8 +26,9 @@ from ..errors import AlreadyBootstrapped, AlreadyExists, InvalidArgument, NotFou
 from ..protocol.authority import PERMISSIONS, AuthorityVerdict, Principal, decide_authority
 from ..protocol.canonical import sha256_hex
 from ..runtime import Entropy
-from .dialect import db_now
-from .engine import is_unavailable
+from .dialect import db_now, reads_on_driver
+from .engine import is_unavailable, read_transaction
+from .pg_driver import compiled_sql, pooled_asyncpg
 from .tables import principals, workspaces
 
 __all__ = (
@@ -55,6 +56,7 @@ __all__ = (
     "disable_principal",
     "set_permissions",
     "authenticate",
+    "authenticate_request",
     "bootstrap",
     "read_authority",
     "authority_facts",
@@ -369,11 +371,34 @@ _READ_AUTHORITY = (
 
 
 async def authenticate(conn: AsyncConnection, secret: str) -> Authenticated | None:
-    """The principal holding `secret`, or `None` for an unknown or disabled key (→ 401 `unauthenticated`)."""
+    """The principal holding `secret`, or `None` for an unknown or disabled key (→ 401 `unauthenticated`), read on
+    `conn` (inside its transaction, if any). A request authenticates with `authenticate_request`."""
     if not secret:
         return None
     presented = hash_secret(secret)
     row = (await conn.execute(_AUTHENTICATE, {"presented_hash": presented})).mappings().first()
+    return _authenticated(row, presented)
+
+
+async def authenticate_request(engine: AsyncEngine, secret: str) -> Authenticated | None:
+    """`authenticate` as every API request runs it: one statement on a pooled connection, outside any transaction
+    (no BEGIN/ROLLBACK round trips), and on PostgreSQL straight on asyncpg (`pg_driver`: about a third of the
+    client CPU of the same statement through SQLAlchemy). Nothing is cached: a key disabled by any process stops
+    authenticating at its next request (§4.2)."""
+    if not secret:
+        return None
+    presented = hash_secret(secret)
+    row: Mapping[Any, Any] | None
+    if reads_on_driver(engine):
+        async with pooled_asyncpg(engine) as pg:
+            row = await pg.fetchrow(compiled_sql(_AUTHENTICATE, engine.dialect, ("presented_hash",)), presented)
+    else:
+        async with read_transaction(engine) as conn:
+            row = (await conn.execute(_AUTHENTICATE, {"presented_hash": presented})).mappings().first()
+    return _authenticated(row, presented)
+
+
+def _authenticated(row: Mapping[Any, Any] | None, presented: str) -> Authenticated | None:
     if row is None or not hmac.compare_digest(row["secret_hash"], presented) or row["disabled_at"] is not None:
         return None
     principal = Principal(id=row["id"], workspace_id=row["workspace_id"], permissions=frozenset(row["permissions"]))

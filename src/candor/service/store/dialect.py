@@ -52,7 +52,7 @@ __all__ = (
     "dialect_name",
     "writes_as_ctes",
     "commits_on_driver",
-    "needs_transaction_for_reads",
+    "reads_on_driver",
     "has_listen_notify",
     "is_postgresql_url",
     "async_url",
@@ -275,10 +275,11 @@ def commits_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
     return dialect_name(bind) == "postgresql"
 
 
-def needs_transaction_for_reads(bind: AsyncConnection | AsyncEngine | Any) -> bool:
-    """Whether even a lone read statement goes through a (deferred) read transaction: SQLite emits BEGIN itself and
-    has no round trips to save, while PostgreSQL reads it in autocommit."""
-    return dialect_name(bind) != "postgresql"
+def reads_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
+    """Whether a request's lone read (authenticating it) runs on asyncpg directly, outside any transaction
+    (PostgreSQL, `pg_driver.py`); SQLite emits BEGIN itself and has no round trips to save, so it reads in a
+    deferred read transaction."""
+    return dialect_name(bind) == "postgresql"
 
 
 def has_listen_notify(bind: AsyncConnection | AsyncEngine | Any) -> bool:

@@ -30,7 +30,6 @@ from .dialect import (
     async_url,
     engine_options,
     install_connection_hooks,
-    needs_transaction_for_reads,
     pool_options,
     writes_as_ctes,
 )
@@ -44,7 +43,6 @@ __all__ = (
     "key_ring_of",
     "write_transaction",
     "read_transaction",
-    "single_read",
     "execute_together",
     "translate_errors",
     "is_unavailable",
@@ -227,20 +225,3 @@ async def read_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection
             async with connection.begin() as transaction:
                 yield connection
                 await transaction.rollback()
-
-
-@asynccontextmanager
-async def single_read(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection for ONE read statement (atomic by itself), without a transaction around it on PostgreSQL.
-
-    `read_transaction` costs BEGIN and ROLLBACK round trips; a lone statement (authenticating a request) does not
-    need them. Two statements through it would not share a snapshot: use `read_transaction` for those. SQLite has
-    no round trips to save and emits BEGIN itself, so it gets a `read_transaction`.
-    """
-    if needs_transaction_for_reads(engine):
-        async with read_transaction(engine) as connection:
-            yield connection
-        return
-    with translate_errors():
-        async with engine.connect() as connection:
-            yield await connection.execution_options(isolation_level="AUTOCOMMIT")

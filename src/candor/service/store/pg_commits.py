@@ -38,28 +38,25 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import asyncpg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.util import greenlet_spawn
 
 from .. import failpoints
-from ..errors import LeaseLost, StoreUnavailable
+from ..errors import LeaseLost
 from ..protocol.fencing import Lease, hash_lease_token
 from .checkpoints import CheckpointWritten, EncodedEnvelope, EncodedMessage, kept_count, new_checkpoint_id
 from .dialect import now_sql
-from .engine import UNAVAILABLE_SQLSTATE_PREFIXES, UNAVAILABLE_SQLSTATES, check_out, translate_errors
+from .pg_driver import pooled_asyncpg
 from .runs import fence_rows, fenced_from_row
 from .streams import NewStreamEntry
 from .tables import CHECKPOINT_FORMAT, LIVE_ATTEMPT_STATUSES
 
-__all__ = ("StepCommit", "commit_step", "pooled_asyncpg", "step_statement")
+__all__ = ("StepCommit", "commit_step", "step_statement")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -202,25 +199,16 @@ async def commit_step(
     nonce = secrets.token_hex(16)
     blinded = hashlib.sha256((hash_lease_token(lease.token) + nonce).encode()).digest()
     failpoints.hit(failpoints.CHECKPOINT_BEFORE_COMMIT)  # a crash here leaves nothing, as one inside the transaction
-    with translate_errors():  # timeouts and lost connections during the statement (the OS's, asyncio's)
-        async with pooled_asyncpg(engine) as pg:
-            try:
-                row = await pg.fetchrow(
-                    step_statement(engine.dialect),
-                    lease.thread_id, lease.run_id, lease.attempt_id, checkpoint_id, seq, lease.attempt_number,
-                    base_id, kept, len(new_encoded), envelope.text, envelope.digest,
-                    list(range(kept, len(new_encoded))), [m.body for m in fresh], [m.digest for m in fresh],
-                    json.dumps(dict(usage)) if usage else None,
-                    entries.sequences, entries.types, entries.rests,
-                    expected_seq, lease.worker_id, nonce, blinded, consume_source,
-                )  # fmt: skip
-            except (asyncpg.PostgresError, asyncpg.InterfaceError) as error:
-                if _unavailable(error):
-                    raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
-                raise
-            finally:
-                if not pg.is_closed() and pg.is_in_transaction():
-                    pg.terminate()  # never hand a connection with an open transaction back to the pool
+    async with pooled_asyncpg(engine) as pg:
+        row = await pg.fetchrow(
+            step_statement(engine.dialect),
+            lease.thread_id, lease.run_id, lease.attempt_id, checkpoint_id, seq, lease.attempt_number,
+            base_id, kept, len(new_encoded), envelope.text, envelope.digest,
+            list(range(kept, len(new_encoded))), [m.body for m in fresh], [m.digest for m in fresh],
+            json.dumps(dict(usage)) if usage else None,
+            entries.sequences, entries.types, entries.rests,
+            expected_seq, lease.worker_id, nonce, blinded, consume_source,
+        )  # fmt: skip
     if row is not None and row["written"]:
         return StepCommit(
             written=CheckpointWritten(id=checkpoint_id, kept=kept, count=len(new_encoded), bytes_written=written),
@@ -232,31 +220,3 @@ async def commit_step(
     if row is not None and row["pending_steer"] and not fenced.thread_archived:
         return None
     raise LeaseLost("lease_expired")  # the database clock passed the expiry between the two comparisons
-
-
-@asynccontextmanager
-async def pooled_asyncpg(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
-    """A connection of the engine's pool, as the asyncpg connection, checked out and returned through the pool itself
-    (`engine.check_out`: 50–110 µs less of a step commit's 400–700 µs of client CPU than `engine.connect()`).
-    Returning it does no I/O (nothing began a transaction through SQLAlchemy, so the pool's reset has nothing to
-    roll back): no await a cancellation could interrupt, so no shield is needed. Failing to check one out is
-    `StoreUnavailable`, asyncpg's own errors while connecting included.
-    """
-    try:
-        pooled = await check_out(engine)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError) as error:  # raised while connecting
-        if _unavailable(error):
-            raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
-        raise
-    try:
-        yield pooled.driver_connection
-    finally:
-        await greenlet_spawn(pooled.close)
-
-
-def _unavailable(error: Exception) -> bool:
-    """`engine.is_unavailable` for asyncpg's own errors: lost connections, timeouts, lock waits, busy servers."""
-    if isinstance(error, asyncpg.InterfaceError):
-        return True  # the connection is unusable (closed, or in an undefined state)
-    sqlstate = getattr(error, "sqlstate", None) or ""
-    return sqlstate in UNAVAILABLE_SQLSTATES or sqlstate.startswith(UNAVAILABLE_SQLSTATE_PREFIXES)

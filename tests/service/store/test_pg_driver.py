@@ -1,0 +1,71 @@
+"""Statements straight on asyncpg (`store/pg_driver.py`): errors that mean "unavailable" become `StoreUnavailable`
+(503 `unavailable`) as they do through SQLAlchemy, others stay the driver's; a connection the body left inside a
+transaction never goes back to the pool; Core statements are compiled once with their parameters in order."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+from sqlalchemy import bindparam, select
+
+from candor.service.errors import StoreUnavailable
+from candor.service.store.engine import create_engine
+from candor.service.store.pg_driver import compiled_sql, pooled_asyncpg
+from candor.service.store.tables import principals
+
+pytestmark = pytest.mark.postgres
+
+
+async def test_an_unreachable_server_is_unavailable() -> None:
+    engine = create_engine("postgresql://postgres@127.0.0.1:1/none", timeout=1)
+    try:
+        with pytest.raises(StoreUnavailable):
+            async with pooled_asyncpg(engine) as pg:
+                await pg.fetchval("SELECT 1")
+    finally:
+        await engine.dispose()
+
+
+async def test_a_statement_timeout_is_unavailable_and_other_errors_stay_the_drivers(postgres_url: str) -> None:
+    engine = create_engine(postgres_url, timeout=0.2)
+    try:
+        with pytest.raises(StoreUnavailable):
+            async with pooled_asyncpg(engine) as pg:
+                await pg.execute("SELECT pg_sleep(2)")
+        with pytest.raises(asyncpg.UndefinedTableError):
+            async with pooled_asyncpg(engine) as pg:
+                await pg.fetchval("SELECT 1 FROM no_such_table")
+        async with pooled_asyncpg(engine) as pg:  # the pool still hands out working connections
+            assert await pg.fetchval("SELECT 1") == 1
+    finally:
+        await engine.dispose()
+
+
+async def test_a_connection_left_inside_a_transaction_is_terminated_not_pooled(postgres_url: str) -> None:
+    """A cancelled body can leave its transaction open: the next checkout must never find it open."""
+    engine = create_engine(postgres_url)
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            async with pooled_asyncpg(engine) as pg:
+                await pg.execute("BEGIN")
+                left = pg
+                raise asyncio.CancelledError
+        assert left.is_closed()
+        async with pooled_asyncpg(engine) as pg:
+            assert not pg.is_in_transaction()
+            assert await pg.fetchval("SELECT 1") == 1
+    finally:
+        await engine.dispose()
+
+
+def test_compiled_sql_numbers_the_parameters_in_the_order_it_is_told() -> None:
+    dialect = create_engine("postgresql://postgres@127.0.0.1:1/none").dialect
+    statement = select(principals.c.id).where(
+        principals.c.secret_hash == bindparam("hash"), principals.c.workspace_id == bindparam("workspace")
+    )
+    sql = compiled_sql(statement, dialect, ("hash", "workspace"))
+    assert "principals.secret_hash = $1" in sql and "principals.workspace_id = $2" in sql
+    with pytest.raises(AssertionError, match="expected the parameters"):
+        compiled_sql(statement, dialect, ("workspace", "hash"))
