@@ -2,22 +2,22 @@
 
 On a fresh PostgreSQL database, a `candor serve --role worker` process first brings enough scripted runs to
 `waiting` (the model calls a tool that requires approval) and is then stopped, so only the API works while the
-resumes are measured. A `candor serve --role control` process (uvicorn, service defaults except `database.pool_size`,
-one connection per client of the largest level: docs/operations.md) serves the API; once its
-sweeps have settled the outbox rows the preparation staged (a `checkpoint_cleanup` per sealed run), the
-clients are aiohttp sessions in the benchmark process, one connection each (keep-alive, opened before the timing
-starts unless `--cold-connections`), each sending
-`--requests` / clients resumes one after the other, each for a different waiting run, approving its pending call
-with a fresh `Idempotency-Key`. Every answer must be 201 (a new successor run). The figure is the client-side
-time of one request, from sending to the full response. `--warmup` resumes go first, untimed. Target: p99 <= 50 ms
-at 32 concurrent clients.
+resumes are measured. A `candor serve --role control` process (uvicorn, service defaults except
+`database.pool_size`, one connection per client of the largest level: docs/operations.md) serves the API; once its
+sweeps have settled the outbox rows the preparation staged (a `checkpoint_cleanup` per sealed run), the clients are
+aiohttp sessions in the benchmark process, one connection each (keep-alive, opened before the timing starts unless
+`--cold-connections`), each sending `--requests` / clients resumes one after the other, each for a different waiting
+run, approving its pending call with a fresh `Idempotency-Key`. Every answer must be 201 (a new successor run). The
+figure is the client-side time of one request, from sending to the full response. `--warmup` resumes go first,
+untimed, from as many clients as the largest level has (so the control process's pool holds that many connections
+before any timing). Target: p99 <= 50 ms at 32 concurrent clients.
 
 With `--baseline-src DIR` (another candor `src`, e.g. `git archive main src | tar -x -C /tmp/base`) a second
 control process importing that code serves the same database, and every client count is measured on both, in
 `--rounds` interleaved rounds (alternating which goes first), so before/after figures share the machine's load.
 `--profile DIR` records the (non-baseline) control process with py-spy during the largest client count.
 
-    python -m bench.resume_latency [--clients 1,8,32] [--requests 640] [--warmup 16]
+    python -m bench.resume_latency [--clients 1,8,32] [--requests 640] [--warmup 64]
                                    [--baseline-src DIR] [--rounds 1] [--profile DIR] [--cold-connections]
 """
 
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         help="concurrent client counts (default: 1,8,32)",
     )
     parser.add_argument("--requests", type=int, default=640, help="timed resumes per client count (default: 640)")
-    parser.add_argument("--warmup", type=int, default=16, help="untimed resumes first (default: 16)")
+    parser.add_argument("--warmup", type=int, default=64, help="untimed resumes first (default: 64)")
     parser.add_argument(
         "--pool-size",
         type=int,

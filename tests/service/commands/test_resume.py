@@ -22,6 +22,7 @@ from candor.service.store.threads import start_run
 
 from .helpers import TEXT, count, make_service, new_key, pending_of, run_row, seal_run, text, thread_row
 from store.test_round_trips import statements
+from transactions import sent_in_transactions_on_driver
 
 ANSWERS = {"approvals": {"a1": {"action": "approve"}}, "calls": {"c1": {"status": "returned", "value": 42}}}
 
@@ -333,12 +334,15 @@ async def test_resume_sends_few_statements(db: Any) -> None:
     with statements(service.engine) as sent:
         assert await commands.authenticate(service, secret) is not None
     assert len(sent) == (0 if db.kind == "postgresql" else 1)
-    with statements(service.engine) as sent:
+    on_driver: list[str] = []
+    with statements(service.engine) as sent, sent_in_transactions_on_driver(lambda _, s: on_driver.append(s)):
         await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
     by_key = [statement for statement, _ in sent if "request_key =" in statement and statement.startswith("SELECT")]
     # Replay and run together; the thread lock; the thread, the key's authority and the workspace's subscriptions
     # together after it; the successor INSERT with the thread UPDATE (a CTE on PostgreSQL, two on SQLite).
     assert len(by_key) == 1 and len(sent) == (4 if db.kind == "postgresql" else 5), sent
+    # On PostgreSQL all but the first (SQLAlchemy sends BEGIN with it) go on asyncpg directly (`fetch_rows`).
+    assert len(on_driver) == (3 if db.kind == "postgresql" else 0), on_driver
 
 
 async def test_resume_stages_run_accepted_only_for_an_enabled_subscription(db: Any) -> None:

@@ -20,7 +20,8 @@ from candor.service.errors import LeaseLost, StoreUnavailable
 from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history, load_state
 from candor.service.store.dialect import allocate_stream_ids, db_now
 from candor.service.store.engine import create_engine, read_transaction, write_transaction
-from candor.service.store.pg_commits import pooled_asyncpg, step_statement
+from candor.service.store.pg_commits import step_statement
+from candor.service.store.pg_driver import pooled_asyncpg
 from candor.service.store.runs import lock_attempt
 from candor.service.store.seals import commit_checkpoint
 from candor.service.store.streams import NewStreamEntry
@@ -37,6 +38,7 @@ from candor.service.store.tables import (
 
 from .step_commits import commit_twice_and_once_refused, first_commit_in_background, leased_run, stored_checkpoints
 from .test_checkpoints import prompt, step
+from transactions import sent_in_transactions_on_driver
 from waiting import wait_until
 
 COMMIT_STATEMENTS = {"postgresql": 1, "sqlite": 6}
@@ -58,9 +60,13 @@ def statements(engine: AsyncEngine) -> Iterator[list[tuple[str, CacheStats]]]:
         if not statement.lstrip().upper().startswith("BEGIN"):
             sent.append((statement, context.cache_hit))
 
+    def record_on_driver(_driver: Any, statement: str) -> None:
+        sent.append((statement, CacheStats.CACHE_HIT))  # compiled once (`statements.fetch_rows`)
+
     event.listen(engine.sync_engine, "before_cursor_execute", record)
     try:
-        yield sent
+        with sent_in_transactions_on_driver(record_on_driver):
+            yield sent
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
 

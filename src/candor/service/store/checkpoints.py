@@ -333,7 +333,7 @@ def checkpoint_writes(
 
     `base_encoded` is the base's history in stored form as the caller last committed or restored it (§6); it is
     not re-read. The statements are independent of each other's effects (the message rows only reference the
-    checkpoint row), so a commit may send them together with its other writes (`engine.execute_together`).
+    checkpoint row), so a commit may send them together with its other writes (`statements.execute_together`).
     """
     if base_id is None and base_encoded:
         raise ValueError("base_encoded must be empty when there is no base checkpoint")

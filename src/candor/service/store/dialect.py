@@ -494,8 +494,8 @@ def violated_constraint(error: Any) -> str | None:
     PostgreSQL reports the name; SQLite reports `table.column, …` for unique violations, which is mapped back to
     the unique constraint or unique index of tables.py over exactly those columns.
     """
-    orig = getattr(error, "orig", error)
-    name = getattr(getattr(orig, "__cause__", None), "constraint_name", None)
+    orig = getattr(error, "orig", error)  # SQLAlchemy's DBAPI error; asyncpg's own from `statements.fetch_rows`
+    name = getattr(orig, "constraint_name", None) or getattr(getattr(orig, "__cause__", None), "constraint_name", None)
     if name:
         return str(name)
     message = str(orig)

@@ -11,16 +11,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from functools import lru_cache
-from typing import Any
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, CursorResult
+from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.util import greenlet_spawn
 
 from ..errors import StoreUnavailable
@@ -31,7 +28,6 @@ from .dialect import (
     engine_options,
     install_connection_hooks,
     pool_options,
-    writes_as_ctes,
 )
 
 __all__ = (
@@ -43,7 +39,6 @@ __all__ = (
     "key_ring_of",
     "write_transaction",
     "read_transaction",
-    "execute_together",
     "translate_errors",
     "is_unavailable",
     "check_out",
@@ -188,32 +183,6 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
                 await transaction.rollback()
     for hook in hooks:  # committed: now count what happened (metrics)
         hook()
-
-
-async def execute_together(
-    conn: AsyncConnection, leading: Sequence[UpdateBase], last: UpdateBase, params: Mapping[str, Any]
-) -> CursorResult[Any]:
-    """Execute the writes `leading`, then `last`, with `params`, in one round trip where the database allows;
-    returns `last`'s result.
-
-    PostgreSQL: one statement, `leading` attached to `last` as data-modifying CTEs. They all see the snapshot the
-    statement starts with, not each other's rows, and foreign keys are checked when the statement ends, so the
-    writes must not read what another of them writes (inserting rows that reference each other is fine). SQLite
-    has no data-modifying CTEs: one statement after the other, in order. A checkpoint commit sends its rows this
-    way (§7.8): every round trip inside the fenced transaction is paid at every durable step. The statements share
-    `params`, so no parameter name may also be a column name of a table they write (SQLAlchemy would take it as a
-    value for that column); give constant statements (built once) so the combined one is built once too.
-    """
-    if leading and writes_as_ctes(conn):
-        return await conn.execute(_with_ctes(last, tuple(leading)), params)
-    for statement in leading:
-        await conn.execute(statement, params)
-    return await conn.execute(last, params)
-
-
-@lru_cache(maxsize=256)
-def _with_ctes(last: UpdateBase, leading: tuple[UpdateBase, ...]) -> UpdateBase:
-    return last.add_cte(*(statement.cte(f"write_{position}") for position, statement in enumerate(leading)))
 
 
 @asynccontextmanager

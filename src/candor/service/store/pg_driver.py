@@ -25,7 +25,7 @@ from sqlalchemy.util import greenlet_spawn
 from ..errors import StoreUnavailable
 from .engine import UNAVAILABLE_SQLSTATE_PREFIXES, UNAVAILABLE_SQLSTATES, check_out, translate_errors
 
-__all__ = ("pooled_asyncpg", "compiled_sql")
+__all__ = ("pooled_asyncpg", "compiled_sql", "driver_errors")
 
 
 @asynccontextmanager
@@ -39,7 +39,7 @@ async def pooled_asyncpg(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connectio
     handed back. Returning it otherwise does no I/O (nothing began a transaction through SQLAlchemy, so the pool's
     reset has nothing to roll back): no await a cancellation could interrupt, so no shield is needed.
     """
-    with translate_errors(), _driver_errors():
+    with translate_errors(), driver_errors():
         pooled = await check_out(engine)
         connection: asyncpg.Connection = pooled.driver_connection
         try:
@@ -51,7 +51,8 @@ async def pooled_asyncpg(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connectio
 
 
 @contextmanager
-def _driver_errors() -> Iterator[None]:
+def driver_errors() -> Iterator[None]:
+    """asyncpg's errors that mean "unavailable" as `StoreUnavailable`; any other error as it is."""
     try:
         yield
     except (asyncpg.PostgresError, asyncpg.InterfaceError) as error:

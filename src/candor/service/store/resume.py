@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..protocol.resume import ResumeLookup, split_resume_lookup
 from .auth import AuthorityFacts, authority_facts, authority_subquery
 from .outbox import workspace_has_subscriptions
+from .statements import fetch_rows
 from .tables import runs, threads
 from .views import RunRow, ThreadRow, select_thread, thread_row
 
@@ -47,7 +48,7 @@ async def find_resume_and_run(
     """
     params = {"lookup_principal_id": principal_id, "lookup_key": key, "lookup_workspace_id": workspace_id,
               "lookup_run_id": run_id}  # fmt: skip
-    found = [RunRow.from_mapping(row) for row in (await conn.execute(_RESUME_AND_RUN, params)).mappings()]
+    found = [RunRow.from_mapping(row) for row in await fetch_rows(conn, _RESUME_AND_RUN, params)]
     return split_resume_lookup(found, principal_id=principal_id, key=key, workspace_id=workspace_id, run_id=run_id)
 
 
@@ -80,12 +81,13 @@ async def lock_thread_for_resume(conn: AsyncConnection, *, thread_id: str, princ
     """Lock the thread row (`FOR UPDATE`; SQLite already holds the write lock), then read it with its state, the
     principal's authority facts and the workspace's subscriptions, all after the lock (one statement: on
     PostgreSQL it sees what committed while it waited). `None` if the thread does not exist."""
-    if await conn.scalar(_LOCK_THREAD, {"lock_thread_id": thread_id}) is None:
+    if not await fetch_rows(conn, _LOCK_THREAD, {"lock_thread_id": thread_id}):
         return None
     params = {"load_thread_id": thread_id, "authority_principal_id": principal_id}
-    row = (await conn.execute(_THREAD_AND_FACTS, params)).mappings().first()
-    if row is None:
+    found = await fetch_rows(conn, _THREAD_AND_FACTS, params)
+    if not found:
         return None
+    row = found[0]
     return LockedThread(
         thread=thread_row(row),
         authority=authority_facts(row, "authority_"),

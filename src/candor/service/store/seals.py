@@ -31,12 +31,13 @@ from ..runtime import Entropy
 from ..settings import ServiceSettings
 from .checkpoints import EncodedEnvelope, EncodedMessage, checkpoint_writes
 from .dialect import commits_on_driver, db_now
-from .engine import execute_together, write_transaction
+from .engine import write_transaction
 from .interrupts import RUN_ENDED_MESSAGE
 from .outbox import SealedRun, stage_seal_rows
 from .pg_commits import commit_step
 from .runs import Fenced, lock_fenced
 from .sqlite_commits import commit_step_sqlite
+from .statements import execute_together
 from .streams import NewStreamEntry, insert_stream_entries
 from .tables import LIVE_ATTEMPT_STATUSES, inbox_entries, run_attempts, runs, threads, usage_records
 from .threads import advance_thread
@@ -377,8 +378,8 @@ async def commit_checkpoint(
             writes.append(insert_commit_usage_record())
             params.update(use_attempt_id=lease.attempt_id, use_usage=dict(usage))
         # Steps 2, 3 and 5 in one round trip on PostgreSQL: these writes do not read each other's rows.
-        moved = await execute_together(conn, writes, update_checkpoint_pointer(), params)
-        pending_steer = bool(moved.scalar_one())
+        (moved,) = await execute_together(conn, writes, update_checkpoint_pointer(), params)
+        pending_steer = bool(moved["pending_steer"])
         consumed = list(incorporated_keys)
         if source_entry_consumed and run["source_entry_id"] is not None:
             consumed.append(run["source_entry_id"])

@@ -26,8 +26,9 @@ from ..runtime import Entropy, SystemEntropy
 from ..settings import ServiceSettings
 from .auth import get_workspace, new_id, read_authority
 from .dialect import db_now, violated_constraint
-from .engine import execute_together, nothing_to_commit
+from .engine import nothing_to_commit
 from .outbox import count_accepted, stage_run_transition
+from .statements import execute_together
 from .tables import inbox_entries, runs, threads
 from .views import EntryRow, RunRow, ThreadRow, get_entry, load_run, load_thread
 
@@ -341,8 +342,8 @@ async def start_run(
     params = {f"new_{name}": value for name, value in values.items()}
     params.update(start_thread_id=run.thread_id, start_run_id=run_id, start_agent=run.agent)
     try:
-        inserted = await execute_together(conn, (_START_ON_THREAD,), _INSERT_RUN, params)
-        started = RunRow.from_mapping(inserted.mappings().one())
+        (inserted,) = await execute_together(conn, (_START_ON_THREAD,), _INSERT_RUN, params)
+        started = RunRow.from_mapping(inserted)
     except sa_exc.IntegrityError as exc:  # uq_runs_live_thread (S-1) or uq_runs_resume_request (S-83)
         raise _race(exc) from exc
     if run.source_entry_id is not None:
