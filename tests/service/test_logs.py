@@ -63,3 +63,23 @@ async def test_database_errors_never_show_parameters(tmp_path: Any) -> None:
     finally:
         await engine.dispose()
     assert "top-secret-value" not in str(caught.value)
+
+
+def test_uvicorn_writes_no_access_line_of_its_own_and_keeps_candors_handlers(
+    restore_logging: None, capsys: Any
+) -> None:
+    """One line per request, `candor.http`'s: the HTTP server's settings turn uvicorn's access log off and leave
+    the logging `configure_logging` set up in place (uvicorn's default `log_config` re-enabled its access logger
+    and wrote every request again, to stdout)."""
+    from candor.service.process import http_config
+
+    stream = io.StringIO()
+    handler = configure_logging(LogSettings(level="info", format="text"), stream)
+    config = http_config(object(), host="127.0.0.1", port=0, http_parser="h11")
+    assert config.access_log is False
+    assert handler in logging.getLogger("uvicorn.error").handlers
+    logging.getLogger("uvicorn.access").info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:1", "GET", "/healthz", "1.1", 200)
+    logging.getLogger("uvicorn.error").info("Started server process", extra={"color_message": "\x1b[36mStarted"})
+    assert capsys.readouterr().out == ""
+    (line,) = stream.getvalue().splitlines()
+    assert line.endswith("INFO uvicorn.error Started server process")  # uvicorn's coloured copy left out

@@ -23,7 +23,8 @@ from .settings import LogSettings
 
 __all__ = ("configure_logging", "TextFormatter", "JsonFormatter", "extras_of")
 
-_STANDARD: Final = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+_STANDARD: Final = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", "color_message"}
+"""Not extras: a `LogRecord`'s own attributes, and uvicorn's `color_message` (its message again, with ANSI colours)."""
 _HANDLER_NAME: Final = "candor-serve"
 
 

@@ -14,7 +14,7 @@ import gc
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import uvicorn
 
@@ -31,7 +31,7 @@ from .worker.loop import WorkerLoop
 
 log = logging.getLogger("candor.process")
 
-__all__ = ("Role", "run", "serve", "prepare", "loop_factory")
+__all__ = ("Role", "run", "serve", "prepare", "loop_factory", "http_config")
 
 
 class _Server(uvicorn.Server):
@@ -79,6 +79,13 @@ async def prepare(settings: ServiceSettings, role: Role) -> Service:
     return service
 
 
+def http_config(app: Any, *, host: str, port: int, http_parser: Literal["httptools", "h11"]) -> uvicorn.Config:
+    """uvicorn's settings: its access log off (`candor.http` writes one line per request, with the request id),
+    and no `log_config`, so uvicorn leaves the logging `logs.configure_logging` set up alone. With its defaults,
+    uvicorn re-enabled `uvicorn.access` and wrote every request a second time, to stdout, formatted per request."""
+    return uvicorn.Config(app, host=host, port=port, http=http_parser, access_log=False, log_config=None)
+
+
 def _freeze_startup_objects() -> None:
     """Move every object alive after startup (the imported modules, pydantic and FastAPI schemas, the agents, the
     app) out of the cyclic collector's reach (`gc.freeze`), after collecting what startup left as garbage.
@@ -103,7 +110,7 @@ async def serve(
     readiness = Readiness()
     host, _, port = settings.server.listen.rpartition(":")
     app = create_app(service, role=role, readiness=readiness)
-    server = _Server(uvicorn.Config(app, host=host, port=int(port), http=settings.server.http_parser))
+    server = _Server(http_config(app, host=host, port=int(port), http_parser=settings.server.http_parser))
     worker = WorkerLoop(service) if role in ("worker", "all") else None
     background: list[asyncio.Task[None]] = []
     if worker is not None:
