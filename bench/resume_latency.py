@@ -374,14 +374,18 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"{top['machine_busy']:.0%} busy during the {top['clients']}-client level (other work included)."
         )
         cpu_ms = top["control_cpu_ms"]
+        tail = top["p99_ms"] / top["p50_ms"]
+        needed = top["clients"] * tail / (TARGET_P99_MS / 1000)
         out.append(
             f"The floor: the control process spent {cpu_ms:.2f} ms of CPU per resume, and one process runs on one "
             f"core, so it cannot answer more than {1000 / cpu_ms:,.0f} resumes/s even with nothing else running; "
             f"{top['clients']} closed-loop clients then wait at least {top['clients'] * cpu_ms:.0f} ms per request "
-            f"(p50), and a p99 of {TARGET_P99_MS:.0f} ms would need {top['clients'] / (TARGET_P99_MS / 1000):,.0f} "
-            f"resumes/s, i.e. at most {TARGET_P99_MS / top['clients']:.2f} ms of control CPU per resume, with "
+            f"(p50). p99 was {tail:.2f} times p50 here, so a p99 of {TARGET_P99_MS:.0f} ms would need about "
+            f"{needed:,.0f} resumes/s, i.e. at most {1000 / needed:.2f} ms of control CPU per resume, with "
             "PostgreSQL and the clients sharing the same 2 cores. Where the control process's time goes, what was "
-            "cut (7 statements per resume transaction down to 4, a one-round-trip wake-up NOTIFY) and what is left: "
+            "cut (7 statements per resume transaction down to 4; authentication and all but the transaction's first "
+            "statement on asyncpg directly; no second access log line; startup objects frozen out of the cyclic "
+            "garbage collector, whose full collections had paused the process for ~100 ms) and what is left: "
             "docs/control-cost.md (`--profile DIR` records it with py-spy, `--baseline-src DIR` measures another "
             "candor source side by side). Further gains need more than one control process (they share nothing "
             "but the database) or fewer round trips per resume; key lookups are deliberately not cached (a "
