@@ -53,6 +53,7 @@ __all__ = (
     "writes_as_ctes",
     "commits_on_driver",
     "reads_on_driver",
+    "statements_on_driver",
     "has_listen_notify",
     "is_postgresql_url",
     "async_url",
@@ -279,6 +280,12 @@ def reads_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
     """Whether a request's lone read (authenticating it) runs on asyncpg directly, outside any transaction
     (PostgreSQL, `pg_driver.py`); SQLite emits BEGIN itself and has no round trips to save, so it reads in a
     deferred read transaction."""
+    return dialect_name(bind) == "postgresql"
+
+
+def statements_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
+    """Whether `statements.fetch_rows` sends a statement on asyncpg directly inside SQLAlchemy's transaction
+    (PostgreSQL); SQLite's statements go through SQLAlchemy, which holds no round trips to save there."""
     return dialect_name(bind) == "postgresql"
 
 

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.dml import UpdateBase
 
-from .dialect import writes_as_ctes
+from .dialect import statements_on_driver, writes_as_ctes
 from .pg_driver import driver_errors
 
 __all__ = ("execute_together", "fetch_rows")
@@ -67,7 +67,7 @@ async def fetch_rows(
     violation is `sqlalchemy.exc.IntegrityError` (`dialect.violated_constraint` names the constraint), and
     "unavailable" is `StoreUnavailable`.
     """
-    if conn.dialect.name != "postgresql":
+    if not statements_on_driver(conn):
         return (await conn.execute(statement, params)).mappings().all()
     pg = await _driver_of(conn)
     if conn.in_transaction() and not pg.is_in_transaction():
