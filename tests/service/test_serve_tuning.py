@@ -156,7 +156,7 @@ class _Cycle:
 
 def test_startup_objects_are_frozen_after_collecting_startup_garbage() -> None:
     """A process's startup objects leave the cyclic collector's generations (`gc.freeze`), so no full collection
-    walks them again (docs/control-cost.md: 90–110 ms pauses before); garbage startup left is collected first, not
+    walks them again (docs/control-cost.md: 95–100 ms pauses before); garbage startup left is collected first, not
     frozen for the process's life."""
     import weakref
 

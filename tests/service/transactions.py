@@ -20,11 +20,11 @@ def write_transactions(engine: Any) -> Iterator[list[list[str]]]:
     done: list[list[str]] = []
     current: dict[int, list[str]] = {}
 
-    def record(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        current.setdefault(id(conn.connection.driver_connection), []).append(" ".join(statement.split()).upper())
-
     def record_on_driver(driver: Any, statement: str) -> None:
         current.setdefault(id(driver), []).append(" ".join(statement.split()).upper())
+
+    def record(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        record_on_driver(conn.connection.driver_connection, statement)
 
     def commit(conn: Any) -> None:
         sent = current.pop(id(conn.connection.driver_connection), [])

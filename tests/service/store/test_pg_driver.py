@@ -12,7 +12,7 @@ from sqlalchemy import bindparam, select
 
 from candor.service.errors import StoreUnavailable
 from candor.service.store.engine import create_engine
-from candor.service.store.pg_driver import compiled_sql, pooled_asyncpg
+from candor.service.store.pg_driver import pooled_asyncpg, prepared_statement
 from candor.service.store.tables import principals
 
 pytestmark = pytest.mark.postgres
@@ -60,12 +60,18 @@ async def test_a_connection_left_inside_a_transaction_is_terminated_not_pooled(p
         await engine.dispose()
 
 
-def test_compiled_sql_numbers_the_parameters_in_the_order_it_is_told() -> None:
+def test_a_prepared_statement_sends_each_argument_in_its_placeholders_place() -> None:
+    """The arguments follow the `$n` order of the compiled SQL, whatever order the mapping has, with SQLAlchemy's
+    bind processing (a JSON value goes as its JSON text) and the statement's own literal values filled in."""
     dialect = create_engine("postgresql://postgres@127.0.0.1:1/none").dialect
     statement = select(principals.c.id).where(
-        principals.c.secret_hash == bindparam("hash"), principals.c.workspace_id == bindparam("workspace")
+        principals.c.workspace_id == bindparam("workspace"),
+        principals.c.permissions == bindparam("permissions", type_=principals.c.permissions.type),
+        principals.c.secret_hash == bindparam("hash"),
+        principals.c.name == "fixed",
     )
-    sql = compiled_sql(statement, dialect, ("hash", "workspace"))
-    assert "principals.secret_hash = $1" in sql and "principals.workspace_id = $2" in sql
-    with pytest.raises(AssertionError, match="expected the parameters"):
-        compiled_sql(statement, dialect, ("workspace", "hash"))
+    prepared = prepared_statement(statement, dialect)
+    assert "principals.workspace_id = $1" in prepared.sql and "principals.secret_hash = $3" in prepared.sql
+    arguments = prepared.arguments({"hash": "h", "permissions": ["read"], "workspace": "w"})
+    assert arguments == ["w", '["read"]', "h", "fixed"]
+    assert prepared_statement(statement, dialect) is prepared  # compiled once

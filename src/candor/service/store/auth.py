@@ -26,9 +26,9 @@ from ..errors import AlreadyBootstrapped, AlreadyExists, InvalidArgument, NotFou
 from ..protocol.authority import PERMISSIONS, AuthorityVerdict, Principal, decide_authority
 from ..protocol.canonical import sha256_hex
 from ..runtime import Entropy
-from .dialect import db_now, reads_on_driver
+from .dialect import db_now, statements_on_driver
 from .engine import is_unavailable, read_transaction
-from .pg_driver import compiled_sql, pooled_asyncpg
+from .pg_driver import pooled_asyncpg, prepared_statement
 from .tables import principals, workspaces
 
 __all__ = (
@@ -389,9 +389,10 @@ async def authenticate_request(engine: AsyncEngine, secret: str) -> Authenticate
         return None
     presented = hash_secret(secret)
     row: Mapping[Any, Any] | None
-    if reads_on_driver(engine):
+    if statements_on_driver(engine):
         async with pooled_asyncpg(engine) as pg:
-            row = await pg.fetchrow(compiled_sql(_AUTHENTICATE, engine.dialect, ("presented_hash",)), presented)
+            statement = prepared_statement(_AUTHENTICATE, engine.dialect)
+            row = await pg.fetchrow(statement.sql, *statement.arguments({"presented_hash": presented}))
     else:
         async with read_transaction(engine) as conn:
             row = (await conn.execute(_AUTHENTICATE, {"presented_hash": presented})).mappings().first()

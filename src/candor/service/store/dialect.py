@@ -52,7 +52,6 @@ __all__ = (
     "dialect_name",
     "writes_as_ctes",
     "commits_on_driver",
-    "reads_on_driver",
     "statements_on_driver",
     "has_listen_notify",
     "is_postgresql_url",
@@ -276,16 +275,10 @@ def commits_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
     return dialect_name(bind) == "postgresql"
 
 
-def reads_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
-    """Whether a request's lone read (authenticating it) runs on asyncpg directly, outside any transaction
-    (PostgreSQL, `pg_driver.py`); SQLite emits BEGIN itself and has no round trips to save, so it reads in a
-    deferred read transaction."""
-    return dialect_name(bind) == "postgresql"
-
-
 def statements_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
-    """Whether `statements.fetch_rows` sends a statement on asyncpg directly inside SQLAlchemy's transaction
-    (PostgreSQL); SQLite's statements go through SQLAlchemy, which holds no round trips to save there."""
+    """Whether the hot statements go on asyncpg directly (PostgreSQL, `pg_driver.py`): a request's authentication,
+    outside any transaction, and `statements.fetch_rows` inside SQLAlchemy's. On SQLite they go through SQLAlchemy
+    (authentication in a deferred read transaction): SQLite emits BEGIN itself and has no round trips to save."""
     return dialect_name(bind) == "postgresql"
 
 

@@ -7,25 +7,27 @@ authentication (`auth.authenticate_request`) use this module; everything else go
 
 The connection comes from the engine's own pool, so it carries the codecs SQLAlchemy's dialect set on it (JSON and
 JSONB are decoded to Python values) and goes back to the same pool. Statements stay SQLAlchemy Core where they can:
-`compiled_sql` compiles one once for the dialect, and asyncpg keeps it prepared per connection.
+`prepared_statement` compiles one once for the dialect, with its parameters in placeholder order.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from functools import cache
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, cast
 
 import asyncpg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.util import greenlet_spawn
 
 from ..errors import StoreUnavailable
 from .engine import UNAVAILABLE_SQLSTATE_PREFIXES, UNAVAILABLE_SQLSTATES, check_out, translate_errors
 
-__all__ = ("pooled_asyncpg", "compiled_sql", "driver_errors")
+__all__ = ("pooled_asyncpg", "driver_errors", "Prepared", "prepared_statement")
 
 
 @asynccontextmanager
@@ -69,13 +71,30 @@ def _unavailable(error: Exception) -> bool:
     return sqlstate in UNAVAILABLE_SQLSTATES or sqlstate.startswith(UNAVAILABLE_SQLSTATE_PREFIXES)
 
 
-@cache
-def compiled_sql(statement: ClauseElement, dialect: Dialect, parameters: tuple[str, ...]) -> str:
-    """`statement` compiled for `dialect` (asyncpg's `$n` placeholders), once; `parameters` names its bound
-    parameters in placeholder order, and a statement whose order differs is refused rather than sent with its
-    arguments in the wrong places."""
-    compiled = statement.compile(dialect=dialect)
-    found = tuple(getattr(compiled, "positiontup", None) or ())
-    if found != parameters:
-        raise AssertionError(f"expected the parameters {parameters}, the statement has {found}")
-    return str(compiled)
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A constant Core statement compiled once for asyncpg (`prepared_statement`): its SQL with `$n` placeholders,
+    its parameters in placeholder order with the bind processor of each (JSON values are serialized as SQLAlchemy
+    would), and the compiled form that fills in literal values. asyncpg keeps the SQL prepared per connection."""
+
+    sql: str
+    names: tuple[str, ...]
+    processors: tuple[Callable[[Any], Any] | None, ...]
+    compiled: Any
+
+    def arguments(self, params: Mapping[str, Any]) -> list[Any]:
+        values = self.compiled.construct_params(params)
+        return [
+            value if process is None else process(value)
+            for value, process in zip((values[name] for name in self.names), self.processors, strict=True)
+        ]
+
+
+@lru_cache(maxsize=256)
+def prepared_statement(statement: Executable, dialect: Dialect) -> Prepared:
+    """`statement` prepared for `dialect`, once per statement object: pass constants built once."""
+    compiled: Any = cast(ClauseElement, statement).compile(dialect=dialect)
+    names = tuple(compiled.positiontup or ())
+    binds = compiled.binds
+    processors = tuple(binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names)
+    return Prepared(sql=str(compiled), names=names, processors=processors, compiled=compiled)

@@ -2,28 +2,27 @@
 sent on asyncpg directly inside the caller's transaction (`fetch_rows`).
 
 Through SQLAlchemy's `AsyncConnection.execute` a statement costs the client its execution path (a greenlet hop,
-the compiled-cache lookup, an execution context, result processing) on top of asyncpg's own work; on the paths a
-resume or a seal takes, that was about as much CPU as the round trip itself (issue 12, docs/control-cost.md).
+the compiled-cache lookup, an execution context, result processing) on top of asyncpg's own work; sending the
+resume's statements after the first this way cut the control process's CPU per resume by 14% (issue 12,
+docs/control-cost.md).
 `fetch_rows` sends a constant Core statement, compiled once, on the same connection and in the same transaction,
 so callers keep SQLAlchemy's transactions, its SQLite support and its error types.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, cast
+from typing import Any
 
 import asyncpg
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import UpdateBase
 
 from .dialect import statements_on_driver, writes_as_ctes
-from .pg_driver import driver_errors
+from .pg_driver import driver_errors, prepared_statement
 
 __all__ = ("execute_together", "fetch_rows")
 
@@ -60,8 +59,8 @@ async def fetch_rows(
     """The rows of `statement` (a constant Core statement, built once) run with `params` on `conn`, as mappings.
 
     On PostgreSQL it is sent on `conn`'s asyncpg connection, inside `conn`'s transaction, skipping SQLAlchemy's
-    execution path (compiled once, `_Prepared`); the rows are asyncpg records, read by column name like
-    `.mappings()` rows, with the same values (the connection's codecs decode JSON). Two cases still go through
+    execution path (compiled once, `pg_driver.prepared_statement`); the rows are asyncpg records, read by column
+    name like `.mappings()` rows, with the same values (the connection's codecs decode JSON). Two cases still go through
     SQLAlchemy: SQLite, and a transaction SQLAlchemy has begun but not yet sent (it emits BEGIN with its first
     statement, so that statement must be its own). Errors read as SQLAlchemy's would to the callers: an integrity
     violation is `sqlalchemy.exc.IntegrityError` (`dialect.violated_constraint` names the constraint), and
@@ -72,7 +71,7 @@ async def fetch_rows(
     pg = await _driver_of(conn)
     if conn.in_transaction() and not pg.is_in_transaction():
         return (await conn.execute(statement, params)).mappings().all()
-    prepared = _prepared(statement, conn.dialect)
+    prepared = prepared_statement(statement, conn.dialect)
     arguments = prepared.arguments(params)
     with driver_errors():
         try:
@@ -93,30 +92,3 @@ async def _driver_of(conn: AsyncConnection) -> asyncpg.Connection:
     if driver is None:
         driver = info[_DRIVER] = (await conn.get_raw_connection()).driver_connection
     return driver
-
-
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    """A statement compiled once for asyncpg: its SQL, its parameters in placeholder order with the bind processor
-    of each (JSON values are serialized as SQLAlchemy would), and the compiled form that fills in literal values."""
-
-    sql: str
-    names: tuple[str, ...]
-    processors: tuple[Callable[[Any], Any] | None, ...]
-    compiled: Any
-
-    def arguments(self, params: Mapping[str, Any]) -> list[Any]:
-        values = self.compiled.construct_params(params)
-        return [
-            value if process is None else process(value)
-            for value, process in zip((values[name] for name in self.names), self.processors, strict=True)
-        ]
-
-
-@lru_cache(maxsize=256)
-def _prepared(statement: Executable, dialect: Dialect) -> _Prepared:
-    compiled: Any = cast(ClauseElement, statement).compile(dialect=dialect)
-    names = tuple(compiled.positiontup or ())
-    binds = compiled.binds
-    processors = tuple(binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names)
-    return _Prepared(sql=str(compiled), names=names, processors=processors, compiled=compiled)
