@@ -193,3 +193,39 @@ async def test_serve_freezes_its_startup_objects_before_serving_http(tmp_path: A
     finally:
         gc.unfreeze()
     assert seen and seen[0] > 0
+
+
+def test_message_schemas_are_built_by_build_message_schemas_not_by_the_first_run() -> None:
+    """pydantic-ai defers its message schemas; `build_message_schemas` builds them (46–61 ms the first worker
+    boundary otherwise paid, docs/worker-cost.md). A fresh interpreter, since this one has long built them."""
+    import subprocess
+    import sys
+
+    probe = """
+import pydantic_core
+from pydantic_ai import ModelMessagesTypeAdapter
+from pydantic_ai.messages import ToolReturnPart
+from candor.service.store.checkpoints import build_message_schemas
+owner = next(vars(c)["__pydantic_serializer__"] for c in ToolReturnPart.__mro__ if "__pydantic_serializer__" in vars(c))
+print(ModelMessagesTypeAdapter.pydantic_complete, ToolReturnPart in owner._serializers)
+build_message_schemas()
+print(ModelMessagesTypeAdapter.pydantic_complete, ToolReturnPart in owner._serializers)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["False", "False", "True", "True"]
+
+
+async def test_serve_builds_the_message_schemas_before_freezing(tmp_path: Any, monkeypatch: Any) -> None:
+    """`serve` builds the message schemas once prepared, before the freeze and before uvicorn answers a request."""
+    import candor.service.process as process
+
+    calls: list[str] = []
+    monkeypatch.setattr(process, "build_message_schemas", lambda: calls.append("build"))
+    monkeypatch.setattr(process, "_freeze_startup_objects", lambda: calls.append("freeze"))
+
+    async def serve_http(self: Any) -> None:  # the HTTP task ends at once, so `serve` stops
+        calls.append("http")
+
+    monkeypatch.setattr(process._Server, "serve", serve_http)
+    await process.serve(ServiceSettings(database={"url": f"sqlite:///{tmp_path / 'c.db'}"}), "control")
+    assert calls == ["build", "freeze", "http"]

@@ -23,6 +23,7 @@ from .core import Service
 from .http.app import create_app
 from .http.readiness import Readiness, Role
 from .settings import ServiceSettings
+from .store.checkpoints import build_message_schemas
 from .store.dialect import is_postgresql_url
 from .store.migrate import migrate, require_current_schema
 from .store.notify import listen_for_wakeups
@@ -119,6 +120,7 @@ async def serve(
     if role in ("control", "all"):
         background.append(asyncio.create_task(run_sweeps(service), name="sweeps"))
     readiness.tasks_alive = lambda: all(not task.done() for task in background)
+    build_message_schemas()  # not inside the first run's first boundary or request; frozen with the rest
     _freeze_startup_objects()
     http = asyncio.create_task(server.serve(), name="http")
     stopping = asyncio.Event()
