@@ -202,7 +202,6 @@ def test_message_schemas_are_built_by_build_message_schemas_not_by_the_first_run
     import sys
 
     probe = """
-import pydantic_core
 from pydantic_ai import ModelMessagesTypeAdapter
 from pydantic_ai.messages import ToolReturnPart
 from candor.service.store.checkpoints import build_message_schemas
