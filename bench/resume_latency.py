@@ -203,12 +203,16 @@ def verdicts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def start_profiler(pid: int, out_dir: Path, clients: int) -> subprocess.Popen[bytes]:
-    """py-spy recording process `pid` (raw collapsed stacks, idle frames left out) until `stop_profiler`."""
+    """py-spy recording process `pid` (raw collapsed stacks, idle frames left out) until `stop_profiler`.
+
+    `--nonblocking`: py-spy's default pauses the process for every sample, which at 32 clients stretched p99 from
+    178 to 790 ms on one machine (docs/control-cost.md); the figures of a profiled run are still not the
+    unprofiled ones."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"control-{clients}-clients.txt"
     return subprocess.Popen(
-        [py_spy, "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", str(target)],
+        [py_spy, "record", "--nonblocking", "-p", str(pid), "-r", "250", "-f", "raw", "-o", str(target)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -4,7 +4,9 @@ Every system runs the same scripted loop (the model asks for one `step` tool cal
 result, then answers), in one benchmark run, in interleaved rounds (each round runs every system once, in a rotated
 order, so machine load hits all of them alike): `candor-service` on PostgreSQL and on SQLite (a real `candor
 serve --role control` process and a separate `--role worker` process, `worker.slots` = 16; runs posted over HTTP
-to `POST /v1/threads` on the control process, completion read from the database), bare Pydantic AI `Agent.run`
+to `POST /v1/threads` on the control process, completion read from the database; `candor-service-normal+sqlite`
+is the same on SQLite with `database.sqlite_synchronous = "normal"`, an operator's trade of durability on power
+failure for speed, docs/operations.md; the targets are judged on the default, `full`), bare Pydantic AI `Agent.run`
 and candor `Harness.run` without persistence, LangGraph with `PostgresSaver` / `SqliteSaver` (`durability="sync"`)
 and Pydantic AI's `DBOSAgent` (the run a DBOS workflow, each model request and each tool call a DBOS step) on
 PostgreSQL / SQLite; each in-process system in its own process (`bench/peers/step_server.py`; LangGraph and DBOS
@@ -71,12 +73,15 @@ SYSTEMS = (
     "harness",
     "candor-service+postgresql",
     "candor-service+sqlite",
+    "candor-service-normal+sqlite",
     "langgraph+postgresql",
     "langgraph+sqlite",
     "dbos+postgresql",
     "dbos+sqlite",
 )
 BASELINE_SYSTEMS = ("candor-baseline+postgresql", "candor-baseline+sqlite")
+NORMAL_SYNC = "candor-service-normal"
+"""The prefix of the service system whose processes run SQLite at `database.sqlite_synchronous = "normal"`."""
 MODEL_SECONDS_CONCURRENT = 0.02
 WRITE_SLOPE_TOLERANCE = 0.05
 """Lease renewals (one write per `worker.authority_seconds`, 1 s, of a live attempt) land in the longer run of the
@@ -331,7 +336,8 @@ class ServiceSystem(System):
 
     async def start(self) -> None:
         assert self.database is not None
-        env = _service.settings_environment(self.database.url, worker={"slots": 16})
+        database: dict[str, Any] = {"sqlite_synchronous": "normal"} if self.name.startswith(NORMAL_SYNC) else {}
+        env = _service.settings_environment(self.database.url, worker={"slots": 16}, database=database)
         settings = _service.bench_settings(env)
         await migrate(self.database.url, lock_timeout=30)
         self.secret = (await operator.bootstrap(settings))["secret"]
@@ -683,6 +689,27 @@ def table(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _normal_sync_lines(summary: dict[str, Any]) -> list[str]:
+    """What `database.sqlite_synchronous = "normal"` changed against the default, per workload, from this run."""
+    out = []
+    for workload in summary["workloads"]:
+        full = _find(summary, "candor-service+sqlite", workload["name"])
+        normal = _find(summary, f"{NORMAL_SYNC}+sqlite", workload["name"])
+        if full and normal:
+            out.append(
+                f"{NORMAL_SYNC}+sqlite ({workload['name']}): {normal['steps_per_s']:.1f} against "
+                f"{full['steps_per_s']:.1f} steps/s at the default `full` ({_round_ratio(normal, full):.2f}x, median "
+                f"of per-round ratios), worker CPU {normal['cpu_ms_per_step']['worker']:.2f} against "
+                f"{full['cpu_ms_per_step']['worker']:.2f} ms per step."
+            )
+    if out:
+        out.append(
+            "`normal` waits for no disk flush at a commit, and the last commits before a power failure may be lost "
+            "(docs/operations.md): the targets are judged on the default, `full`."
+        )
+    return out
+
+
 def reading(summary: dict[str, Any]) -> list[str]:
     out = [
         f"{summary['rounds']} interleaved rounds; steps/s and CPU are medians over rounds, ratios are medians of "
@@ -714,6 +741,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "checkpoint) over all "
         "measured runs, divided by the runs; it includes indexes and free space in pages, so it is an upper bound.",
     ]
+    out.extend(_normal_sync_lines(summary))
     out.extend(_cli.missed_lines(summary, why="; see docs/worker-cost.md for where the time goes and the floor"))
     return out
 

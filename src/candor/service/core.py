@@ -85,6 +85,7 @@ class Service:
         engine = create_engine(
             settings.database.url, timeout=settings.database.timeout,
             pool_size=pool_size_for(settings, runs_worker=runs_worker), max_overflow=settings.database.max_overflow,
+            sqlite_synchronous=settings.database.sqlite_synchronous,
         )  # fmt: skip
         return cls(
             settings=settings,

@@ -68,6 +68,12 @@ async def prepare(settings: ServiceSettings, role: Role) -> Service:
     await require_current_schema(url, timeout=settings.database.timeout)
     runs_worker = role in ("worker", "all")
     service = await Service.open(settings, runs_worker=runs_worker)
+    if settings.database.sqlite_synchronous == "normal" and not is_postgresql_url(url):
+        log.warning(
+            "database.sqlite_synchronous is normal: commits survive a crash of this process, but the last ones "
+            "before a power failure or OS crash may be lost, accepted requests and checkpoints included",
+            extra={"sqlite_synchronous": "normal"},
+        )
     if runs_worker:
         service.agents.check_all()
         pool_size = settings.database.pool_size

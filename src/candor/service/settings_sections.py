@@ -87,6 +87,12 @@ class DatabaseSettings(Section):
     max_overflow: int = Field(10, ge=0, le=1000)
     """PostgreSQL connections a process may open beyond `pool_size` under load; each is closed again when it is
     returned while the pool is full, so a busy process that keeps needing them pays a new connection every time."""
+    sqlite_synchronous: Literal["full", "normal"] = "full"
+    """SQLite's `PRAGMA synchronous` (PostgreSQL ignores it). `full`: every commit is on disk before it returns, so
+    a committed checkpoint, seal or accepted request survives a power failure. `normal`: a commit is safe from a
+    crash of the process, but the last commits before a power failure or OS crash may be lost (the database stays
+    consistent), and with them the record of a tool call, which may then run again; in exchange the worker does
+    not wait for a disk flush at every boundary (docs/operations.md)."""
 
 
 class WorkerSettings(Section):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from sqlalchemy import (
     DDL,
@@ -58,6 +58,7 @@ __all__ = (
     "async_url",
     "engine_options",
     "install_connection_hooks",
+    "SqliteSynchronous",
     "insert_ignoring_conflicts",
     "acquire_migration_lock",
     "BEGIN_OPTION",
@@ -389,15 +390,25 @@ def engine_options(url: URL, *, timeout: float) -> dict[str, Any]:
     }
 
 
-def install_connection_hooks(engine: AsyncEngine, *, timeout: float) -> None:
-    """SQLite: WAL, busy timeout, foreign keys, and BEGIN IMMEDIATE emitted by us (§2.2). PostgreSQL: a pooled
-    connection the server has closed is replaced at checkout (`_replace_closed_connections`)."""
+SqliteSynchronous = Literal["full", "normal"]
+"""SQLite's `PRAGMA synchronous` levels an operator may choose (`database.sqlite_synchronous`). `off` is not one:
+an OS crash could then corrupt the database, not only lose its last commits."""
+
+
+def install_connection_hooks(
+    engine: AsyncEngine, *, timeout: float, sqlite_synchronous: SqliteSynchronous = "full"
+) -> None:
+    """SQLite: WAL, busy timeout, `synchronous`, foreign keys, and BEGIN IMMEDIATE emitted by us (§2.2).
+    PostgreSQL: a pooled connection the server has closed is replaced at checkout (`_replace_closed_connections`)."""
     if engine.dialect.name == "postgresql":
         _replace_closed_connections(engine)
     if engine.dialect.name != "sqlite":
         return
     sync_engine = engine.sync_engine
     busy_ms = max(1, int(timeout * 1000))
+    if sqlite_synchronous not in get_args(SqliteSynchronous):  # never interpolate an unchecked value into SQL
+        raise ValueError(f"unknown SQLite synchronous level {sqlite_synchronous!r}")
+    synchronous = sqlite_synchronous.upper()
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -406,6 +417,7 @@ def install_connection_hooks(engine: AsyncEngine, *, timeout: float) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
         cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 

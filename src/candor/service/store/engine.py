@@ -24,6 +24,7 @@ from ..errors import StoreUnavailable
 from ..signing_keys import NO_KEYS, KeyRing
 from .dialect import (
     BEGIN_OPTION,
+    SqliteSynchronous,
     async_url,
     engine_options,
     install_connection_hooks,
@@ -103,14 +104,16 @@ def create_engine(
     timeout: float = DEFAULT_TIMEOUT,
     pool_size: int | None = None,
     max_overflow: int | None = None,
+    sqlite_synchronous: SqliteSynchronous = "full",
     **options: object,
 ) -> AsyncEngine:
     """An async engine for an operator URL (`sqlite:///…` → aiosqlite, `postgresql://…` → asyncpg).
 
     `timeout` (seconds) bounds statements and lock waits: PostgreSQL `statement_timeout`/`lock_timeout`, SQLite's
     busy timeout. `pool_size`/`max_overflow` size a PostgreSQL engine's connection pool (`database.pool_size`,
-    `database.max_overflow`; SQLAlchemy's 5 and 10 when not given); SQLite ignores them. Extra `options` go to
-    `create_async_engine`.
+    `database.max_overflow`; SQLAlchemy's 5 and 10 when not given); SQLite ignores them. `sqlite_synchronous` is
+    SQLite's `PRAGMA synchronous` on every connection (`database.sqlite_synchronous`); PostgreSQL ignores it. Extra
+    `options` go to `create_async_engine`.
     """
     resolved = async_url(url)
     kwargs = engine_options(resolved, timeout=timeout)
@@ -119,7 +122,7 @@ def create_engine(
     kwargs["hide_parameters"] = True
     kwargs.update(options)
     engine = create_async_engine(resolved, **kwargs)
-    install_connection_hooks(engine, timeout=timeout)
+    install_connection_hooks(engine, timeout=timeout, sqlite_synchronous=sqlite_synchronous)
     return engine
 
 
