@@ -35,6 +35,8 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
+from .writer_gate import install_writer_gate
+
 __all__ = (
     "DialectName",
     "display_url",
@@ -398,7 +400,8 @@ an OS crash could then corrupt the database, not only lose its last commits."""
 def install_connection_hooks(
     engine: AsyncEngine, *, timeout: float, sqlite_synchronous: SqliteSynchronous = "full"
 ) -> None:
-    """SQLite: WAL, busy timeout, `synchronous`, foreign keys, and BEGIN IMMEDIATE emitted by us (§2.2).
+    """SQLite: WAL, busy timeout, `synchronous`, foreign keys, BEGIN IMMEDIATE emitted by us (§2.2), and the
+    process's writers queued in turn (`writer_gate.py`).
     PostgreSQL: a pooled connection the server has closed is replaced at checkout (`_replace_closed_connections`)."""
     if engine.dialect.name == "postgresql":
         _replace_closed_connections(engine)
@@ -409,6 +412,7 @@ def install_connection_hooks(
     if sqlite_synchronous not in get_args(SqliteSynchronous):  # never interpolate an unchecked value into SQL
         raise ValueError(f"unknown SQLite synchronous level {sqlite_synchronous!r}")
     synchronous = sqlite_synchronous.upper()
+    install_writer_gate(engine, timeout=timeout)  # the process's writers take turns before SQLite's lock
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -30,6 +30,7 @@ from .dialect import (
     install_connection_hooks,
     pool_options,
 )
+from .writer_gate import writer_turn
 
 __all__ = (
     "WriteConnection",
@@ -174,10 +175,11 @@ async def check_out(engine: AsyncEngine) -> PoolProxiedConnection:
 async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """One write transaction: `BEGIN IMMEDIATE` on SQLite, a plain transaction on PostgreSQL; commit on success.
 
-    Keep it short (STYLE habit 6): open, write, commit, then do slow work.
+    Keep it short (STYLE habit 6): open, write, commit, then do slow work. On SQLite the transaction first waits
+    its turn among the process's writers (`writer_gate.py`).
     """
     with translate_errors():
-        async with engine.connect() as connection, connection.begin() as transaction:
+        async with writer_turn(engine), engine.connect() as connection, connection.begin() as transaction:
             connection.info.pop(_AFTER_COMMIT, None)  # left behind by a transaction that rolled back
             connection.info.pop(_NOTHING_TO_COMMIT, None)
             yield connection

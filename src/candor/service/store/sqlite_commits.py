@@ -6,7 +6,8 @@ of them (BEGIN IMMEDIATE, the fence, the checkpoint row, its message rows, the u
 stream entries, COMMIT). Here the whole transaction is one function run in that thread, on the `sqlite3`
 connection, with the same statements and the same order as `seals.commit_checkpoint`:
 
-* `BEGIN IMMEDIATE` (§2.2: the single writer lock, waited for up to the engine's busy timeout);
+* `BEGIN IMMEDIATE` (§2.2: the single writer lock, waited for up to the engine's busy timeout), once the commit's
+  turn among the process's writers has come (`writer_gate.py`);
 * the fence is `runs.step_fence_rows()` compiled for SQLite, checked by the same `fenced_from_row` as every other
   fenced write before anything is written (S-20), then the compare-and-swap on `checkpoint_seq` (S-38);
 * the checkpoint row, its new message rows, the usage record, the run pointer and the stream entries (`prev`
@@ -44,6 +45,7 @@ from .pg_commits import StepCommit
 from .runs import fenced_from_row, step_fence_rows
 from .streams import NewStreamEntry
 from .tables import CHECKPOINT_FORMAT
+from .writer_gate import writer_turn
 
 __all__ = ("commit_step_sqlite", "pooled_aiosqlite")
 
@@ -107,7 +109,7 @@ async def commit_step_sqlite(
         fence=_fence_sql(engine.dialect), consume_source=consume_source,
     )  # fmt: skip
     with translate_errors():
-        async with pooled_aiosqlite(engine) as aio:
+        async with writer_turn(engine), pooled_aiosqlite(engine) as aio:
             if aio._connection is None:  # closed: as aiosqlite's own calls check, nothing would run the call
                 raise StoreUnavailable("database unavailable: the SQLite connection is closed")
             # aiosqlite's queue to its thread, as SQLAlchemy's own adapter uses it (`isolation_level`).

@@ -1,0 +1,98 @@
+"""SQLite writers of one process take turns before they ask SQLite for its writer lock (issue 12).
+
+SQLite has a single writer lock. A connection that finds it held waits in SQLite's busy handler, which sleeps
+between tries (1, 2, 5, 10 … up to 100 ms a try) and is not woken when the lock is released. With a worker's slots
+committing at once, each on a connection of its own, that sleeping was most of a step's time: in `bench.service_steps`
+(16 concurrent runs, one worker process), a step commit's `BEGIN IMMEDIATE` waited 2.5 ms at p50, 54 ms at p90 and
+432 ms at p99 (docs/worker-cost.md, eleventh pass).
+
+So every write transaction of a process on a SQLite engine, step commits (`sqlite_commits.py`) and the others
+(`engine.write_transaction`: claims, heartbeats, seals, the API's writes) alike, first waits for its turn here, on an
+`asyncio.Lock`, in FIFO order. Only the writer whose turn it is asks SQLite for the lock, and the next is woken as
+soon as it is done. SQLite's lock stays the authority: writers of other processes meet it and wait in its busy
+handler as before, and nothing relies on the turns for correctness. A turn is waited for at most `database.timeout`
+(then the database counts as unavailable, as after SQLite's busy timeout), so a write transaction opened inside
+another on one task fails after that time instead of hanging. PostgreSQL engines have no gate: row locks let their
+writers run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from weakref import WeakKeyDictionary
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..errors import StoreUnavailable
+
+__all__ = ("WriterGate", "install_writer_gate", "writer_turn")
+
+_GATES: WeakKeyDictionary[Engine, WriterGate] = WeakKeyDictionary()
+
+
+class WriterGate:
+    """The turns of one SQLite engine's writers (one per engine, shared by every task of the process), taken with
+    `async with`."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def __aenter__(self) -> None:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # An engine used from another event loop (one `asyncio.run` after another): a lock belongs to one loop.
+            self._lock, self._loop = asyncio.Lock(), loop
+        try:
+            async with asyncio.timeout(self.timeout):  # free and nobody queued: taken without suspending
+                await self._lock.acquire()
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"database unavailable: this process's other writes held the SQLite writer for over "
+                f"{self.timeout:g} s (database.timeout)"
+            ) from None
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._lock.release()
+
+    @property
+    def locked(self) -> bool:
+        """Whether a writer has its turn now."""
+        return self._lock.locked()
+
+    @property
+    def waiting(self) -> int:
+        """Writers queued behind the current one (for tests and diagnostics)."""
+        waiters = self._lock._waiters  # asyncio keeps no public count
+        return 0 if waiters is None else sum(1 for waiter in waiters if not waiter.done())
+
+
+class _NoGate:
+    """A PostgreSQL engine's writers: no turn to wait for."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *_: object) -> None:
+        return None
+
+
+_NO_GATE = _NoGate()
+
+
+def install_writer_gate(engine: AsyncEngine, *, timeout: float) -> WriterGate:
+    """Give the (SQLite) `engine` a gate; `writer_turn(engine)` then queues its writers."""
+    gate = WriterGate(timeout)
+    _GATES[engine.sync_engine] = gate
+    return gate
+
+
+def writer_turn(engine: AsyncEngine) -> WriterGate | _NoGate:
+    """`async with writer_turn(engine):` around a write transaction: its turn among the process's write
+    transactions on a SQLite engine, nothing on PostgreSQL."""
+    return _GATES.get(engine.sync_engine, _NO_GATE)

@@ -1,0 +1,184 @@
+"""The writers of one process take turns on a SQLite engine before they ask SQLite for its writer lock
+(`store/writer_gate.py`, issue 12): a queued writer waits on the event loop, in order, instead of sleeping in
+SQLite's busy handler; it is bounded by `database.timeout`; PostgreSQL engines have no turns.
+
+§2.2: SQLite's single writer lock stays what serializes writes; these tests check the queue in front of it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from candor.service.errors import StoreUnavailable
+from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
+from candor.service.store.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.seals import commit_checkpoint
+from candor.service.store.tables import checkpoints, workspaces
+from candor.service.store.writer_gate import WriterGate, writer_turn
+
+from .rows import add_workspace
+from .step_commits import leased_run
+from .test_checkpoints import prompt
+
+
+async def _until(condition: Any) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError("condition not reached")
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite"])
+async def test_a_second_writer_waits_its_turn_and_goes_in_order(db: Any) -> None:
+    """While one write transaction is open, the next ones of the process queue at the gate (none has asked SQLite
+    for the lock, so none sleeps in its busy handler); each goes, in the order it came, once the one before it
+    committed, and all of them commit."""
+    gate = writer_turn(db.engine)
+    assert isinstance(gate, WriterGate)
+    release, order = asyncio.Event(), []
+
+    async def hold() -> None:
+        async with write_transaction(db.engine) as conn:
+            await add_workspace(conn)
+            await release.wait()
+        order.append("first")
+
+    async def follow(name: str) -> None:
+        async with write_transaction(db.engine) as conn:
+            await add_workspace(conn)
+        order.append(name)
+
+    holder = asyncio.create_task(hold())
+    await _until(lambda: gate.locked)
+    followers = [asyncio.create_task(follow("second")), asyncio.create_task(follow("third"))]
+    await _until(lambda: gate.waiting == 2)
+    assert db.engine.sync_engine.pool.checkedout() == 1  # only the holder's connection: the others queue first
+    release.set()
+    await asyncio.gather(holder, *followers)
+    assert order == ["first", "second", "third"]
+    async with read_transaction(db.engine) as conn:
+        assert (await conn.execute(select(func.count()).select_from(workspaces))).scalar_one() == 3
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite"])
+async def test_a_step_commit_takes_its_turn_like_any_writer(db: Any) -> None:
+    """§7.8, S-37: the step commit, which runs whole in the connection's thread, queues at the same gate as the
+    other writes, and commits once the write before it is done."""
+    lease = await leased_run(db)
+    gate = writer_turn(db.engine)
+    assert isinstance(gate, WriterGate)
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with write_transaction(db.engine) as conn:
+            await add_workspace(conn)
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await _until(lambda: gate.locked)
+    commit = asyncio.create_task(
+        commit_checkpoint(
+            db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encode_history([prompt("go")]),
+            envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
+        )
+    )  # fmt: skip
+    await _until(lambda: gate.waiting == 1)
+    assert not commit.done()
+    release.set()
+    await holder
+    written = await commit
+    async with read_transaction(db.engine) as conn:
+        stored = (await conn.execute(select(checkpoints.c.id).where(checkpoints.c.run_id == lease.run_id))).all()
+    assert [row.id for row in stored] == [written.checkpoint_id]
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite"])
+async def test_a_turn_is_waited_for_at_most_the_database_timeout(db: Any) -> None:
+    """A write transaction opened inside another on one task would wait for its own turn forever; after
+    `database.timeout` it is `StoreUnavailable` (503 `unavailable`, as a busy SQLite), and the outer one still
+    commits."""
+    engine = create_engine(db.url, timeout=0.2)
+    try:
+        async with write_transaction(engine) as outer:
+            await add_workspace(outer)
+            with pytest.raises(StoreUnavailable) as caught:
+                async with write_transaction(engine):
+                    pass
+            assert "database.timeout" in str(caught.value)
+        async with read_transaction(engine) as conn:
+            assert (await conn.execute(select(func.count()).select_from(workspaces))).scalar_one() == 1
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite"])
+async def test_a_cancelled_waiter_leaves_the_queue(db: Any) -> None:
+    """A writer cancelled while it waits for its turn (a request whose client went away) leaves the queue without
+    taking a turn; the writers behind it still go."""
+    gate = writer_turn(db.engine)
+    assert isinstance(gate, WriterGate)
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with write_transaction(db.engine) as conn:
+            await add_workspace(conn)
+            await release.wait()
+
+    async def write() -> None:
+        async with write_transaction(db.engine) as conn:
+            await add_workspace(conn)
+
+    holder = asyncio.create_task(hold())
+    await _until(lambda: gate.locked)
+    cancelled, behind = asyncio.create_task(write()), asyncio.create_task(write())
+    await _until(lambda: gate.waiting == 2)
+    cancelled.cancel()
+    release.set()
+    await asyncio.gather(holder, behind)
+    assert cancelled.cancelled() and not gate.locked
+    async with read_transaction(db.engine) as conn:
+        assert (await conn.execute(select(func.count()).select_from(workspaces))).scalar_one() == 2
+
+
+def test_an_engine_serves_one_event_loop_after_another(tmp_path: Any) -> None:
+    """The gate's lock belongs to the loop it is used on; an engine used by one `asyncio.run` after another (a CLI
+    command, a test) gets a fresh one."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+
+    async def write() -> None:
+        async with write_transaction(engine) as conn:
+            await conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+            await conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+
+    try:
+        asyncio.run(write())
+        asyncio.run(write())
+    finally:
+        asyncio.run(engine.dispose())
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_kind", ["postgresql"])
+async def test_postgresql_writers_take_no_turns(db: Any) -> None:
+    """PostgreSQL locks rows, not the database: two write transactions of one process are open at once."""
+    assert not isinstance(writer_turn(db.engine), WriterGate)
+    both_open, release = asyncio.Event(), asyncio.Event()
+    opened = 0
+
+    async def write() -> None:
+        nonlocal opened
+        async with write_transaction(db.engine) as conn:
+            await add_workspace(conn)
+            opened += 1
+            if opened == 2:
+                both_open.set()
+            await release.wait()
+
+    tasks = [asyncio.create_task(write()) for _ in range(2)]
+    await asyncio.wait_for(both_open.wait(), 10)
+    release.set()
+    await asyncio.gather(*tasks)
