@@ -64,7 +64,7 @@ QUICK_ARGS = [
     "--concurrent",
     "2x2",
     "--systems",
-    "pydantic-ai,harness,candor-service+sqlite,candor-service+postgresql",
+    "pydantic-ai,harness,candor-service+sqlite,candor-service-normal+sqlite,candor-service+postgresql",
 ]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests)."""
 STEP_SERVER = Path(__file__).resolve().parent / "peers" / "step_server.py"

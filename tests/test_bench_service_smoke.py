@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from bench.service_steps import reading
 
 from test_bench_smoke import ROOT, postgres_server, run, run_service_bench
 
@@ -69,7 +70,7 @@ def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgr
     """Issue 12: the service (control + worker processes) on both databases and the in-process systems run the same
     workloads in one run; CPU per step of every process, write transactions (per step, per added step, per run),
     commits, bytes and created -> claim are reported."""
-    systems = "pydantic-ai,harness,candor-service+sqlite,candor-service+postgresql"
+    systems = "pydantic-ai,harness,candor-service+sqlite,candor-service-normal+sqlite,candor-service+postgresql"
     stdout, data = run_service_bench("service_steps", tmp_path)
     by_system = {(r["system"], r["workload"]): r for r in data["results"]}
     assert {system for system, _ in by_system} == set(systems.split(","))
@@ -94,6 +95,9 @@ def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgr
     assert stats["candor-service+sqlite"]["write_xacts_per_added_step"] is None  # no transaction ids on SQLite
     assert stats["candor-service+sqlite"]["claims"] == 4 and stats["candor-service+sqlite"]["bytes_per_run"] > 0
     assert any("created -> first claim" in v["target"] for v in data["verdicts"])
+    # `database.sqlite_synchronous = "normal"` is measured beside the default, never judged against the targets.
+    assert not any("normal" in v["target"] for v in data["verdicts"])
+    assert any(line.startswith("candor-service-normal+sqlite (sequential 2 steps): ") for line in reading(data))
     assert "service_steps:" in stdout
 
 
