@@ -25,6 +25,7 @@ __all__ = (
     "OUTBOX_DEAD",
     "SWEEP_PASSES",
     "HTTP_REQUEST_DURATION",
+    "SQLITE_WRITER_WAIT",
     "METRIC_NAMES",
     "attempt_status_label",
 )
@@ -59,6 +60,11 @@ SWEEP_PASSES = Counter("candor_sweep_passes_total", "Control sweep passes, by sw
 HTTP_REQUEST_DURATION = Histogram(
     "candor_http_request_duration_seconds", "HTTP request duration.", ["method", "route", "status"]
 )
+SQLITE_WRITER_WAIT = Histogram(
+    "candor_sqlite_writer_wait_seconds",
+    "Time a SQLite write transaction waited for its turn among the process's writers (store/writer_gate.py).",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
 
 METRIC_NAMES: frozenset[str] = frozenset(
     {
@@ -75,9 +81,11 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "candor_outbox_dead",
         "candor_sweep_passes_total",
         "candor_http_request_duration_seconds",
+        "candor_sqlite_writer_wait_seconds",
     }
 )
-"""The §10.4 names as exposed (histograms add `_bucket`, `_sum`, `_count`)."""
+"""The §10.4 names as exposed (histograms add `_bucket`, `_sum`, `_count`), and candor's own
+`candor_sqlite_writer_wait_seconds` (docs/operations.md)."""
 
 
 _SEAL_ENDINGS: frozenset[str] = frozenset(get_args(AttemptEnding))

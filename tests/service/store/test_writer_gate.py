@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
 from candor.service.errors import StoreUnavailable
@@ -182,3 +183,31 @@ async def test_postgresql_writers_take_no_turns(db: Any) -> None:
     await asyncio.wait_for(both_open.wait(), 10)
     release.set()
     await asyncio.gather(*tasks)
+
+
+def _wait_metric() -> tuple[float, float]:
+    count = REGISTRY.get_sample_value("candor_sqlite_writer_wait_seconds_count") or 0.0
+    return count, REGISTRY.get_sample_value("candor_sqlite_writer_wait_seconds_sum") or 0.0
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite"])
+async def test_the_wait_for_a_turn_is_measured(db: Any) -> None:
+    """`candor_sqlite_writer_wait_seconds` (docs/operations.md) observes every write's wait for its turn: a writer
+    queued behind one that holds its turn for 0.1 s waited at least that long."""
+    count_before, sum_before = _wait_metric()
+    gate = writer_turn(db.engine)
+    assert isinstance(gate, WriterGate)
+
+    async def hold() -> None:
+        async with write_transaction(db.engine) as conn:
+            await add_workspace(conn)
+            await asyncio.sleep(0.1)
+
+    holder = asyncio.create_task(hold())
+    await _until(lambda: gate.locked)
+    async with write_transaction(db.engine) as conn:
+        await add_workspace(conn)
+    await holder
+    count_after, sum_after = _wait_metric()
+    assert count_after - count_before == 2
+    assert sum_after - sum_before >= 0.09

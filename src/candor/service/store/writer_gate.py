@@ -21,6 +21,7 @@ gate: row locks let their writers run at once.
 from __future__ import annotations
 
 import asyncio
+import time
 from types import TracebackType
 from weakref import WeakKeyDictionary
 
@@ -28,6 +29,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import StoreUnavailable
+from ..metrics import SQLITE_WRITER_WAIT
 
 __all__ = ("WriterGate", "install_writer_gate", "writer_turn")
 
@@ -48,10 +50,13 @@ class WriterGate:
         if loop is not self._loop:
             # An engine used from another event loop (one `asyncio.run` after another): a lock belongs to one loop.
             self._lock, self._loop = asyncio.Lock(), loop
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout):  # free and nobody queued: taken without suspending
                 await self._lock.acquire()
+            SQLITE_WRITER_WAIT.observe(time.perf_counter() - started)
         except TimeoutError:
+            SQLITE_WRITER_WAIT.observe(time.perf_counter() - started)
             raise StoreUnavailable(
                 f"database unavailable: this process's other writes held the SQLite writer for over "
                 f"{self.timeout:g} s (database.timeout)"
