@@ -33,36 +33,52 @@ async def _until(condition: Any) -> None:
     raise AssertionError("condition not reached")
 
 
+def _gate(engine: Any) -> WriterGate:
+    gate = writer_turn(engine)
+    assert isinstance(gate, WriterGate)
+    return gate
+
+
+async def _write(
+    engine: Any, *, until: asyncio.Event | None = None, done: list[str] | None = None, name: str = ""
+) -> None:
+    """One write transaction adding a workspace; held open until `until` is set; `name` appended to `done` after it
+    committed."""
+    async with write_transaction(engine) as conn:
+        await add_workspace(conn)
+        if until is not None:
+            await until.wait()
+    if done is not None:
+        done.append(name)
+
+
+async def _holding(engine: Any, release: asyncio.Event) -> asyncio.Task[None]:
+    """A write transaction that has its turn and holds it until `release` is set."""
+    holder = asyncio.create_task(_write(engine, until=release))
+    await _until(lambda: _gate(engine).locked)
+    return holder
+
+
+async def _workspaces(engine: Any) -> int:
+    async with read_transaction(engine) as conn:
+        return int((await conn.execute(select(func.count()).select_from(workspaces))).scalar_one())
+
+
 @pytest.mark.parametrize("db_kind", ["sqlite"])
 async def test_a_second_writer_waits_its_turn_and_goes_in_order(db: Any) -> None:
     """While one write transaction is open, the next ones of the process queue at the gate (none has asked SQLite
     for the lock, so none sleeps in its busy handler); each goes, in the order it came, once the one before it
     committed, and all of them commit."""
-    gate = writer_turn(db.engine)
-    assert isinstance(gate, WriterGate)
-    release, order = asyncio.Event(), []
-
-    async def hold() -> None:
-        async with write_transaction(db.engine) as conn:
-            await add_workspace(conn)
-            await release.wait()
-        order.append("first")
-
-    async def follow(name: str) -> None:
-        async with write_transaction(db.engine) as conn:
-            await add_workspace(conn)
-        order.append(name)
-
-    holder = asyncio.create_task(hold())
+    gate, release, order = _gate(db.engine), asyncio.Event(), []
+    holder = asyncio.create_task(_write(db.engine, until=release, done=order, name="first"))
     await _until(lambda: gate.locked)
-    followers = [asyncio.create_task(follow("second")), asyncio.create_task(follow("third"))]
+    followers = [asyncio.create_task(_write(db.engine, done=order, name=name)) for name in ("second", "third")]
     await _until(lambda: gate.waiting == 2)
     assert db.engine.sync_engine.pool.checkedout() == 1  # only the holder's connection: the others queue first
     release.set()
     await asyncio.gather(holder, *followers)
     assert order == ["first", "second", "third"]
-    async with read_transaction(db.engine) as conn:
-        assert (await conn.execute(select(func.count()).select_from(workspaces))).scalar_one() == 3
+    assert await _workspaces(db.engine) == 3
 
 
 @pytest.mark.parametrize("db_kind", ["sqlite"])
@@ -70,24 +86,15 @@ async def test_a_step_commit_takes_its_turn_like_any_writer(db: Any) -> None:
     """§7.8, S-37: the step commit, which runs whole in the connection's thread, queues at the same gate as the
     other writes, and commits once the write before it is done."""
     lease = await leased_run(db)
-    gate = writer_turn(db.engine)
-    assert isinstance(gate, WriterGate)
     release = asyncio.Event()
-
-    async def hold() -> None:
-        async with write_transaction(db.engine) as conn:
-            await add_workspace(conn)
-            await release.wait()
-
-    holder = asyncio.create_task(hold())
-    await _until(lambda: gate.locked)
+    holder = await _holding(db.engine, release)
     commit = asyncio.create_task(
         commit_checkpoint(
             db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encode_history([prompt("go")]),
             envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
         )
     )  # fmt: skip
-    await _until(lambda: gate.waiting == 1)
+    await _until(lambda: _gate(db.engine).waiting == 1)
     assert not commit.done()
     release.set()
     await holder
@@ -110,8 +117,7 @@ async def test_a_turn_is_waited_for_at_most_the_database_timeout(db: Any) -> Non
                 async with write_transaction(engine):
                     pass
             assert "database.timeout" in str(caught.value)
-        async with read_transaction(engine) as conn:
-            assert (await conn.execute(select(func.count()).select_from(workspaces))).scalar_one() == 1
+        assert await _workspaces(engine) == 1
     finally:
         await engine.dispose()
 
@@ -120,29 +126,15 @@ async def test_a_turn_is_waited_for_at_most_the_database_timeout(db: Any) -> Non
 async def test_a_cancelled_waiter_leaves_the_queue(db: Any) -> None:
     """A writer cancelled while it waits for its turn (a request whose client went away) leaves the queue without
     taking a turn; the writers behind it still go."""
-    gate = writer_turn(db.engine)
-    assert isinstance(gate, WriterGate)
     release = asyncio.Event()
-
-    async def hold() -> None:
-        async with write_transaction(db.engine) as conn:
-            await add_workspace(conn)
-            await release.wait()
-
-    async def write() -> None:
-        async with write_transaction(db.engine) as conn:
-            await add_workspace(conn)
-
-    holder = asyncio.create_task(hold())
-    await _until(lambda: gate.locked)
-    cancelled, behind = asyncio.create_task(write()), asyncio.create_task(write())
-    await _until(lambda: gate.waiting == 2)
+    holder = await _holding(db.engine, release)
+    cancelled, behind = asyncio.create_task(_write(db.engine)), asyncio.create_task(_write(db.engine))
+    await _until(lambda: _gate(db.engine).waiting == 2)
     cancelled.cancel()
     release.set()
     await asyncio.gather(holder, behind)
-    assert cancelled.cancelled() and not gate.locked
-    async with read_transaction(db.engine) as conn:
-        assert (await conn.execute(select(func.count()).select_from(workspaces))).scalar_one() == 2
+    assert cancelled.cancelled() and not _gate(db.engine).locked
+    assert await _workspaces(db.engine) == 2
 
 
 def test_an_engine_serves_one_event_loop_after_another(tmp_path: Any) -> None:
@@ -195,18 +187,10 @@ async def test_the_wait_for_a_turn_is_measured(db: Any) -> None:
     """`candor_sqlite_writer_wait_seconds` (docs/operations.md) observes every write's wait for its turn: a writer
     queued behind one that holds its turn for 0.1 s waited at least that long."""
     count_before, sum_before = _wait_metric()
-    gate = writer_turn(db.engine)
-    assert isinstance(gate, WriterGate)
-
-    async def hold() -> None:
-        async with write_transaction(db.engine) as conn:
-            await add_workspace(conn)
-            await asyncio.sleep(0.1)
-
-    holder = asyncio.create_task(hold())
-    await _until(lambda: gate.locked)
-    async with write_transaction(db.engine) as conn:
-        await add_workspace(conn)
+    release = asyncio.Event()
+    holder = await _holding(db.engine, release)
+    asyncio.get_running_loop().call_later(0.1, release.set)
+    await _write(db.engine)
     await holder
     count_after, sum_after = _wait_metric()
     assert count_after - count_before == 2
