@@ -50,7 +50,7 @@ async def test_every_connection_of_a_service_engine_uses_the_configured_level(tm
 
 
 def test_the_engine_default_is_full_for_code_that_opens_its_own(tmp_path: Path) -> None:
-    """`create_engine` without the argument (migrations, tools) keeps `full`, not SQLite's compile-time default."""
+    """`create_engine` without the argument (migrations, tools) keeps `full`."""
     engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
     try:
         assert asyncio.run(_levels_of_pooled_connections(engine, count=1)) == {"full"}

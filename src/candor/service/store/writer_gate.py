@@ -21,6 +21,7 @@ gate: row locks let their writers run at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from types import TracebackType
 from weakref import WeakKeyDictionary
@@ -54,13 +55,13 @@ class WriterGate:
         try:
             async with asyncio.timeout(self.timeout):  # free and nobody queued: taken without suspending
                 await self._lock.acquire()
-            SQLITE_WRITER_WAIT.observe(time.perf_counter() - started)
         except TimeoutError:
-            SQLITE_WRITER_WAIT.observe(time.perf_counter() - started)
             raise StoreUnavailable(
                 f"database unavailable: this process's other writes held the SQLite writer for over "
                 f"{self.timeout:g} s (database.timeout)"
             ) from None
+        finally:
+            SQLITE_WRITER_WAIT.observe(time.perf_counter() - started)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -79,17 +80,8 @@ class WriterGate:
         return 0 if waiters is None else sum(1 for waiter in waiters if not waiter.done())
 
 
-class _NoGate:
-    """A PostgreSQL engine's writers: no turn to wait for."""
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *_: object) -> None:
-        return None
-
-
-_NO_GATE = _NoGate()
+_NO_GATE: contextlib.nullcontext[None] = contextlib.nullcontext()
+"""A PostgreSQL engine's writers: no turn to wait for."""
 
 
 def install_writer_gate(engine: AsyncEngine, *, timeout: float) -> WriterGate:
@@ -99,7 +91,7 @@ def install_writer_gate(engine: AsyncEngine, *, timeout: float) -> WriterGate:
     return gate
 
 
-def writer_turn(engine: AsyncEngine) -> WriterGate | _NoGate:
+def writer_turn(engine: AsyncEngine) -> WriterGate | contextlib.nullcontext[None]:
     """`async with writer_turn(engine):` around a write transaction: its turn among the process's write
     transactions on a SQLite engine, nothing on PostgreSQL."""
     return _GATES.get(engine.sync_engine, _NO_GATE)
