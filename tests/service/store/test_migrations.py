@@ -60,8 +60,8 @@ async def test_upgrade_head_reproduces_tables_exactly(empty_db: str) -> None:
 async def test_concurrent_migrations_apply_each_revision_once(empty_db: str) -> None:
     """S-122: two processes migrating at the same time apply each revision exactly once."""
     first, second = await asyncio.gather(migrate(empty_db), migrate(empty_db))
-    assert sorted([first, second]) == [(), ("0001", "0002", "0003", "0004")]
-    assert head_revision() == "0004"
+    assert sorted([first, second]) == [(), ("0001", "0002", "0003", "0004", "0005")]
+    assert head_revision() == "0005"
     assert (await check_schema(empty_db)).is_current
 
 
@@ -123,6 +123,39 @@ async def test_0003_replaces_the_workspace_index_and_downgrades_cleanly(empty_db
             await conn.run_sync(_alembic_step("0002", down=True))
             names = await conn.run_sync(index_names)
             assert "ix_runs_workspace_id" in names and "ix_runs_workspace_created" not in names
+            await conn.run_sync(_alembic_step("head"))
+    finally:
+        await engine.dispose()
+    assert (await check_schema(empty_db)).differences == ()
+
+
+async def test_0005_indexes_the_pointers_cleanup_follows_and_downgrades_cleanly(empty_db: str) -> None:
+    """Revision 0005 (§9.6, S-47): `checkpoints.base_id`, `runs.start_checkpoint_id` and
+    `threads.base_checkpoint_id` get the indexes checkpoint cleanup searches; downgrading to 0004 drops exactly
+    those, and upgrading again leaves the schema as tables.py has it."""
+    added = {
+        ("checkpoints", "ix_checkpoints_base_id"),
+        ("runs", "ix_runs_start_checkpoint_id"),
+        ("threads", "ix_threads_base_checkpoint_id"),
+    }
+
+    def indexes(sync_conn: sa.Connection) -> set[tuple[str, str]]:
+        inspector = sa.inspect(sync_conn)
+        return {
+            (table, index["name"])
+            for table in ("checkpoints", "runs", "threads")
+            for index in inspector.get_indexes(table)
+            if index["name"]
+        }
+
+    await migrate(empty_db)
+    engine = create_engine(empty_db)
+    try:
+        async with engine.begin() as conn:
+            at_head = await conn.run_sync(indexes)
+            assert added <= at_head
+            await conn.run_sync(_alembic_step("0004", down=True))
+            assert await conn.run_sync(indexes) == at_head - added
             await conn.run_sync(_alembic_step("head"))
     finally:
         await engine.dispose()

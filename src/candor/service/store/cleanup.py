@@ -71,8 +71,11 @@ async def cleanup_page_locked(
     if not rows:
         return 0, None
     ids = [row["id"] for row in rows]
+    # Every lookup below is an index search (migration 0005): a page must not read whole tables that grow with
+    # every run. A run's `checkpoint_id` only ever names one of its own checkpoints (the step commit moves it to the
+    # checkpoint it inserted for that run; an insert leaves it NULL), so only this run can point there by it.
     pointing = union_all(
-        select(runs.c.checkpoint_id.label("id")).where(runs.c.checkpoint_id.in_(ids)),
+        select(runs.c.checkpoint_id.label("id")).where(runs.c.id == run_id, runs.c.checkpoint_id.in_(ids)),
         select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)),
         select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids)),
     )

@@ -200,6 +200,8 @@ threads = Table(
     Column("created_at", TIMESTAMP, nullable=False),
     Column("updated_at", TIMESTAMP, nullable=False),
     CheckConstraint(_in("origin", ("new", "fork", "child")), name="origin"),
+    # Checkpoint cleanup asks which threads are based on a page's checkpoints (§9.6, store/cleanup.py); few are.
+    partial_index("ix_threads_base_checkpoint_id", "base_checkpoint_id", where="base_checkpoint_id IS NOT NULL"),
 )
 
 inbox_entries = Table(
@@ -287,6 +289,9 @@ runs = Table(
     partial_index("ix_runs_workspace_waiting", "workspace_id", "created_at", "id", where="status = 'waiting'"),
     UniqueConstraint("resumed_by_id", "request_key", name="uq_runs_resume_request"),
     Index(None, "thread_id", "created_at"),
+    # Checkpoint cleanup asks which runs start from a page's checkpoints (§9.6). Set once at insert, so a step
+    # commit's update of the run never touches it.
+    Index(None, "start_checkpoint_id"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts"),
     CheckConstraint(_in("status", RUN_STATUSES), name="status"),
     CheckConstraint(_in("trigger", ("input", "queued", "resume", "child_result", "spawned")), name="trigger"),
@@ -346,7 +351,7 @@ checkpoints = Table(
     Column("seq", Integer, nullable=False),
     Column("attempt", Integer),
     Column("format", Integer, nullable=False),
-    Column("base_id", ID),
+    Column("base_id", ID, index=True),  # checkpoint cleanup reads a page's checkpoints' children (§9.6)
     Column("kept", Integer, nullable=False),
     Column("count", Integer, nullable=False),
     Column("envelope", Text),
