@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any, Self
 
 from sqlalchemy import Select, and_, exists, select
@@ -48,7 +49,14 @@ class _Row:
 
     @classmethod
     def from_mapping(cls, row: Mapping[Any, Any]) -> Self:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})  # type: ignore[arg-type]
+        return cls(**{name: row[name] for name in _field_names(cls)})  # type: ignore[arg-type]
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    """A row class's field names, read once: `dataclasses.fields` builds a new tuple at every call, and a resume
+    builds several rows."""
+    return tuple(f.name for f in fields(cls))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
