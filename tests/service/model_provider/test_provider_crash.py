@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from candor.service.control.sweeps import expire_leases
 from candor.service.store.streams import read_stream
 from candor.service.worker import WorkerLoop
 from candor.tools import UNKNOWN_OUTCOME_CONTENT
@@ -29,7 +28,7 @@ from candor.tools import UNKNOWN_OUTCOME_CONTENT
 from .agents import AGENT, WORKER_ENV, charges
 from .scripted_openai import Reply, Request, ScriptedOpenAI, ToolCall, tool_results
 from .support import KEY_ENV, provider_service
-from worker.support import add_thread_run, attempt_rows, make_due, run_row, wait_for
+from worker.support import add_thread_run, attempt_rows, make_due, run_row, wait_for_lease_expiry
 
 pytestmark = [pytest.mark.crash]
 
@@ -79,10 +78,7 @@ async def _recover(db: Any, base_url: str, run_id: str) -> None:
     """Lease expiry recovers the killed attempt (charged); a worker in this process runs the next one."""
     sweeper = provider_service(db, base_url)
 
-    async def expired() -> bool:
-        return await expire_leases(sweeper) == 1
-
-    await wait_for(expired, timeout=30, interval=0.2)
+    await wait_for_lease_expiry(sweeper, timeout=30)
     await make_due(db.engine, run_id)
     await WorkerLoop(provider_service(db, base_url), worker_id="worker-second").run_until_idle(timeout=60)
 

@@ -486,6 +486,24 @@ async def wait_for(predicate: Callable[[], Awaitable[bool]], *, timeout: float =
     await wait_until(predicate, timeout, interval=interval)
 
 
+async def wait_for_lease_expiry(service: Service, *, timeout: float = 10.0) -> None:
+    """Until a lease-expiry pass recovers the one attempt of a killed worker (S-28), polling every 0.2 s.
+
+    A pass the database cannot serve (`StoreUnavailable`) counts as "not yet", as in the control process, whose
+    sweeps retry at their next period (S-125). Seen once under CI's load on SQLite: the first pass after a kill met
+    `database is locked` after the busy timeout. A lock that is never released still fails the wait."""
+    from candor.service.control.sweeps import expire_leases
+    from candor.service.errors import StoreUnavailable
+
+    async def expired() -> bool:
+        try:
+            return await expire_leases(service) == 1
+        except StoreUnavailable:
+            return False
+
+    await wait_for(expired, timeout=timeout, interval=0.2)
+
+
 async def add_steer_entry(conn: AsyncConnection, ref: RunRef, *, text: str, position: int) -> str:
     """A `pending` steer entry on the run's thread."""
     entry_id = new_id("ent")

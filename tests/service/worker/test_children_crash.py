@@ -20,7 +20,6 @@ if __name__ == "__main__":  # the crashing worker process: make `worker.*` impor
 
 from sqlalchemy import select
 
-from candor.service.control.sweeps import expire_leases
 from candor.service.core import Service
 from candor.service.store.tables import runs, threads
 from candor.service.worker import WorkerLoop
@@ -49,10 +48,7 @@ async def test_replayed_spawn_after_a_crash_returns_the_same_child(db, tenant) -
 
     expiring = make_service(db, lease_seconds=3)
 
-    async def expired() -> bool:
-        return await expire_leases(expiring) == 1
-
-    await support.wait_for(expired, timeout=10, interval=0.2)
+    await support.wait_for_lease_expiry(expiring)
     await support.make_due(db.engine, parent.run_id)
     await WorkerLoop(make_service(db), worker_id="worker-second").run_until_idle(timeout=30)
 

@@ -20,7 +20,6 @@ import pytest
 from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
 from sqlalchemy import select
 
-from candor.service.control.sweeps import expire_leases
 from candor.service.store.checkpoints import load_state
 from candor.service.store.tables import checkpoints
 from candor.service.worker import WorkerLoop
@@ -55,10 +54,7 @@ async def test_worker_process_dies_before_tools_and_the_run_recovers(db, tenant,
 
     service = support.make_service(db.url, db.engine, lease_seconds=3)
 
-    async def expired() -> bool:
-        return await expire_leases(service) == 1
-
-    await support.wait_for(expired, timeout=10, interval=0.2)  # S-28: about lease_seconds + authority_seconds
+    await support.wait_for_lease_expiry(service)  # S-28: about lease_seconds + authority_seconds
     await support.make_due(db.engine, ref.run_id)
     # the survivor's own lease need not be short: a roomy one keeps a loaded machine from expiring it too
     survivor = support.make_service(db.url, db.engine, lease_seconds=10)

@@ -17,7 +17,6 @@ import httpx
 from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
-from candor.service.control.sweeps import expire_leases
 from candor.service.http import create_app
 from candor.service.store import auth
 from candor.service.store.dialect import db_now
@@ -74,10 +73,7 @@ async def test_recovery_reconciles_reruns_and_reports_each_call(db, tenant, cont
 
     await support.wait_for(lease_run_out, timeout=30, interval=0.2)
 
-    async def expired() -> bool:
-        return await expire_leases(service) == 1
-
-    await support.wait_for(expired, timeout=10, interval=0.2)
+    await support.wait_for_lease_expiry(service)
     await support.make_due(db.engine, ref.run_id)
     survivor = support.make_service(db.url, db.engine, lease_seconds=10)
     await WorkerLoop(survivor, worker_id="second").run_until_idle(timeout=30)

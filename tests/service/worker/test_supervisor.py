@@ -9,7 +9,6 @@ import pytest
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 from sqlalchemy import select, update
 
-from candor.service.control.sweeps import expire_leases
 from candor.service.store.checkpoints import load_state
 from candor.service.store.dialect import db_now
 from candor.service.store.runs import claim_runs
@@ -64,10 +63,7 @@ async def test_dead_worker_recovers_from_last_checkpoint(db, tenant, control) ->
     await _kill(first, task)
     control.tool_gate = None
 
-    async def expired() -> bool:
-        return await expire_leases(service) == 1
-
-    await support.wait_for(expired, timeout=10, interval=0.2)  # S-28: about lease_seconds + authority_seconds
+    await support.wait_for_lease_expiry(service)  # S-28: about lease_seconds + authority_seconds
     [dead] = await attempt_rows(db.engine, ref.run_id)
     assert (dead["status"], dead["failure"]["code"]) == ("failed", "lease_expired")
     await support.make_due(db.engine, ref.run_id)
