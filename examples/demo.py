@@ -1,4 +1,4 @@
-"""The candor demo: `python -m examples.demo` (or `make demo`). No API key, no network, under a minute.
+"""The candor demo: `python -m examples.demo` (or `make demo`). No API key, no network.
 
 Five acts; the first three with the scripted support agent of `examples.agents`:
 

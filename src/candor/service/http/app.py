@@ -10,7 +10,8 @@ Two pure ASGI middlewares wrap every request, outermost first:
   ignored, S-95), stores it in the scope for error bodies, and turns an unexpected exception into 500 `internal`;
 * `RequestMetricsMiddleware` observes `candor_http_request_duration_seconds{method, route, status}`, labelled
   with the route's template (`/v1/runs/{run_id}`), never the raw path, so ids do not explode the label set, and
-  logs one `HTTP request` line (request id, method, route template, status, duration) on `candor.http`;
+  logs one `HTTP request` line (request id, method, route template, status, duration) on `candor.http`, except for
+  the probes (`/healthz`, `/readyz`, `/metrics`: §10.1);
 * `BodyLimitMiddleware` reads the body up front and answers 413 `payload_too_large` beyond
   `server.max_request_bytes`, before anything parses it;
 * `EdgeCheckMiddleware` (edge.py) refuses, for every `/v1` route, what no route could store: a non-JSON
@@ -59,6 +60,8 @@ log = logging.getLogger("candor.http")
 
 REQUEST_ID_HEADER = "x-request-id"
 _ROLES = ("all", "control", "worker")
+PROBE_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Routes that orchestrators and scrapers poll: timed like every route, never logged (§10.1)."""
 
 API_ROUTERS: tuple[APIRouter, ...] = (
     runs.router,
@@ -190,7 +193,7 @@ class RequestMetricsMiddleware:
             template = getattr(route, "path", None) or "unmatched"
             duration = time.perf_counter() - started
             HTTP_REQUEST_DURATION.labels(scope["method"], template, str(status)).observe(duration)
-            if log.isEnabledFor(logging.INFO):
+            if template not in PROBE_ROUTES and log.isEnabledFor(logging.INFO):
                 request_id = (scope.get("state") or {}).get("request_id")
                 fields = {"request_id": request_id, "method": scope["method"], "route": template, "status": status,
                           "duration_ms": round(duration * 1000, 1)}  # fmt: skip

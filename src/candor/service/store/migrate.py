@@ -19,8 +19,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import URL, Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .. import migrations as _migrations_package
 from ..errors import SchemaMismatch
@@ -32,6 +33,7 @@ __all__ = (
     "SchemaStatus",
     "migrate",
     "check_schema",
+    "current_revisions",
     "require_current_schema",
     "alembic_config",
     "head_revision",
@@ -159,6 +161,14 @@ async def check_schema(url: str | URL, *, timeout: float = DEFAULT_TIMEOUT) -> S
                 return await connection.run_sync(_inspect)
     finally:
         await engine.dispose()
+
+
+async def current_revisions(engine: AsyncEngine) -> tuple[str, ...]:
+    """The revisions the database records as applied, sorted: one read on `engine`'s pool (the cheap half of the
+    readiness check, http/readiness.py)."""
+    async with read_transaction(engine) as connection:
+        rows = await connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))
+        return tuple(sorted(str(row[0]) for row in rows))
 
 
 async def require_current_schema(url: str | URL, *, timeout: float = DEFAULT_TIMEOUT) -> SchemaStatus:
