@@ -56,7 +56,7 @@ class SchemaWatch:
         self.verified_at = None
         status = await check_database_schema(service, timeout=timeout)
         if status.is_current:
-            self.verified_at, self.revisions = self.clock(), tuple(sorted(status.current))
+            self.verified_at, self.revisions = self.clock(), status.current
         return status.is_current
 
 

@@ -19,7 +19,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -167,8 +167,11 @@ async def current_revisions(engine: AsyncEngine) -> tuple[str, ...]:
     """The revisions the database records as applied, sorted: one read on `engine`'s pool (the cheap half of the
     readiness check, http/readiness.py)."""
     async with read_transaction(engine) as connection:
-        rows = await connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))
-        return tuple(sorted(str(row[0]) for row in rows))
+        return await connection.run_sync(_applied_revisions)
+
+
+def _applied_revisions(connection: Connection) -> tuple[str, ...]:
+    return tuple(sorted(MigrationContext.configure(connection).get_current_heads()))
 
 
 async def require_current_schema(url: str | URL, *, timeout: float = DEFAULT_TIMEOUT) -> SchemaStatus:
@@ -193,7 +196,7 @@ def _inspect(connection: Connection) -> SchemaStatus:
             "target_metadata": metadata,
         },
     )
-    current = tuple(sorted(context.get_current_heads()))
+    current = _applied_revisions(connection)
     differences = [_describe(diff) for diff in compare_metadata(context, metadata)]
     differences += _unwanted_foreign_keys(connection)
     expected = trigger_names(GUARDS, dialect_name(connection))
