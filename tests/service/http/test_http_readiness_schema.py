@@ -16,6 +16,10 @@ from candor.service.store.migrate import head_revision
 
 from http_support import app_for, client_for
 
+_UNHURRIED = {"readiness_timeout": 60.0}
+"""These tests count which checks a probe runs; under CI's load the full comparison once overran the default 2 s
+and the probe answered 503 without a verdict, so they give it time."""
+
 
 class _Clock:
     def __init__(self) -> None:
@@ -45,7 +49,7 @@ async def test_probes_compare_the_schema_once_a_minute(db: Any, monkeypatch: pyt
     clock = _Clock()
     readiness = Readiness(started=True, schema=SchemaWatch(clock=clock))
     full = _counting_full_checks(monkeypatch)
-    app = app_for(db, readiness=readiness)
+    app = app_for(db, readiness=readiness, server=_UNHURRIED)
     async with client_for(app) as client, app.router.lifespan_context(app):
         for _ in range(3):
             assert (await client.get("/readyz")).status_code == 200
@@ -61,7 +65,7 @@ async def test_a_revision_change_is_seen_at_the_next_probe(db: Any, monkeypatch:
     compares again and answers 503 `database`; once the revision is this build's again, 200."""
     readiness = Readiness(started=True, schema=SchemaWatch(clock=_Clock()))
     full = _counting_full_checks(monkeypatch)
-    app = app_for(db, readiness=readiness)
+    app = app_for(db, readiness=readiness, server=_UNHURRIED)
     head = head_revision()
     async with client_for(app) as client, app.router.lifespan_context(app):
         assert (await client.get("/readyz")).status_code == 200
