@@ -21,7 +21,7 @@ import uvicorn
 from .control.sweeps import run_sweeps
 from .core import Service
 from .http.app import create_app
-from .http.readiness import Readiness, Role
+from .http.readiness import Readiness, Role, SchemaWatch
 from .settings import ServiceSettings
 from .store.checkpoints import build_message_schemas
 from .store.dialect import is_postgresql_url
@@ -60,12 +60,15 @@ def loop_factory(name: Literal["uvloop", "asyncio"]) -> Callable[[], asyncio.Abs
     return asyncio.new_event_loop
 
 
-async def prepare(settings: ServiceSettings, role: Role) -> Service:
-    """Startup checks and the process-wide `Service`; raises when the process must not start."""
+async def prepare(settings: ServiceSettings, role: Role, *, schema: SchemaWatch | None = None) -> Service:
+    """Startup checks and the process-wide `Service`; raises when the process must not start. `schema` takes the
+    startup comparison's verdict, so `/readyz` does not compare again at its first probe."""
     url = settings.database.url
     if role in ("control", "all") and settings.database.auto_migrate:
         await migrate(url, lock_timeout=settings.database.migration_lock_timeout)
-    await require_current_schema(url, timeout=settings.database.timeout)
+    status = await require_current_schema(url, timeout=settings.database.timeout)
+    if schema is not None:
+        schema.record(status)
     runs_worker = role in ("worker", "all")
     service = await Service.open(settings, runs_worker=runs_worker)
     if settings.database.sqlite_synchronous == "normal" and not is_postgresql_url(url):
@@ -111,10 +114,10 @@ async def serve(
 ) -> None:
     """Run until SIGTERM/SIGINT; then drain and stop. `on_prepared` runs once the startup checks passed (the CLI
     prints its startup summary there)."""
-    service = await prepare(settings, role)
+    readiness = Readiness()
+    service = await prepare(settings, role, schema=readiness.schema)
     if on_prepared is not None:
         await on_prepared(service)
-    readiness = Readiness()
     host, _, port = settings.server.listen.rpartition(":")
     app = create_app(service, role=role, readiness=readiness)
     server = _Server(http_config(app, host=host, port=int(port), http_parser=settings.server.http_parser))
@@ -148,6 +151,7 @@ async def serve(
         await asyncio.gather(*background, return_exceptions=True)
         server.should_exit = True
         await asyncio.gather(http, return_exceptions=True)
+        await readiness.schema.close()
         await service.close()
 
 

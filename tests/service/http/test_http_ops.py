@@ -30,7 +30,7 @@ async def test_healthz_is_always_200(db: Any, role: str) -> None:
 async def test_readyz_follows_startup(db: Any, role: str) -> None:
     """S-121: 503 `dependency: "runtime"` before startup completes; 200 `{"status": "ready", "role": R}` once the
     lifespan started; 503 `runtime` again while draining."""
-    app = app_for(db, role=role)
+    app = app_for(db, role=role, server={"readiness_timeout": 60.0})  # the first probe compares the schema in full
     async with client_for(app) as client:
         before = await client.get("/readyz")
         async with app.router.lifespan_context(app):
@@ -60,7 +60,6 @@ async def test_readyz_with_a_runner_owned_readiness(db: Any) -> None:
 async def test_readyz_reports_the_database(db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """S-121, §10.1: a schema check that fails, finds another schema, or exceeds `server.readiness_timeout` →
     503 `dependency: "database"`."""
-    app = app_for(db, server={"readiness_timeout": 0.05})
 
     async def slow(*args: Any, **kwargs: Any) -> Any:
         await asyncio.sleep(5)
@@ -71,13 +70,14 @@ async def test_readyz_reports_the_database(db: Any, monkeypatch: pytest.MonkeyPa
     async def behind(*args: Any, **kwargs: Any) -> SchemaStatus:
         return SchemaStatus(current=("0000",), head="0001", differences=())
 
-    async with client_for(app) as client, app.router.lifespan_context(app):
-        for check in (slow, broken, behind):
-            monkeypatch.setattr(readiness_module, "check_database_schema", check)
+    for check in (slow, broken, behind):  # an app each: a slow comparison runs on past its probe (readiness.py)
+        monkeypatch.setattr(readiness_module, "check_database_schema", check)
+        app = app_for(db, server={"readiness_timeout": 0.05})
+        async with client_for(app) as client, app.router.lifespan_context(app):
             response = await client.get("/readyz")
-            assert response.status_code == 503, check.__name__
-            assert response.json() == {"status": "unavailable", "dependency": "database"}
-            assert response.headers["x-request-id"].startswith("req_")
+        assert response.status_code == 503, check.__name__
+        assert response.json() == {"status": "unavailable", "dependency": "database"}
+        assert response.headers["x-request-id"].startswith("req_")
 
 
 async def test_metrics_are_prometheus_text(db: Any) -> None:

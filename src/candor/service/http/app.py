@@ -100,6 +100,7 @@ def create_app(service: Service, *, role: Role, readiness: Readiness | None = No
         finally:
             if owned:
                 state.draining = True
+                await state.schema.close()
 
     app = FastAPI(
         title="candor",

@@ -4,10 +4,14 @@
 tasks, and `degraded` extras (for example `"notify"` when the PostgreSQL notification connection is lost). The app
 factory's lifespan sets `started` unless a process runner passes its own `Readiness` and sets it itself once its
 workers and sweeps are running. The database part of readiness is the schema check, bounded by
-`server.readiness_timeout`: `SchemaWatch` runs the full comparison (Alembic's, every table reflected) at most once a
-minute, and in between reads only the applied revisions. The full comparison cost about 0.4 s of CPU per probe on a
-slow machine and, under load, took longer than the 2 s limit, so a busy process left its load balancer's pool
-(docs/operations.md).
+`server.readiness_timeout`: `SchemaWatch` keeps the verdict of the last full comparison (Alembic's, every table
+reflected; `candor serve` hands it the startup check's) and at each probe reads only the applied revisions.
+
+The full comparison never runs inside a probe's time limit. It cost about 0.4 s of CPU on a slow machine and, with
+the machine loaded, more than the 2 s limit: a probe that ran it and cancelled it at the limit answered 503, and so
+did every probe after it, because none ever finished (a process in CI never became ready in 60 s). One comparison
+runs at a time, as its own task, bounded by `database.timeout`; probes that need its verdict wait for it within their
+limit without cancelling it, and the next probe finds its verdict (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ from typing import Any, Final, Literal
 
 from ..commands.health import check_database_schema, database_revisions
 from ..core import Service
+from ..store.migrate import SchemaStatus
 
 __all__ = ("Role", "Readiness", "SchemaWatch", "SCHEMA_RECHECK_SECONDS", "probe_readiness")
 
 SCHEMA_RECHECK_SECONDS: Final = 60.0
-"""How long a full schema comparison that found the schema current stands, while the revisions stay the same."""
+"""How long a full comparison's verdict stands before a probe starts another in the background."""
 
 Role = Literal["all", "control", "worker"]
 
@@ -36,28 +41,73 @@ log = logging.getLogger("candor.http")
 class SchemaWatch:
     """The schema half of `/readyz`: whether the database is this build's, without comparing it at every probe.
 
-    A probe runs the full comparison when none has passed in the last `SCHEMA_RECHECK_SECONDS`. Otherwise it reads
-    the applied revisions on the service's own pool, one query: the database answers, and a migration applied since
-    (a new revision) sends the probe back to the full comparison. A change that moves no revision (an index
-    dropped by hand) is seen within `SCHEMA_RECHECK_SECONDS`.
+    After a full comparison found the schema current, a probe reads the applied revisions on the service's own
+    pool, one query: the database answers, and a migration applied since (another revision) sends the probe back to
+    the full comparison, whose verdict it waits for. When the verdict is older than `SCHEMA_RECHECK_SECONDS` and the
+    revisions are the same, the probe answers from it and starts a fresh comparison in the background, so a change
+    that moves no revision (an index dropped by hand) turns probes to 503 once that comparison finishes.
     """
 
     clock: Callable[[], float] = time.monotonic
     verified_at: float | None = None
     """When the last full comparison found the schema current (`clock` time); None before one has, or after one
-    did not."""
+    did not or failed."""
     revisions: tuple[str, ...] = ()
     """The applied revisions that comparison saw."""
+    _comparison: asyncio.Task[SchemaStatus] | None = field(default=None, init=False, repr=False)
 
-    async def is_current(self, service: Service, *, timeout: float) -> bool:
-        recent = self.verified_at is not None and self.clock() - self.verified_at < SCHEMA_RECHECK_SECONDS
-        if recent and await database_revisions(service) == self.revisions:
-            return True
-        self.verified_at = None
-        status = await check_database_schema(service, timeout=timeout)
+    def record(self, status: SchemaStatus) -> None:
+        """Take a full comparison's verdict: a probe's, or the startup check's (`process.prepare`)."""
         if status.is_current:
             self.verified_at, self.revisions = self.clock(), status.current
+        else:
+            self.verified_at = None
+
+    async def is_current(self, service: Service) -> bool:
+        """Whether the schema is this build's; the caller bounds the wait (cancelling it leaves the comparison
+        running)."""
+        if self.verified_at is not None:
+            if await database_revisions(service) == self.revisions:
+                if self.clock() - self.verified_at >= SCHEMA_RECHECK_SECONDS:
+                    self._compare(service)
+                return True
+            self.verified_at = None
+        status = await asyncio.shield(self._compare(service))
         return status.is_current
+
+    async def settled(self) -> None:
+        """Wait until no comparison is running (its verdict recorded)."""
+        while self._comparison is not None:
+            await asyncio.wait({self._comparison})
+
+    async def close(self) -> None:
+        """Cancel a running comparison (process shutdown)."""
+        comparison = self._comparison
+        if comparison is not None:
+            comparison.cancel()
+            await asyncio.wait({comparison})
+
+    def _compare(self, service: Service) -> asyncio.Task[SchemaStatus]:
+        """The running comparison, or a new one: one at a time, whoever asks."""
+        if self._comparison is None:
+            timeout = service.settings.database.timeout
+            self._comparison = asyncio.create_task(
+                check_database_schema(service, timeout=timeout), name="candor-schema-comparison"
+            )
+            self._comparison.add_done_callback(self._compared)
+        return self._comparison
+
+    def _compared(self, comparison: asyncio.Task[SchemaStatus]) -> None:
+        self._comparison = None
+        if comparison.cancelled():
+            return
+        error = comparison.exception()
+        if error is None:
+            self.record(comparison.result())
+            return
+        self.verified_at = None
+        # §10.1: probes are not logged at the default level; the 503 body names the dependency.
+        log.debug("Schema comparison failed", extra={"error": type(error).__name__})
 
 
 @dataclass(kw_only=True)
@@ -79,9 +129,8 @@ class Readiness:
 
 
 async def _schema_is_current(watch: SchemaWatch, service: Service) -> bool:
-    timeout = service.settings.server.readiness_timeout
     try:
-        return await asyncio.wait_for(watch.is_current(service, timeout=timeout), timeout)
+        return await asyncio.wait_for(watch.is_current(service), service.settings.server.readiness_timeout)
     except Exception as exc:  # noqa: BLE001 - any failure of the check makes the database the failed dependency
         # §10.1: probes are not logged at the default level; the 503 body names the dependency.
         log.debug("Readiness check failed", extra={"error": type(exc).__name__})
