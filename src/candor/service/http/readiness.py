@@ -23,9 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from ..commands.health import check_database_schema, database_revisions
+from ..commands.health import SchemaStatus, check_database_schema, database_revisions
 from ..core import Service
-from ..store.migrate import SchemaStatus
 
 __all__ = ("Role", "Readiness", "SchemaWatch", "SCHEMA_RECHECK_SECONDS", "probe_readiness")
 
