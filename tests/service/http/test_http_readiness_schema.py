@@ -71,24 +71,29 @@ async def test_a_comparison_longer_than_the_probe_limit_still_finishes(
     comparison runs on; the next probe takes its verdict instead of starting (and cancelling) another. Before, every
     probe cancelled its own comparison at the limit and a loaded process never became ready."""
     real = readiness_module.check_database_schema
+    started: list[None] = []
     verdicts: list[bool] = []
+    released = asyncio.Event()
 
     async def slow(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0.3)
+        started.append(None)
+        await released.wait()
         status = await real(*args, **kwargs)
         verdicts.append(status.is_current)
         return status
 
     monkeypatch.setattr(readiness_module, "check_database_schema", slow)
     readiness = Readiness(started=True, schema=SchemaWatch(clock=_Clock()))
-    app = app_for(db, readiness=readiness, server={"readiness_timeout": 0.05})
+    # The limit must leave the second probe time for its one revision read (a new pool connection) under CI's load.
+    app = app_for(db, readiness=readiness, server={"readiness_timeout": 3.0})
     async with client_for(app) as client, app.router.lifespan_context(app):
         first = await client.get("/readyz")
+        released.set()
         await readiness.schema.settled()
         second = await client.get("/readyz")
     assert first.status_code == 503 and first.json()["dependency"] == "database"
     assert second.status_code == 200
-    assert verdicts == [True]
+    assert len(started) == 1 and verdicts == [True]  # the second probe took the first one's verdict
 
 
 async def test_concurrent_probes_share_one_comparison(db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
