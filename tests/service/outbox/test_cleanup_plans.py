@@ -70,3 +70,24 @@ async def test_a_cleanup_page_searches_indexes_only(db, tenant, clock) -> None:
         async with conn.begin():
             scans = {statement: await scanned_tables(conn, statement, parameters) for statement, parameters in cleanup}
     assert {statement: tables for statement, tables in scans.items() if tables} == {}
+
+
+async def test_a_cleanup_page_sends_the_same_statements_whatever_its_size(db, tenant, clock) -> None:
+    """§9.6, S-47: a page names its checkpoints by their `seq` range, not by a list of ids, so a page of one
+    checkpoint and a full page send the same statements with the same number of parameters. A list rendered one
+    parameter per checkpoint was most of a page's CPU in the control process, and a new statement text for the
+    driver and the database to prepare at every length (docs/control-cost.md)."""
+    service = support.make_service(db.url, db.engine, clock=clock)
+    async with db.engine.begin() as conn:
+        small, full = [await add_thread_run(conn, tenant, script="tools") for _ in range(2)]
+    await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
+
+    async def page(run_id: str, limit: int) -> list[tuple[str, int]]:
+        with statements_with_parameters(db.engine) as sent:
+            touched, _ = await cleanup_checkpoint_page(db.engine, run_id=run_id, limit=limit)
+        assert touched >= 1  # every lookup of a page ran
+        return [(statement, len(parameters)) for statement, parameters in sent]
+
+    one = await page(small.run_id, 1)
+    many = await page(full.run_id, 1000)
+    assert one == many

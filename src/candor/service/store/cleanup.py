@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select, union_all, update
+from sqlalchemy import and_, delete, func, select, true, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import write_transaction
@@ -70,14 +70,18 @@ async def cleanup_page_locked(
     )
     if not rows:
         return 0, None
-    ids = [row["id"] for row in rows]
+    # The page is a contiguous range of this run's `seq`, so the lookups below name it by its bounds, not by a list of
+    # its ids: a list would be rendered into each statement as one parameter per checkpoint, at every page (most of
+    # a page's CPU in the control process, docs/control-cost.md), and make a new statement text for every length.
+    in_page = and_(c.run_id == run_id, c.seq > after, c.seq <= rows[-1]["seq"])
+    page = select(c.id).where(in_page)
     # Every lookup below is an index search (migration 0005): a page must not read whole tables that grow with
     # every run. A run's `checkpoint_id` only ever names one of its own checkpoints (the step commit moves it to the
     # checkpoint it inserted for that run; an insert leaves it NULL), so only this run can point there by it.
     pointing = union_all(
-        select(runs.c.checkpoint_id.label("id")).where(runs.c.id == run_id, runs.c.checkpoint_id.in_(ids)),
-        select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(ids)),
-        select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(ids)),
+        select(runs.c.checkpoint_id.label("id")).where(runs.c.id == run_id, runs.c.checkpoint_id.in_(page)),
+        select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(page)),
+        select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(page)),
     )
     protected = set((await conn.execute(pointing)).scalars())
     cleared = [row for row in rows if row["id"] not in protected]  # never the run's last one (excluded above)
@@ -85,8 +89,7 @@ async def cleanup_page_locked(
         return touched, _next_page(rows, limit)
     # A page is a handful of statements, not a few per checkpoint: an 80-step run has 161 checkpoints.
     children: dict[str, list[Any]] = {}
-    based_on = select(c.base_id, c.kept, c.run_id).where(c.base_id.in_([row["id"] for row in cleared]))
-    for child in (await conn.execute(based_on)).all():
+    for child in (await conn.execute(select(c.base_id, c.kept, c.run_id).where(c.base_id.in_(page)))).all():
         children.setdefault(child.base_id, []).append(child)
     for row in cleared:
         shadowed = any(child.run_id == run_id for child in children.get(row["id"], ()))
@@ -96,11 +99,8 @@ async def cleanup_page_locked(
                 delete(checkpoint_messages).where(m.checkpoint_id == row["id"], m.index >= needed)
             )
             touched += int(result.rowcount or 0)
-    result = await conn.execute(
-        update(checkpoints)
-        .where(c.id.in_([row["id"] for row in cleared]), c.envelope.is_not(None))
-        .values(envelope=None)
-    )
+    keep = c.id.not_in(sorted(protected)) if protected else true()
+    result = await conn.execute(update(checkpoints).where(in_page, keep, c.envelope.is_not(None)).values(envelope=None))
     touched += int(result.rowcount or 0)
     return touched, _next_page(rows, limit)
 
