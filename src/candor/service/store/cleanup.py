@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select, true, union_all, update
+from sqlalchemy import Integer, and_, bindparam, delete, func, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import write_transaction
@@ -49,58 +49,74 @@ async def cleanup_checkpoint_page(
         return await cleanup_page_locked(conn, run_id=run_id, after=after, limit=limit)
 
 
+_c, _m = checkpoints.c, checkpoint_messages.c
+
+# Built once: a page costs the control process its statements' execution, not their construction (SQLAlchemy's
+# operator and coercion machinery was about a fifth of a cleanup pass, docs/control-cost.md). A page is a contiguous
+# range of one run's `seq`, so every lookup names it by its bounds, never by a list of its ids: a list would be
+# rendered into each statement as one parameter per checkpoint, and be a new statement text for every length.
+_LAST_SEQ = select(func.max(_c.seq)).where(_c.run_id == bindparam("page_run")).scalar_subquery()
+_PAGE_ROWS = (
+    select(_c.id, _c.seq, _c.count)
+    .where(_c.run_id == bindparam("page_run"), _c.seq > bindparam("page_after"), _c.seq < func.coalesce(_LAST_SEQ, 0))
+    .order_by(_c.seq)
+    .limit(bindparam("page_limit", type_=Integer))
+)
+_IN_PAGE = and_(_c.run_id == bindparam("page_run"), _c.seq > bindparam("page_after"), _c.seq <= bindparam("page_last"))
+_PAGE_IDS = select(_c.id).where(_IN_PAGE)
+# Every lookup is an index search (migration 0005): a page must not read whole tables that grow with every run. A
+# run's `checkpoint_id` only ever names one of its own checkpoints (the step commit moves it to the checkpoint it
+# inserted for that run; an insert leaves it NULL), so only this run can point there by it.
+_POINTING = union_all(
+    select(runs.c.checkpoint_id.label("id")).where(
+        runs.c.id == bindparam("page_run"), runs.c.checkpoint_id.in_(_PAGE_IDS)
+    ),
+    select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(_PAGE_IDS)),
+    select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(_PAGE_IDS)),
+)
+_CHILDREN = select(_c.base_id, _c.kept, _c.run_id).where(_c.base_id.in_(_PAGE_IDS))
+_CLEAR_ENVELOPES = update(checkpoints).where(_IN_PAGE, _c.envelope.is_not(None)).values(envelope=None)
+_CLEAR_UNPROTECTED = (
+    update(checkpoints)
+    .where(_IN_PAGE, _c.id.not_in(bindparam("page_protected", expanding=True)), _c.envelope.is_not(None))
+    .values(envelope=None)
+)
+_DROP_SHADOWED = delete(checkpoint_messages).where(
+    _m.checkpoint_id == bindparam("shadowed_checkpoint"), _m.index >= bindparam("kept_from")
+)
+
+
 async def cleanup_page_locked(
     conn: AsyncConnection, *, run_id: str, after: int = 0, limit: int = CLEANUP_PAGE
 ) -> tuple[int, int | None]:
     """`cleanup_checkpoint_page` inside the caller's write transaction."""
-    c, m = checkpoints.c, checkpoint_messages.c
     touched = 0
-    last_seq = select(func.max(c.seq)).where(c.run_id == run_id).scalar_subquery()
     rows = (
-        (
-            await conn.execute(
-                select(c.id, c.seq, c.count)
-                .where(c.run_id == run_id, c.seq > after, c.seq < func.coalesce(last_seq, 0))
-                .order_by(c.seq)
-                .limit(limit)
-            )
-        )
+        (await conn.execute(_PAGE_ROWS, {"page_run": run_id, "page_after": after, "page_limit": limit}))
         .mappings()
         .all()
     )
     if not rows:
         return 0, None
-    # The page is a contiguous range of this run's `seq`, so the lookups below name it by its bounds, not by a list of
-    # its ids: a list would be rendered into each statement as one parameter per checkpoint, at every page (most of
-    # a page's CPU in the control process, docs/control-cost.md), and make a new statement text for every length.
-    in_page = and_(c.run_id == run_id, c.seq > after, c.seq <= rows[-1]["seq"])
-    page = select(c.id).where(in_page)
-    # Every lookup below is an index search (migration 0005): a page must not read whole tables that grow with
-    # every run. A run's `checkpoint_id` only ever names one of its own checkpoints (the step commit moves it to the
-    # checkpoint it inserted for that run; an insert leaves it NULL), so only this run can point there by it.
-    pointing = union_all(
-        select(runs.c.checkpoint_id.label("id")).where(runs.c.id == run_id, runs.c.checkpoint_id.in_(page)),
-        select(runs.c.start_checkpoint_id).where(runs.c.start_checkpoint_id.in_(page)),
-        select(threads.c.base_checkpoint_id).where(threads.c.base_checkpoint_id.in_(page)),
-    )
-    protected = set((await conn.execute(pointing)).scalars())
+    page = {"page_run": run_id, "page_after": after, "page_last": rows[-1]["seq"]}
+    protected = set((await conn.execute(_POINTING, page)).scalars())
     cleared = [row for row in rows if row["id"] not in protected]  # never the run's last one (excluded above)
     if not cleared:
         return touched, _next_page(rows, limit)
     # A page is a handful of statements, not a few per checkpoint: an 80-step run has 161 checkpoints.
     children: dict[str, list[Any]] = {}
-    for child in (await conn.execute(select(c.base_id, c.kept, c.run_id).where(c.base_id.in_(page)))).all():
+    for child in (await conn.execute(_CHILDREN, page)).all():
         children.setdefault(child.base_id, []).append(child)
     for row in cleared:
         shadowed = any(child.run_id == run_id for child in children.get(row["id"], ()))
         needed = max((child.kept for child in children.get(row["id"], ())), default=row["count"])
         if shadowed and needed < row["count"]:  # a history rewrite: rare, one DELETE each
-            result = await conn.execute(
-                delete(checkpoint_messages).where(m.checkpoint_id == row["id"], m.index >= needed)
-            )
+            result = await conn.execute(_DROP_SHADOWED, {"shadowed_checkpoint": row["id"], "kept_from": needed})
             touched += int(result.rowcount or 0)
-    keep = c.id.not_in(sorted(protected)) if protected else true()
-    result = await conn.execute(update(checkpoints).where(in_page, keep, c.envelope.is_not(None)).values(envelope=None))
+    if protected:
+        result = await conn.execute(_CLEAR_UNPROTECTED, {**page, "page_protected": sorted(protected)})
+    else:
+        result = await conn.execute(_CLEAR_ENVELOPES, page)
     touched += int(result.rowcount or 0)
     return touched, _next_page(rows, limit)
 
