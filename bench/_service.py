@@ -93,6 +93,8 @@ class ServiceProcess:
     popen: subprocess.Popen[bytes] | None = None
     source: Path | None = None
     """Another candor `src` directory the process imports instead of this checkout's (`--baseline-src`)."""
+    wrapper: tuple[str, ...] = ()
+    """A command the process runs under (e.g. valgrind's, `bench.step_instructions`)."""
 
     @property
     def pid(self) -> int:
@@ -111,7 +113,7 @@ class ServiceProcess:
         env = process_environment({**self.settings_env, "CANDOR_SERVER__LISTEN": f"127.0.0.1:{self.port}"}, self.source)
         with open(self.log_path, "wb") as log:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "candor.cli", "serve", "--role", self.role],
+                [*self.wrapper, sys.executable, "-m", "candor.cli", "serve", "--role", self.role],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=log,
@@ -223,10 +225,10 @@ class ServiceDatabase:
     log_dir: Path
     processes: list[ServiceProcess] = field(default_factory=list)
 
-    def process(self, role: str, source: Path | None = None) -> ServiceProcess:
+    def process(self, role: str, source: Path | None = None, wrapper: tuple[str, ...] = ()) -> ServiceProcess:
         """A started (not yet ready) `candor serve --role ROLE` process on this database, importing candor from
-        `source` if given (`--baseline-src`); stopped at the end."""
-        started = ServiceProcess(role, self.settings_env, self.log_dir, source=source).start()
+        `source` if given (`--baseline-src`) and run under `wrapper` if given; stopped at the end."""
+        started = ServiceProcess(role, self.settings_env, self.log_dir, source=source, wrapper=wrapper).start()
         self.processes.append(started)
         return started
 
@@ -296,8 +298,18 @@ def settings_problem(**sections: Mapping[str, Any]) -> str | None:
 async def service_database(postgres_url: str, **sections: Mapping[str, Any]) -> AsyncIterator[ServiceDatabase]:
     """A fresh PostgreSQL database with the schema and a bootstrapped workspace; processes started through it are
     stopped and the database dropped at the end."""
+    async with (
+        _store.scratch_postgres(postgres_url, prefix="candor_bench_svc") as url,
+        service_database_at(url, **sections) as database,
+    ):
+        yield database
+
+
+@asynccontextmanager
+async def service_database_at(url: str, **sections: Mapping[str, Any]) -> AsyncIterator[ServiceDatabase]:
+    """`service_database` on an empty database the caller made (a scratch PostgreSQL database or a new SQLite
+    file): migrated and bootstrapped; processes started through it are stopped at the end."""
     async with AsyncExitStack() as stack:
-        url = await stack.enter_async_context(_store.scratch_postgres(postgres_url, prefix="candor_bench_svc"))
         env = settings_environment(url, **sections)
         settings = bench_settings(env)
         await migrate(url, lock_timeout=30)

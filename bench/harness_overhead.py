@@ -22,6 +22,7 @@ from typing import Any
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import UsageLimits
 
 from candor import Harness
 
@@ -60,11 +61,12 @@ async def _timed(run: Callable[[], Awaitable[Any]]) -> float:
 
 async def measure(steps: int, reps: int, warmup: int) -> dict[str, Any]:
     agent = scripted_loop_agent(steps)
-    harness = Harness(agent)
+    limits = UsageLimits(request_limit=steps + 10)  # pydantic-ai's default (50) would end runs of 50 steps or more
+    harness = Harness(agent, usage_limits=limits)
     prompt = "Run the loop."
 
     async def bare() -> None:
-        result = await agent.run(prompt)
+        result = await agent.run(prompt, usage_limits=limits)
         assert result.output == f"finished {steps} steps"
 
     async def harnessed() -> None:

@@ -137,3 +137,25 @@ def test_resume_latency_measures_a_baseline_source_side_by_side(tmp_path: Path, 
     from bench import resume_latency
 
     assert len(resume_latency.table(data)) == 3  # header, rule, this checkout's one level
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_step_instructions_counts_every_system_under_callgrind(tmp_path: Path, postgres_server: str) -> None:
+    """Issue 12: instructions per step of bare Pydantic AI, the Harness and a real worker process (S-12: it claims,
+    runs and seals the submitted runs under callgrind), and bare Pydantic AI's CPU per step after each model wait."""
+    from bench.step_instructions import valgrind_missing
+
+    if (reason := valgrind_missing()) is not None:
+        pytest.skip(reason)
+    stdout, data = run_service_bench("step_instructions", tmp_path)
+    rows = {row["system"]: row for row in data["rows"]}
+    assert list(rows) == ["pydantic-ai", "harness", "worker+postgresql"]
+    assert all(row["instructions_per_step"] > 1e6 for row in rows.values())  # a step is millions, never none
+    assert rows["pydantic-ai"]["ratio_to_bare"] == 1.0
+    # The worker runs the same agent as bare Pydantic AI plus the commits, the claim and the seal.
+    assert rows["worker+postgresql"]["instructions_per_step"] > rows["pydantic-ai"]["instructions_per_step"]
+    assert set(data["wait_cpu_ms_per_step"]) == {"0", "2", "20"}
+    assert all(value > 0 for value in data["wait_cpu_ms_per_step"].values())
+    assert data["verdicts"] == []  # it sets no targets: it explains service_steps' CPU ratios
+    assert "M instructions per step" in stdout

@@ -115,6 +115,7 @@ def test_harness_overhead_tiny_run_prints_a_ratio() -> None:
         ("bench.service_throughput", ("--workers", "--runs", "--steps")),
         ("bench.worker_memory", ("--runs", "--steps", "--slots")),
         ("bench.outbox_throughput", ("--rows", "--batch", "--parallel", "--scan-seconds")),
+        ("bench.step_instructions", ("--steps", "--runs", "--wait-rounds", "--backends", "--baseline-src")),
     ],
 )
 def test_store_bench_help(module: str, options: tuple[str, ...]) -> None:
@@ -294,3 +295,14 @@ def test_soak_tiny_run_loses_nothing(tmp_path: Path, postgres_server: str) -> No
     assert any("PostgreSQL restarted" in event for event in phases["pg restart"]["events"])
     assert phases["pg restart"]["statuses"] == {"completed": 6}
     assert "lost runs = 0" in stdout
+
+
+def test_step_instructions_adds_up_every_dump_of_a_process(tmp_path: Path) -> None:
+    """callgrind writes a dump per `callgrind_control -d` and one at exit: a process's count is their `totals:`."""
+    from bench.step_instructions import counted
+
+    out = tmp_path / "callgrind.worker"
+    out.write_text("events: Ir\nsummary: 0\ntotals: 0\n")  # at exit, after instrumentation was switched off
+    (tmp_path / "callgrind.worker.1").write_text("events: Ir\nsummary: 7\nfl=x\n1 5\ntotals: 1234\n")
+    (tmp_path / "callgrind.workerless").write_text("totals: 99\n")  # another process's file: a different name
+    assert counted(out) == 1234
