@@ -252,6 +252,8 @@ def _ms(value: float | None) -> str:
 
 
 def _verdict_lines(verdicts: list[tuple[str, str, bool]], skipped: dict[str, str]) -> list[str]:
+    if not verdicts and not skipped:
+        return []  # a benchmark that sets no targets (step_instructions) gets no empty table
     lines = ["", "| Target | Measured | Met? |", "|---|---|---|"]
     lines += [f"| {target} | {value} | {'yes' if met else '**no**'} |" for target, value, met in verdicts]
     lines += [f"| {name} | skipped: {reason} | not measured |" for name, reason in skipped.items()]

@@ -742,6 +742,13 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "measured runs, divided by the runs; it includes indexes and free space in pages, so it is an upper bound.",
     ]
     out.extend(_normal_sync_lines(summary))
+    if any("worker CPU per step" in v["target"] and not v["met"] for v in summary["verdicts"]):
+        out.append(
+            "Worker CPU per step against bare Pydantic AI compares a process that waits for its database at both "
+            "commits of every step with one that never waits: `step_instructions` counts the instructions of both "
+            "(no machine noise in them) and measures what a wait costs bare Pydantic AI's own CPU per step on this "
+            "machine."
+        )
     out.extend(_cli.missed_lines(summary, why="; see docs/worker-cost.md for where the time goes and the floor"))
     return out
 

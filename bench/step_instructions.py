@@ -310,8 +310,9 @@ def reading(summary: dict[str, Any]) -> list[str]:
         out.append(
             f"The worker on {backend} executes {row['ratio_to_bare']:.2f}x bare's instructions per step, everything "
             f"included (claim, attempt start, two fenced commits per step, seal, lease renewals; {where}). "
-            "`service_steps` measures the same worker's CPU time per step at about twice bare's, or more: the "
-            "difference is not more work but the same work run more slowly, as the next reading shows."
+            "`service_steps` measures the same worker's CPU time per step against bare's (its target: at most "
+            "2x); where that ratio is higher than this one, the difference is not more work but the same work run "
+            "more slowly, as the next reading shows."
         )
     waits = summary["wait_cpu_ms_per_step"]
     out.append(

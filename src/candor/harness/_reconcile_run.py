@@ -89,7 +89,10 @@ async def _ask(run: Any, call: ToolCallPart, reconciler: Reconciler, key: str, d
         return "args_invalid"
     request = ReconcileRequest(tool_name=call.tool_name, tool_call_id=call.tool_call_id, args=args, key=key, deps=deps)
     try:
-        verdict = await asyncio.wait_for(_call(reconciler, request), timeout=reconciler.timeout)
+        # Not wait_for: on Python 3.11 a cancellation that arrives as the reconciler answers is swallowed, and a
+        # run cancelled then would go on (H-105).
+        async with asyncio.timeout(reconciler.timeout):
+            verdict = await _call(reconciler, request)
     except TimeoutError:
         log.warning("Reconciler timed out", extra={**context, "timeout": reconciler.timeout})
         return "timed_out"

@@ -175,7 +175,8 @@ async def run_sweep(sweep: Sweep, *, clock: Clock, rng: random.Random) -> None:
         while True:
             more = False
             try:
-                result = await asyncio.wait_for(sweep.run(), timeout=sweep.timeout)
+                async with asyncio.timeout(sweep.timeout):  # not wait_for: it can swallow a cancellation on 3.11
+                    result = await sweep.run()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - S-125: logged, retried at the next period

@@ -129,7 +129,8 @@ class Readiness:
 
 async def _schema_is_current(watch: SchemaWatch, service: Service) -> bool:
     try:
-        return await asyncio.wait_for(watch.is_current(service), service.settings.server.readiness_timeout)
+        async with asyncio.timeout(service.settings.server.readiness_timeout):  # not wait_for (see supervisor)
+            return await watch.is_current(service)
     except Exception as exc:  # noqa: BLE001 - any failure of the check makes the database the failed dependency
         # §10.1: probes are not logged at the default level; the 503 body names the dependency.
         log.debug("Readiness check failed", extra={"error": type(exc).__name__})

@@ -349,7 +349,8 @@ async def _settle_and_record(service: Service, rows: list[ClaimedRow], settlemen
 
 async def _run_handler(row: ClaimedRow, handler: Handler, *, ctx: DeliveryContext, time_limit: float) -> HandlerResult:
     try:
-        return await asyncio.wait_for(handler(row, ctx), timeout=time_limit)
+        async with asyncio.timeout(time_limit):  # not wait_for: on 3.11 it can swallow a cancellation
+            return await handler(row, ctx)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - §9.2: a handler exception is a failed attempt

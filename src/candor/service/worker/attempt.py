@@ -493,16 +493,14 @@ class _Attempt:
             return
         self.recorded = current
         try:
-            await asyncio.wait_for(
-                record_usage(
+            async with asyncio.timeout(self.settings.database.timeout):  # not wait_for (see the supervisor)
+                await record_usage(
                     self.service.engine,
                     run_id=self.lease.run_id,
                     attempt_id=self.lease.attempt_id,
                     usage=delta,
                     checkpoint_seq=self.expected_seq or None,
-                ),
-                timeout=self.settings.database.timeout,
-            )
+                )
         except Exception:
             log.warning("Usage record failed", extra={"run_id": self.lease.run_id}, exc_info=True)
 

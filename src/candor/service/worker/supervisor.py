@@ -50,7 +50,8 @@ class Supervisor:
         """One heartbeat (bounded by `worker.authority_seconds`), then the deadline check."""
         period = self.service.settings.worker.authority_seconds
         try:
-            await asyncio.wait_for(self.heartbeat(), timeout=period)
+            async with asyncio.timeout(period):  # not wait_for: on 3.11 it can swallow a cancellation (tests)
+                await self.heartbeat()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failed heartbeat extends nothing; deadlines still apply
