@@ -380,6 +380,12 @@ def reading(summary: dict[str, Any]) -> list[str]:
         cpu_ms = top["control_cpu_ms"]
         tail = top["p99_ms"] / top["p50_ms"]
         needed = top["clients"] * tail / (TARGET_P99_MS / 1000)
+        if cpu_ms <= 0:  # a handful of requests can fit inside one 10 ms tick of the process's CPU clock
+            out.append(
+                f"The control process's CPU for the {top['requests']} requests at {top['clients']} clients was under "
+                "one tick of its CPU clock (10 ms): too few requests to derive the CPU floor."
+            )
+            return out + _cli.missed_lines(summary)
         out.append(
             f"The floor: the control process spent {cpu_ms:.2f} ms of CPU per resume, and one process runs on one "
             f"core, so it cannot answer more than {1000 / cpu_ms:,.0f} resumes/s even with nothing else running; "

@@ -82,7 +82,8 @@ def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgr
     assert service["write_xacts_per_step"] > 0 and set(service["cpu_ms_per_step_off_loop"]) == {"control", "worker"}
     # The PostgreSQL server's CPU, read from /proc (the server runs on this machine in tests and CI); none for
     # systems without PostgreSQL.
-    assert service["server_cpu_ms_per_step"] > 0
+    # (read in 10 ms clock ticks: a 2-step run on a fast machine can take less than one)
+    assert isinstance(service["server_cpu_ms_per_step"], float) and service["server_cpu_ms_per_step"] >= 0
     assert by_system[("candor-service+sqlite", "sequential 2 steps")]["server_cpu_ms_per_step"] is None
     assert by_system[("pydantic-ai", "sequential 2 steps")]["server_cpu_ms_per_step"] is None
     # Transaction ids are cluster-wide: under pytest-xdist other tests write to the same server inside the bench's

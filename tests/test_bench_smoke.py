@@ -306,3 +306,15 @@ def test_step_instructions_adds_up_every_dump_of_a_process(tmp_path: Path) -> No
     (tmp_path / "callgrind.worker.1").write_text("events: Ir\nsummary: 7\nfl=x\n1 5\ntotals: 1234\n")
     (tmp_path / "callgrind.workerless").write_text("totals: 99\n")  # another process's file: a different name
     assert counted(out) == 1234
+
+
+def test_resume_latency_reading_survives_a_level_under_one_cpu_tick() -> None:
+    """A quick run's few resumes can take less CPU than one 10 ms tick: the reading says so instead of dividing
+    by zero (CI saw that ZeroDivisionError on a fast machine)."""
+    from bench import resume_latency
+
+    level = {"clients": 2, "requests": 4, "p50_ms": 17.9, "p99_ms": 18.0, "max_ms": 18.0, "requests_per_s": 128.9}
+    level |= {"control_cpu_ms": 0.0, "machine_busy": 1.0, "system": "candor"}
+    summary = {"results": [level], "verdicts": [], "skipped": {}}
+    lines = resume_latency.reading(summary)
+    assert any("under one tick of its CPU clock" in line for line in lines)
