@@ -51,6 +51,8 @@ WORKER_SETTINGS: dict[str, dict[str, Any]] = {
     "database": {"timeout": 60},
 }
 """A worker under callgrind runs about fifty times slower: a lease and a database timeout it cannot outlive."""
+PROMPT_TEXT = _service.PROMPT["content"][0]["text"]
+"""The prompt the service benchmarks post, for the in-process runs too."""
 READY_SECONDS = 600.0
 RUN_SECONDS = 900.0
 
@@ -98,10 +100,10 @@ async def _child(system: str, steps: int, runs: int) -> None:
 
     async def one() -> None:
         if system == "pydantic-ai":
-            result = await agent.run(_service.PROMPT["content"][0]["text"], usage_limits=limits)
+            result = await agent.run(PROMPT_TEXT, usage_limits=limits)
             assert result.output == f"finished {steps} steps"
         else:
-            outcome = await harness.run(_service.PROMPT["content"][0]["text"])
+            outcome = await harness.run(PROMPT_TEXT)
             assert outcome.status == "completed", outcome.status
 
     for _ in range(WARMUP_RUNS):
@@ -185,7 +187,7 @@ async def wait_cost(steps: int, rounds: int) -> dict[str, float]:
 
     async def per_step(wait: float) -> float:
         started = time.process_time()
-        await agents[wait].run("Run the loop.", usage_limits=limits)
+        await agents[wait].run(PROMPT_TEXT, usage_limits=limits)
         return (time.process_time() - started) * 1000 / steps
 
     for wait in WAITS_SECONDS:
