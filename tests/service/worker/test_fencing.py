@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from candor.service.control.sweeps import ExpiryCursor, expire_leases
-from candor.service.errors import LeaseLost
+from candor.service.errors import LeaseLost, StoreUnavailable
 from candor.service.protocol.outcomes import Requeue, SealAfterRecovery
 from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope
 from candor.service.store.dialect import db_now
@@ -268,12 +268,13 @@ async def test_heartbeat_with_unavailable_authority_extends_nothing(db, service,
         await add_thread_run(conn, tenant)
     claimed = await _claim_one(db.engine)
     await _expire(db.engine, claimed.lease.attempt_id, seconds_ago=-5)  # 5 s left: due for renewal
-    handle = AttemptHandle(claimed=claimed, lease_seconds=30, sent_at=service.clock.monotonic())
+    # 15 s left by the local clock: due there too, so only S-26 keeps the renewal from happening
+    handle = AttemptHandle(claimed=claimed, lease_seconds=30, sent_at=service.clock.monotonic() - 15)
 
-    async def unavailable(engine: Any, principal_id: str) -> str:
-        return "unavailable"
+    async def unavailable(engine: Any, run_ids: Any) -> Any:
+        raise StoreUnavailable("the database did not answer")
 
-    monkeypatch.setattr(supervisor_module, "check_authority", unavailable)
+    monkeypatch.setattr(supervisor_module, "read_heartbeat_facts", unavailable)
     supervisor = Supervisor(service, handles=lambda: [handle])
     with pytest.raises(supervisor_module.HeartbeatFailed):
         await supervisor.heartbeat()

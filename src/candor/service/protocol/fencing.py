@@ -31,6 +31,7 @@ __all__ = (
     "is_expired_for_recovery",
     "local_deadline",
     "local_deadline_reached",
+    "renewal_due_locally",
     "may_start_fenced_write",
 )
 
@@ -161,6 +162,20 @@ def local_deadline(sent_at: float, lease_seconds: float) -> float:
 def local_deadline_reached(now: float, local_deadline: float, lease_seconds: float) -> bool:
     """S-24: once a third of the lease remains unconfirmed, cancel the attempt and write nothing more for it."""
     return now + lease_seconds / 3 >= local_deadline
+
+
+def renewal_due_locally(now: float, local_deadline: float, lease_seconds: float) -> bool:
+    """S-23 seen from the worker: whether a heartbeat needs its renewal transaction for this lease.
+
+    The local deadline counts from the *send* time of the claim or last confirmed renewal, so it never lies past
+    the expiry the database stored; a lease with more than 2/3 of ``lease_seconds`` left locally has at least that
+    much left in the database, which renews only at 2/3 or less (``should_renew``). Skipping it changes nothing;
+    a lease the database thinks due a few milliseconds earlier (its clock running a little fast) is renewed at
+    the next heartbeat, with about 2/3 of the lease still left. Safety never rests on this: the local deadline
+    (S-24) moves only on a confirmed renewal.
+    """
+    # remaining ≤ 2/3 · lease, compared as 3 · remaining ≤ 2 · lease, as in should_renew
+    return (local_deadline - now) * 3 <= lease_seconds * 2
 
 
 def may_start_fenced_write(now: float, local_deadline: float, db_timeout: float) -> bool:

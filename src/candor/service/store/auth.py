@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import Select, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Subquery
@@ -61,6 +61,7 @@ __all__ = (
     "read_authority",
     "authority_facts",
     "authority_subquery",
+    "principals_authority",
     "check_run_authority",
 )
 
@@ -446,17 +447,27 @@ def authority_facts(row: Mapping[Any, Any] | None, prefix: str = "") -> Authorit
 def authority_subquery(prefix: str, principal_param: str) -> Subquery:
     """`_READ_AUTHORITY` as a subquery whose columns carry `prefix`, for the principal bound as `principal_param`:
     a statement that also reads other rows can read the §4.3 facts in the same round trip (`authority_facts`)."""
+    return _authority_select(prefix).where(principals.c.id == bindparam(principal_param)).subquery(f"{prefix}facts")
+
+
+def principals_authority(prefix: str) -> Subquery:
+    """The §4.3 facts of every principal, columns carrying `prefix`, plus `{prefix}principal_id` to join on: a
+    statement reading many rows (runs, say) outer-joins it on their principal and reads each row's facts with it
+    (`authority_facts`; a principal not found reads as missing)."""
     return (
-        select(
-            principals.c.workspace_id.label(f"{prefix}workspace_id"),
-            principals.c.permissions.label(f"{prefix}permissions"),
-            principals.c.disabled_at.label(f"{prefix}disabled_at"),
-            workspaces.c.archived_at.label(f"{prefix}archived_at"),
-        )
-        .join(workspaces, workspaces.c.id == principals.c.workspace_id)
-        .where(principals.c.id == bindparam(principal_param))
-        .subquery(f"{prefix}facts")
+        _authority_select(prefix)
+        .add_columns(principals.c.id.label(f"{prefix}principal_id"))
+        .subquery(f"{prefix}principals")
     )
+
+
+def _authority_select(prefix: str) -> Select[Any]:
+    return select(
+        principals.c.workspace_id.label(f"{prefix}workspace_id"),
+        principals.c.permissions.label(f"{prefix}permissions"),
+        principals.c.disabled_at.label(f"{prefix}disabled_at"),
+        workspaces.c.archived_at.label(f"{prefix}archived_at"),
+    ).join(workspaces, workspaces.c.id == principals.c.workspace_id)
 
 
 async def check_run_authority(conn: AsyncConnection, principal_id: str) -> AuthorityVerdict:

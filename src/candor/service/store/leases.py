@@ -1,8 +1,8 @@
 """Lease upkeep (§7.4): what the supervisor reads and writes at every heartbeat.
 
-The cancellation flags and principals of running runs (read without locks), the `run` authority check of §4.3, and
-the renewal of due leases (S-23). Renewal locks attempt rows with `SKIP LOCKED`: a row held by a commit or a sweep
-simply waits for the next heartbeat.
+The cancellation flags and principals of running runs with the facts of the `run` authority check of §4.3 for each
+of their principals (one statement, read without locks), and the renewal of due leases (S-23). Renewal locks
+attempt rows with `SKIP LOCKED`: a row held by a commit or a sweep simply waits for the next heartbeat.
 """
 
 from __future__ import annotations
@@ -18,18 +18,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ..errors import StoreUnavailable
 from ..protocol.authority import AuthorityVerdict
 from ..protocol.fencing import Lease, hash_lease_token
-from .auth import check_run_authority
+from .auth import authority_facts, check_run_authority, principals_authority
 from .engine import nothing_to_commit, read_transaction, write_transaction
 from .runs import read_now
 from .tables import LIVE_ATTEMPT_STATUSES, run_attempts, runs
 
 __all__ = (
     "Supervision",
+    "HeartbeatFacts",
     "select_renewable",
     "update_leases",
     "select_supervision",
     "renew_leases",
-    "read_supervision",
+    "read_heartbeat_facts",
     "check_authority",
 )
 
@@ -41,6 +42,16 @@ class Supervision:
     run_id: str
     principal_id: str
     cancel_requested: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HeartbeatFacts:
+    """What one heartbeat reads before deciding anything (§7.4 step 1)."""
+
+    runs: dict[str, Supervision]
+    """By run id; a run missing here was not found."""
+    verdicts: dict[str, AuthorityVerdict]
+    """The §4.3 authority check of each run's principal, by principal id."""
 
 
 def select_renewable(*, attempt_ids: Collection[str], worker_id: str, now: float, lease_seconds: float) -> Select[Any]:
@@ -75,8 +86,18 @@ def update_leases(*, attempt_ids: Collection[str], now: float, lease_seconds: fl
     )
 
 
+_FACTS = "authority_"
+_PRINCIPALS = principals_authority(_FACTS)
+
+
 def select_supervision(run_ids: Collection[str]) -> Select[Any]:
-    return select(runs.c.id, runs.c.principal_id, runs.c.cancel_requested_at).where(runs.c.id.in_(sorted(run_ids)))
+    """The runs' cancellation flags and principals, each with its principal's §4.3 facts (outer join: a principal
+    not found reads as missing, which the check refuses)."""
+    return (
+        select(runs.c.id, runs.c.principal_id, runs.c.cancel_requested_at, *_PRINCIPALS.c)
+        .outerjoin(_PRINCIPALS, _PRINCIPALS.c[f"{_FACTS}principal_id"] == runs.c.principal_id)
+        .where(runs.c.id.in_(sorted(run_ids)))
+    )
 
 
 async def renew_leases(engine: AsyncEngine, leases: Sequence[Lease], *, lease_seconds: float) -> set[str]:
@@ -108,18 +129,28 @@ def _token_matches(stored_hash: str, lease: Lease) -> bool:
     return hmac.compare_digest(stored_hash.encode(), hash_lease_token(lease.token).encode())
 
 
-async def read_supervision(engine: AsyncEngine, run_ids: Collection[str]) -> dict[str, Supervision]:
-    """§7.4 step 1: cancellation flag and principal of each run, read without locks."""
+async def read_heartbeat_facts(engine: AsyncEngine, run_ids: Collection[str]) -> HeartbeatFacts:
+    """§7.4 step 1 in one statement: each run's flag and principal, with that principal's §4.3 facts.
+
+    One round trip instead of one transaction per check: a worker heartbeats every `worker.authority_seconds`
+    whether or not its runs make progress, so what a heartbeat costs is paid by every idle or waiting worker. A
+    database that cannot answer raises `StoreUnavailable`, which fails the heartbeat like an *unavailable* check.
+    """
     if not run_ids:
-        return {}
+        return HeartbeatFacts(runs={}, verdicts={})
     async with read_transaction(engine) as conn:
-        rows = (await conn.execute(select_supervision(run_ids))).all()
-    return {
-        row.id: Supervision(
-            run_id=row.id, principal_id=row.principal_id, cancel_requested=row.cancel_requested_at is not None
-        )
-        for row in rows
-    }
+        rows = (await conn.execute(select_supervision(run_ids))).mappings().all()
+    return HeartbeatFacts(
+        runs={
+            row["id"]: Supervision(
+                run_id=row["id"],
+                principal_id=row["principal_id"],
+                cancel_requested=row["cancel_requested_at"] is not None,
+            )
+            for row in rows
+        },
+        verdicts={row["principal_id"]: authority_facts(row, _FACTS).verdict() for row in rows},
+    )
 
 
 async def check_authority(engine: AsyncEngine, principal_id: str) -> AuthorityVerdict:

@@ -2,10 +2,12 @@
 
 One heartbeat, bounded by a timeout of `worker.authority_seconds`:
 
-1. read each running attempt's run without locks; `cancel_requested_at` → stop it `cancelled` (S-57); otherwise
-   the authority check, *refused* → stop it `failed`/`authority_revoked` (S-61, S-62, S-127). When any check is
-   *unavailable* the heartbeat fails: it stops nothing and extends nothing (S-26);
-2. renew the leases that are due (S-23); a confirmed renewal moves the handle's local deadline.
+1. in one read transaction, read each running attempt's run without locks and run the authority check of each of
+   their principals; `cancel_requested_at` → stop it `cancelled` (S-57); otherwise *refused* → stop it
+   `failed`/`authority_revoked` (S-61, S-62, S-127). When any check is *unavailable* the heartbeat fails: it stops
+   nothing and extends nothing (S-26);
+2. renew the leases that are due (S-23), in a write transaction of its own, only when some lease is due by the
+   local clock (`renewal_due_locally`); a confirmed renewal moves the handle's local deadline.
 
 After every tick, heartbeat or not, each attempt whose local deadline is reached (a third of the lease left
 unconfirmed) has its task cancelled once and writes nothing more (S-24); its run is picked up after expiry.
@@ -18,17 +20,18 @@ import logging
 from collections.abc import Callable, Sequence
 
 from ..core import Service
-from ..protocol.authority import AuthorityVerdict
-from ..store.leases import check_authority, read_supervision, renew_leases
+from ..errors import StoreUnavailable
+from ..protocol.fencing import renewal_due_locally
+from ..store.leases import HeartbeatFacts, read_heartbeat_facts, renew_leases
 from .handle import AttemptHandle, StopReason
 
-__all__ = ("HeartbeatFailed", "Supervisor")
+__all__ = ("HeartbeatFailed", "Supervisor", "heartbeat_stops")
 
 log = logging.getLogger("candor.worker")
 
 
 class HeartbeatFailed(Exception):
-    """S-26: an authority check was unavailable; nothing was stopped or extended."""
+    """S-26: the authority checks were unavailable; nothing was stopped or extended."""
 
 
 class Supervisor:
@@ -59,42 +62,32 @@ class Supervisor:
         self.enforce_deadlines()
 
     async def heartbeat(self) -> set[str]:
-        """§7.4 steps 1–2; returns the attempt ids whose lease was renewed. Raises on failure (S-26)."""
+        """§7.4 steps 1–2; returns the attempt ids whose lease was renewed. Raises on failure (S-26).
+
+        Usually one read transaction: the renewal's write transaction runs only when a lease is due by the local
+        clock (`renewal_due_locally`), about every `lease_seconds / 3`.
+        """
         handles = [h for h in self._handles() if not h.deadline_cancelled and not _done(h)]
         if not handles:
             return set()
         sent_at = self.service.clock.monotonic()
-        stops = await self._decide_stops(handles)
-        for handle, reason in stops:
+        try:
+            facts = await read_heartbeat_facts(self.service.engine, [h.lease.run_id for h in handles])
+        except StoreUnavailable as error:  # the authority checks among them: S-26, stop nothing, extend nothing
+            raise HeartbeatFailed("the authority checks were unavailable") from error
+        for handle, reason in heartbeat_stops(handles, facts):
             log.info("Attempt stop requested", extra={"run_id": handle.lease.run_id, "reason": reason})
             handle.request_stop(reason)
+        due = [h for h in handles if renewal_due_locally(sent_at, h.deadline, h.lease_seconds)]
+        if not due:
+            return set()
         renewed = await renew_leases(
-            self.service.engine, [h.lease for h in handles], lease_seconds=self.service.settings.worker.lease_seconds
+            self.service.engine, [h.lease for h in due], lease_seconds=self.service.settings.worker.lease_seconds
         )
-        for handle in handles:
+        for handle in due:
             if handle.lease.attempt_id in renewed:
                 handle.renewed(sent_at)
         return renewed
-
-    async def _decide_stops(self, handles: Sequence[AttemptHandle]) -> list[tuple[AttemptHandle, StopReason]]:
-        runs = await read_supervision(self.service.engine, [h.lease.run_id for h in handles])
-        verdicts: dict[str, AuthorityVerdict] = {}
-        stops: list[tuple[AttemptHandle, StopReason]] = []
-        for handle in handles:
-            run = runs.get(handle.lease.run_id)
-            if run is None:
-                continue
-            if run.cancel_requested:
-                stops.append((handle, "cancelled"))
-                continue
-            if run.principal_id not in verdicts:
-                verdicts[run.principal_id] = await check_authority(self.service.engine, run.principal_id)
-            verdict = verdicts[run.principal_id]
-            if verdict == "unavailable":
-                raise HeartbeatFailed("an authority check was unavailable")
-            if verdict == "refused":
-                stops.append((handle, "authority_revoked"))
-        return stops
 
     def enforce_deadlines(self) -> None:
         """S-24: cancel, once, each attempt whose local lease deadline is reached."""
@@ -102,6 +95,21 @@ class Supervisor:
         for handle in self._handles():
             if not _done(handle) and handle.deadline_reached(now) and handle.cancel_for_deadline():
                 log.warning("Attempt lease deadline reached", extra={"run_id": handle.lease.run_id})
+
+
+def heartbeat_stops(handles: Sequence[AttemptHandle], facts: HeartbeatFacts) -> list[tuple[AttemptHandle, StopReason]]:
+    """§7.4 step 1's decision: `cancelled` for a run asked to cancel (S-57), otherwise `authority_revoked` for one
+    whose principal's check was *refused* (S-61); a run not found is left to the fence."""
+    stops: list[tuple[AttemptHandle, StopReason]] = []
+    for handle in handles:
+        run = facts.runs.get(handle.lease.run_id)
+        if run is None:
+            continue
+        if run.cancel_requested:
+            stops.append((handle, "cancelled"))
+        elif facts.verdicts.get(run.principal_id) == "refused":
+            stops.append((handle, "authority_revoked"))
+    return stops
 
 
 def _done(handle: AttemptHandle) -> bool:
