@@ -10,14 +10,16 @@ aiohttp sessions in the benchmark process, one connection each (keep-alive, open
 run, approving its pending call with a fresh `Idempotency-Key`. Every answer must be 201 (a new successor run). The
 figure is the client-side time of one request, from sending to the full response. `--warmup` resumes go first,
 untimed, from as many clients as the largest level has (so the control process's pool holds that many connections
-before any timing). Target: p99 <= 50 ms at 32 concurrent clients.
+before any timing). Target: p99 <= 50 ms at 32 concurrent clients. Preparing the waiting runs takes most of this
+benchmark's time: 480 requests per level (the p99 is the 6th-slowest of 480) keep `make bench` within its 15
+minutes on a slower machine (with 640, 143 s of 1,060 s on one whose 10-million-iteration loop took 0.8 s).
 
 With `--baseline-src DIR` (another candor `src`, e.g. `git archive main src | tar -x -C /tmp/base`) a second
 control process importing that code serves the same database, and every client count is measured on both, in
 `--rounds` interleaved rounds (alternating which goes first), so before/after figures share the machine's load.
 `--profile DIR` records the (non-baseline) control process with py-spy during the largest client count.
 
-    python -m bench.resume_latency [--clients 1,8,32] [--requests 640] [--warmup 64]
+    python -m bench.resume_latency [--clients 1,8,32] [--requests 480] [--warmup 64]
                                    [--baseline-src DIR] [--rounds 1] [--profile DIR] [--cold-connections]
 """
 
@@ -416,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[1, 8, TARGET_CLIENTS],
         help="concurrent client counts (default: 1,8,32)",
     )
-    parser.add_argument("--requests", type=int, default=640, help="timed resumes per client count (default: 640)")
+    parser.add_argument("--requests", type=int, default=480, help="timed resumes per client count (default: 480)")
     parser.add_argument("--warmup", type=int, default=64, help="untimed resumes first (default: 64)")
     parser.add_argument(
         "--pool-size",

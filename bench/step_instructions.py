@@ -8,13 +8,15 @@ SQLite, whose runs are submitted in process and claimed, run and sealed by the w
 `service_steps` uses (`bench/_agents.py`: one `step` tool call per model response, then an answer). Per system:
 instructions per step over `--runs` runs of `--steps` steps, after a warm-up run; for the worker that is everything
 it executes while those runs are in its hands (claim, attempt start, both commits of every step, seal; lease
-renewals and claim scans as often as they came on callgrind's slower clock). Counts do not depend on the machine's
+heartbeats and claim scans as often as they came on callgrind's slower clock). Counts barely depend on the machine's
 load, so two systems are counted at a time. Under callgrind a process runs about fifty times slower, so the worker
-gets a long lease (`worker.lease_seconds` 300, `authority_seconds` 20, `database.timeout` 60). The benchmark also
-measures what waiting costs on this machine: bare `Agent.run`'s CPU time per step (`time.process_time`) with the
-model answering at once and after a 2 ms and a 20 ms `asyncio.sleep`, runs alternated in one process. It sets no
-targets: it explains the CPU-time ratios of `service_steps`. Without valgrind on the machine, the counts are
-skipped.
+gets a long lease (`worker.lease_seconds` 300, `database.timeout` 60) and its timers are as rare as the settings
+allow (`authority_seconds` 20, `scan_seconds` 30): they fire by the wall clock, so their share of a count grows with
+the machine's load (the worker's count was 12% higher on a run beside `make test` before the scan was slowed). The
+benchmark also measures what waiting costs on this machine: bare `Agent.run`'s CPU time per step
+(`time.process_time`) with the model answering at once and after a 2 ms and a 20 ms `asyncio.sleep`, runs alternated
+in one process. It sets no targets: it explains the CPU-time ratios of `service_steps`. Without valgrind on the
+machine, the counts are skipped.
 
     python -m bench.step_instructions [--steps 80] [--runs 1] [--wait-rounds 10] [--baseline-src DIR]
 """
@@ -47,10 +49,13 @@ QUICK_ARGS = ["--steps", "2", "--runs", "1", "--wait-rounds", "1", "--backends",
 WARMUP_RUNS = 1
 WAITS_SECONDS = (0.0, 0.002, 0.02)
 WORKER_SETTINGS: dict[str, dict[str, Any]] = {
-    "worker": {"slots": 4, "lease_seconds": 300, "authority_seconds": 20},
+    "worker": {"slots": 4, "lease_seconds": 300, "authority_seconds": 20, "scan_seconds": 30},
     "database": {"timeout": 60},
 }
-"""A worker under callgrind runs about fifty times slower: a lease and a database timeout it cannot outlive."""
+"""A worker under callgrind runs about fifty times slower: a lease and a database timeout it cannot outlive, and
+its timers (heartbeat, claim scan) as rare as the settings allow: they fire by the wall clock, so each one that
+lands in a counted run adds instructions that depend on how fast the machine was, not on the steps. Runs are
+claimed on their wake-up (`NOTIFY`, or a datagram next to the SQLite file), not by the scan."""
 PROMPT_TEXT = _service.PROMPT["content"][0]["text"]
 """The prompt the service benchmarks post, for the in-process runs too."""
 READY_SECONDS = 600.0
