@@ -11,7 +11,7 @@ run, approving its pending call with a fresh `Idempotency-Key`. Every answer mus
 figure is the client-side time of one request, from sending to the full response. `--warmup` resumes go first,
 untimed, from as many clients as the largest level has (so the control process's pool holds that many connections
 before any timing). Target: p99 <= 50 ms at 32 concurrent clients. Preparing the waiting runs takes most of this
-benchmark's time: 480 requests per level (the p99 is the 6th-slowest of 480) keep `make bench` within its 15
+benchmark's time: 400 requests per level (the p99 is the 5th-slowest of 400) keep `make bench` within its 15
 minutes on a slower machine (with 640, 143 s of 1,060 s on one whose 10-million-iteration loop took 0.8 s).
 
 With `--baseline-src DIR` (another candor `src`, e.g. `git archive main src | tar -x -C /tmp/base`) a second
@@ -19,7 +19,7 @@ control process importing that code serves the same database, and every client c
 `--rounds` interleaved rounds (alternating which goes first), so before/after figures share the machine's load.
 `--profile DIR` records the (non-baseline) control process with py-spy during the largest client count.
 
-    python -m bench.resume_latency [--clients 1,8,32] [--requests 480] [--warmup 64]
+    python -m bench.resume_latency [--clients 1,8,32] [--requests 400] [--warmup 64]
                                    [--baseline-src DIR] [--rounds 1] [--profile DIR] [--cold-connections]
 """
 
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[1, 8, TARGET_CLIENTS],
         help="concurrent client counts (default: 1,8,32)",
     )
-    parser.add_argument("--requests", type=int, default=480, help="timed resumes per client count (default: 480)")
+    parser.add_argument("--requests", type=int, default=400, help="timed resumes per client count (default: 400)")
     parser.add_argument("--warmup", type=int, default=64, help="untimed resumes first (default: 64)")
     parser.add_argument(
         "--pool-size",

@@ -1,4 +1,4 @@
-"""Worker memory: peak resident set of one worker process (4 slots) completing 96 runs of 80 steps (issue 8,
+"""Worker memory: peak resident set of one worker process (4 slots) completing 64 runs of 80 steps (issue 8,
 item 6).
 
 On a fresh PostgreSQL database, one `candor serve --role control` process and one `candor serve --role worker`
@@ -8,11 +8,11 @@ and reads the worker's `/proc/<pid>/status` every half second: `VmRSS` (resident
 since the process started). Figures: `VmHWM` after the last run (whole process lifetime, startup included), and
 `VmRSS` once the first half of the runs has sealed (submitting pauses there) and once all have. Targets: peak
 <= 250 MB, and RSS after the second half within 10% of RSS after the first half (no growth with the runs served).
-The default of 96 runs (7,680 steps, 3,840 per half) keeps the whole `make bench` inside its 15 minutes on a
+The default of 64 runs (5,120 steps, 2,560 per half) keeps the whole `make bench` inside its 15 minutes on a
 slower machine (with 200, this benchmark took 241 s of the 854 s on one; with 160, 186 s of 1,060 s on one whose
 10-million-iteration Python loop took 0.8 s).
 
-    python -m bench.worker_memory [--runs 96] [--steps 80] [--slots 4]
+    python -m bench.worker_memory [--runs 64] [--steps 80] [--slots 4]
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.worker_memory",
         description="Peak and steady resident memory of one real worker process serving many long runs on PostgreSQL.",
     )
-    parser.add_argument("--runs", type=int, default=96, help="runs to complete (default: 96)")
+    parser.add_argument("--runs", type=int, default=64, help="runs to complete (default: 64)")
     parser.add_argument("--steps", type=int, default=80, help="tool steps per run (default: 80)")
     parser.add_argument("--slots", type=int, default=4, help="worker.slots (default: 4)")
     _cli.add_postgres_url(parser)
