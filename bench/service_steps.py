@@ -152,7 +152,8 @@ class StatusPoll:
     @classmethod
     async def open(cls, database: Database) -> StatusPoll:
         if database.path is not None:
-            return cls(None, sqlite3.connect(database.path, timeout=30, isolation_level=None))
+            # a short busy timeout: the read runs on the benchmark's event loop, and a busy file is polled again
+            return cls(None, sqlite3.connect(database.path, timeout=0.5, isolation_level=None))
         return cls(await asyncpg.connect(_store.dsn(database.url)), None)
 
     async def sealed(self, run_ids: list[str]) -> int:

@@ -318,3 +318,26 @@ def test_resume_latency_reading_survives_a_level_under_one_cpu_tick() -> None:
     summary = {"results": [level], "verdicts": [], "skipped": {}}
     lines = resume_latency.reading(summary)
     assert any("under one tick of its CPU clock" in line for line in lines)
+
+
+async def test_service_steps_status_poll_counts_sealed_runs_on_sqlite(tmp_path: Path) -> None:
+    """The benchmark's status poll (issue 12): how many of the given runs are sealed, in one read on the stdlib
+    driver; runs of other ids and unsealed runs do not count."""
+    import sqlite3
+
+    from bench.service_steps import Database, StatusPoll
+
+    path = tmp_path / "poll.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, status TEXT NOT NULL)")
+        conn.executemany(
+            "INSERT INTO runs VALUES (?, ?)",
+            [("a", "completed"), ("b", "running"), ("c", "waiting"), ("d", "failed")],
+        )
+    poll = await StatusPoll.open(Database("sqlite", f"sqlite:///{path}", path=path))
+    try:
+        assert await poll.sealed(["a", "b", "c"]) == 2
+        assert await poll.sealed(["b"]) == 0
+        assert poll.statements == 0  # only PostgreSQL polls are commits to leave out
+    finally:
+        await poll.close()
