@@ -1,7 +1,7 @@
 """Instructions per step: the candor worker against bare Pydantic AI and the Harness, counted by callgrind (issue 12).
 
 Every other figure in this report is time, and on a shared virtual machine the CPU time of one unit of work moves by
-a third or more between minutes. Instruction counts do not. Each system runs under `valgrind --tool=callgrind` with
+a third or more between minutes. Instruction counts hardly do. Each system runs under `valgrind --tool=callgrind` with
 instrumentation switched on only around the measured runs (`callgrind_control -i on|off`): bare `Agent.run` and
 `Harness.run` (each in a process of its own), and a real `candor serve --role worker` process on PostgreSQL and on
 SQLite, whose runs are submitted in process and claimed, run and sealed by the worker. All run the loop agent

@@ -1,6 +1,6 @@
 """What one supervisor heartbeat costs the database (§7.4, S-23): a worker heartbeats every
 `worker.authority_seconds` whether or not its runs make progress, so an idle or waiting worker pays it all the time.
-One read transaction reads the runs and checks their principals' authority; the renewal's write transaction runs
+One read statement reads the runs with their principals' authority facts; the renewal's write transaction runs
 only when a lease is due by the local clock."""
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ async def test_a_heartbeat_renews_a_lease_due_by_the_local_clock(db, service, te
     assert await _stored_left(db, handle.lease.attempt_id) > lease_seconds * 0.9
 
 
-async def test_one_transaction_checks_every_principal_and_stops_the_refused(db, service, tenant) -> None:
-    """S-61, S-57: two attempts, one of a run asked to cancel and one whose principal lost `run`: both stop, with
-    their own reasons, from the one read transaction."""
+async def test_one_read_stops_a_cancelled_run_and_a_refused_principals_run(db, service, tenant) -> None:
+    """S-57, S-61: two attempts, one of a run asked to cancel, then the principal loses `run`: each stops with its
+    own reason (the first reason wins for the cancelled one), from the one read transaction."""
     lease_seconds = service.settings.worker.lease_seconds
     first_ref, first = await _claimed_handle(db, tenant, service, locally_left=lease_seconds * 0.95)
     _, second = await _claimed_handle(db, tenant, service, locally_left=lease_seconds * 0.95)

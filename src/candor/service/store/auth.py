@@ -358,17 +358,23 @@ async def set_permissions(
     return row
 
 
+def _authority_select(prefix: str) -> Select[Any]:
+    """The §4.3 facts of a principal, columns carrying `prefix`: `authority_facts` reads a row of it."""
+    return select(
+        principals.c.workspace_id.label(f"{prefix}workspace_id"),
+        principals.c.permissions.label(f"{prefix}permissions"),
+        principals.c.disabled_at.label(f"{prefix}disabled_at"),
+        workspaces.c.archived_at.label(f"{prefix}archived_at"),
+    ).join(workspaces, workspaces.c.id == principals.c.workspace_id)
+
+
 # Every request runs these two: built once, so SQLAlchemy neither rebuilds them nor recomputes their cache keys.
 _AUTHENTICATE = (
     select(principals, workspaces.c.archived_at.label("workspace_archived_at"))
     .join(workspaces, workspaces.c.id == principals.c.workspace_id)
     .where(principals.c.secret_hash == bindparam("presented_hash"))
 )
-_READ_AUTHORITY = (
-    select(principals.c.workspace_id, principals.c.permissions, principals.c.disabled_at, workspaces.c.archived_at)
-    .join(workspaces, workspaces.c.id == principals.c.workspace_id)
-    .where(principals.c.id == bindparam("authority_principal_id"))
-)
+_READ_AUTHORITY = _authority_select("").where(principals.c.id == bindparam("authority_principal_id"))
 
 
 async def authenticate(conn: AsyncConnection, secret: str) -> Authenticated | None:
@@ -431,7 +437,7 @@ async def read_authority(conn: AsyncConnection, principal_id: str) -> AuthorityF
 
 
 def authority_facts(row: Mapping[Any, Any] | None, prefix: str = "") -> AuthorityFacts:
-    """The facts from a row of `authority_columns(prefix)` (or `_READ_AUTHORITY`); `None`, or a row whose
+    """The facts from a row of `_authority_select(prefix)` (or `_READ_AUTHORITY`); `None`, or a row whose
     principal columns are NULL (an outer join that found no principal), is a missing principal."""
     if row is None or row[f"{prefix}workspace_id"] is None:
         return _MISSING
@@ -459,15 +465,6 @@ def principals_authority(prefix: str) -> Subquery:
         .add_columns(principals.c.id.label(f"{prefix}principal_id"))
         .subquery(f"{prefix}principals")
     )
-
-
-def _authority_select(prefix: str) -> Select[Any]:
-    return select(
-        principals.c.workspace_id.label(f"{prefix}workspace_id"),
-        principals.c.permissions.label(f"{prefix}permissions"),
-        principals.c.disabled_at.label(f"{prefix}disabled_at"),
-        workspaces.c.archived_at.label(f"{prefix}archived_at"),
-    ).join(workspaces, workspaces.c.id == principals.c.workspace_id)
 
 
 async def check_run_authority(conn: AsyncConnection, principal_id: str) -> AuthorityVerdict:

@@ -2,8 +2,8 @@
 
 One heartbeat, bounded by a timeout of `worker.authority_seconds`:
 
-1. in one read transaction, read each running attempt's run without locks and run the authority check of each of
-   their principals; `cancel_requested_at` → stop it `cancelled` (S-57); otherwise *refused* → stop it
+1. in one read statement, read each running attempt's run without locks with the authority facts of its
+   principal; `cancel_requested_at` → stop it `cancelled` (S-57); otherwise *refused* → stop it
    `failed`/`authority_revoked` (S-61, S-62, S-127). When any check is *unavailable* the heartbeat fails: it stops
    nothing and extends nothing (S-26);
 2. renew the leases that are due (S-23), in a write transaction of its own, only when some lease is due by the
