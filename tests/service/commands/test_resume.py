@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from sqlalchemy import insert, select
+from sqlalchemy import text as sql_text
+from sqlalchemy.exc import DBAPIError
 
 from candor.service import commands
 from candor.service.errors import Conflict, Disabled, Forbidden, InvalidArgument, NotFound, RaceLost
@@ -16,7 +18,7 @@ from candor.service.protocol.resume import ResumeAnswers, resume_refusal, split_
 from candor.service.store import auth
 from candor.service.store.dialect import db_now
 from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.store.resume import find_resume_and_run
+from candor.service.store.resume import find_resume_and_lock
 from candor.service.store.tables import outbox, runs, subscriptions
 from candor.service.store.threads import start_run
 
@@ -279,18 +281,58 @@ async def test_replay_and_target_are_read_together(db: Any) -> None:
     waiting = await _waiting(service, key)
     successor, _ = await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
     lookup = {"principal_id": key.id, "workspace_id": key.workspace_id}
-    async with read_transaction(service.engine) as conn:
+    async with write_transaction(service.engine) as conn:
         with statements(service.engine) as sent:
-            found = await find_resume_and_run(conn, key="r", run_id=waiting.id, **lookup)
+            found = await find_resume_and_lock(conn, key="r", run_id=waiting.id, **lookup)
         assert len(sent) == 1
         assert (found.replay, found.target) == (successor, waiting)
-        fresh = await find_resume_and_run(conn, key="other", run_id=waiting.id, **lookup)
+        fresh = await find_resume_and_lock(conn, key="other", run_id=waiting.id, **lookup)
         assert (fresh.replay, fresh.target) == (None, waiting)
-        elsewhere = await find_resume_and_run(conn, principal_id=key.id, key="other", workspace_id="wsp_x",
+        elsewhere = await find_resume_and_lock(conn, principal_id=key.id, key="other", workspace_id="wsp_x",
                                               run_id=waiting.id)  # fmt: skip
         assert (elsewhere.replay, elsewhere.target) == (None, None)
     both = split_resume_lookup([waiting, successor], key="r", run_id=successor.id, **lookup)
     assert (both.replay, both.target) == (successor, successor)
+
+
+async def test_the_lookup_locks_the_target_thread_only(db: Any) -> None:
+    """§8.6 step 2, S-83: the statement that finds the run to resume locks its thread until the resume's transaction
+    ends, and never the thread of a replay found with it (a key reused for a run of another thread), so two
+    requests cannot lock two threads in opposite orders. PostgreSQL only: SQLite has no row locks, its
+    `BEGIN IMMEDIATE` holds the whole database."""
+    if db.kind != "postgresql":
+        pytest.skip("row locks are PostgreSQL's; SQLite's write transaction holds the database")
+    service = make_service(db)
+    key = await new_key(service)
+    first, other = [
+        await seal_run(service, accepted.run.id, "waiting")
+        for accepted in [
+            await commands.create_thread(service, key, agent="demo", input=TEXT, options={}, key=thread_key)
+            for thread_key in ("k1", "k2")
+        ]
+    ]
+    assert first.thread_id != other.thread_id
+    await commands.resume_run(service, key, first.id, ANSWERS, key="r")  # the key's successor, on first's thread
+    lookup = {"principal_id": key.id, "workspace_id": key.workspace_id}
+
+    async def thread_locked(thread_id: str) -> bool:
+        async with service.engine.connect() as probe, probe.begin():
+            try:
+                await probe.execute(
+                    sql_text("SELECT id FROM threads WHERE id = :id FOR UPDATE NOWAIT"), {"id": thread_id}
+                )
+            except DBAPIError as error:
+                assert getattr(error.orig, "sqlstate", None) == "55P03", error  # lock_not_available
+                return True
+            return False
+
+    async with write_transaction(service.engine) as conn:
+        found = await find_resume_and_lock(conn, key="r", run_id=other.id, **lookup)
+        assert found.replay is not None and found.replay.thread_id == first.thread_id
+        assert found.target == other
+        assert await thread_locked(other.thread_id)
+        assert not await thread_locked(first.thread_id)
+    assert not await thread_locked(other.thread_id)
 
 
 async def test_resume_refusals_come_in_step_order(db: Any) -> None:
@@ -324,7 +366,8 @@ async def test_resume_refusals_come_in_step_order(db: Any) -> None:
 async def test_resume_sends_few_statements(db: Any) -> None:
     """§8.2, §8.6, S-80: authenticating is one statement (on PostgreSQL sent on asyncpg directly, outside any
     transaction, so SQLAlchemy sees none: `test_a_request_authenticates_in_one_statement_outside_sqlalchemy_on_postgresql`);
-    a resume looks for its replay once (together with the run) unless a check after the lock refuses."""
+    a resume looks for its replay once (together with the run, locking the run's thread) unless a check after the
+    lock refuses, and sends its three statements on PostgreSQL all on asyncpg directly."""
     service = make_service(db)
     key = await new_key(service)
     waiting = await _waiting(service, key)
@@ -337,11 +380,13 @@ async def test_resume_sends_few_statements(db: Any) -> None:
     on_driver: list[str] = []
     with statements(service.engine) as sent, sent_in_transactions_on_driver(lambda _, s: on_driver.append(s)):
         await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
-    by_key = [statement for statement, _ in sent if "request_key =" in statement and statement.startswith("SELECT")]
-    # Replay and run together; the thread lock; the thread, the key's authority and the workspace's subscriptions
-    # together after it; the successor INSERT with the thread UPDATE (a CTE on PostgreSQL, two on SQLite).
-    assert len(by_key) == 1 and len(sent) == (4 if db.kind == "postgresql" else 5), sent
-    # On PostgreSQL all but the first (SQLAlchemy sends BEGIN with it) go on asyncpg directly (`fetch_rows`).
+    by_key = [statement for statement, _ in sent if "request_key =" in statement and "INSERT" not in statement]
+    # Replay and run together, locking the run's thread; the thread, the key's authority and the workspace's
+    # subscriptions together after the lock; the successor INSERT with the thread UPDATE (a CTE on PostgreSQL, two
+    # statements on SQLite).
+    assert len(by_key) == 1 and len(sent) == (3 if db.kind == "postgresql" else 4), sent
+    # On PostgreSQL the BEGIN goes first on its own (`begin_on_driver`), so every statement goes on asyncpg directly
+    # (`fetch_rows`), none through SQLAlchemy's execution path.
     assert len(on_driver) == (3 if db.kind == "postgresql" else 0), on_driver
 
 

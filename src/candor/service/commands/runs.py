@@ -13,7 +13,8 @@ from ..protocol.requests import checked_input, checked_key, checked_options, che
 from ..protocol.resume import ResumeAnswers, resume_refusal, successor_of
 from ..store import auth, interrupts, threads, views
 from ..store.engine import write_transaction
-from ..store.resume import find_resume_and_run, find_resume_by_key, lock_thread_for_resume
+from ..store.resume import find_resume_and_lock, find_resume_by_key, read_locked_thread
+from ..store.statements import begin_on_driver
 from ..store.views import RunRow
 from .acceptance import (
     Accepted,
@@ -110,7 +111,8 @@ async def resume_run(
 
     async def attempt() -> tuple[RunRow, bool]:
         async with write_transaction(service.engine) as conn:
-            lookup = await find_resume_and_run(
+            await begin_on_driver(conn)  # every statement below then goes on asyncpg directly (`fetch_rows`)
+            lookup = await find_resume_and_lock(
                 conn, principal_id=principal.id, key=key, workspace_id=principal.workspace_id, run_id=run_id
             )
             if (found := replay_of(lookup.replay)) is not None:
@@ -118,7 +120,7 @@ async def resume_run(
             waiting = lookup.target
             if waiting is None:
                 raise NotFound("run", run_id)
-            locked = await lock_thread_for_resume(conn, thread_id=waiting.thread_id, principal_id=principal.id)
+            locked = await read_locked_thread(conn, thread_id=waiting.thread_id, principal_id=principal.id)
             assert locked is not None
             refusal = resume_refusal(locked.thread, waiting, locked.authority, answers)
             if refusal is not None:

@@ -1,4 +1,5 @@
-"""Resume reads (spec §8.6): the replay lookup by key and the run to resume, read before locking (S-81–S-83).
+"""Resume reads (spec §8.6): the replay lookup by key and the run to resume, read as the run's thread is locked, then
+the locked thread with the facts the resume checks (S-81–S-83).
 
 Which row is which is decided by `protocol.resume.split_resume_lookup`; the successor (`protocol.resume.successor_of`)
 is inserted by `threads.start_run()`, where the unique index `uq_runs_resume_request` (`resumed_by_id, request_key`)
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, bindparam, or_, select, true
+from sqlalchemy import and_, bindparam, func, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..protocol.resume import ResumeLookup, split_resume_lookup
@@ -19,7 +20,7 @@ from .statements import fetch_rows
 from .tables import runs, threads
 from .views import RunRow, ThreadRow, select_thread, thread_row
 
-__all__ = ("LockedThread", "find_resume_by_key", "find_resume_and_run", "lock_thread_for_resume")
+__all__ = ("LockedThread", "find_resume_by_key", "find_resume_and_lock", "read_locked_thread")
 
 
 async def find_resume_by_key(conn: AsyncConnection, *, principal_id: str, key: str) -> RunRow | None:
@@ -29,26 +30,45 @@ async def find_resume_by_key(conn: AsyncConnection, *, principal_id: str, key: s
     return None if row is None else RunRow.from_mapping(row)
 
 
-_RESUME_AND_RUN = select(runs).where(
+_TARGET_THREAD_LOCK = (
+    select(threads.c.id)
+    .where(
+        threads.c.id
+        == select(runs.c.thread_id)
+        .where(runs.c.id == bindparam("lookup_run_id"), runs.c.workspace_id == bindparam("lookup_workspace_id"))
+        .scalar_subquery()
+    )
+    .with_for_update()
+    .cte("target_thread")
+)
+_RESUME_AND_LOCK = select(
+    runs, select(func.count()).select_from(_TARGET_THREAD_LOCK).scalar_subquery().label("threads_locked")
+).where(
     or_(
         and_(runs.c.resumed_by_id == bindparam("lookup_principal_id"), runs.c.request_key == bindparam("lookup_key")),
         and_(runs.c.id == bindparam("lookup_run_id"), runs.c.workspace_id == bindparam("lookup_workspace_id")),
     )
 )
-"""Built once: every resume request runs it."""
+"""Built once: every resume request runs it. `threads_locked` is there to make PostgreSQL lock the target's thread
+(`FOR UPDATE` in the CTE, run once the first row is read; nothing is locked when no row matches); SQLite has no
+row locks, and its `BEGIN IMMEDIATE` already holds the database's write lock."""
 
 
-async def find_resume_and_run(
+async def find_resume_and_lock(
     conn: AsyncConnection, *, principal_id: str, key: str, workspace_id: str, run_id: str
 ) -> ResumeLookup[RunRow]:
-    """The replay lookup and the run to resume in one round trip (at most two rows: the key and the id are unique).
+    """The replay lookup and the run to resume, with the run's thread locked (`FOR UPDATE`), in one round trip (at
+    most two rows: the key and the id are unique).
 
-    Both are plain reads taken before the thread lock; the caller still looks for the replay again when a check
-    after the lock refuses, since a racing twin may have committed meanwhile.
+    The rows are plain reads from before the lock, as they were when the lookup came before it: what the resume
+    checks after the lock is read by `read_locked_thread`, and the caller looks for the replay again when a check
+    there refuses, since a racing twin may have committed while this statement waited for the lock. Only the
+    target's thread is locked, never the replay's: a key reused for a run of another thread must not make two
+    requests lock two threads in opposite orders.
     """
     params = {"lookup_principal_id": principal_id, "lookup_key": key, "lookup_workspace_id": workspace_id,
               "lookup_run_id": run_id}  # fmt: skip
-    found = [RunRow.from_mapping(row) for row in await fetch_rows(conn, _RESUME_AND_RUN, params)]
+    found = [RunRow.from_mapping(row) for row in await fetch_rows(conn, _RESUME_AND_LOCK, params)]
     return split_resume_lookup(found, principal_id=principal_id, key=key, workspace_id=workspace_id, run_id=run_id)
 
 
@@ -63,7 +83,6 @@ class LockedThread:
     """Whether the thread's workspace has an enabled webhook subscription (`run.accepted` is staged for it)."""
 
 
-_LOCK_THREAD = select(threads.c.id).where(threads.c.id == bindparam("lock_thread_id")).with_for_update()
 _AUTHORITY = authority_subquery("authority_", "authority_principal_id")
 _THREAD_AND_FACTS = (
     select_thread(workspace_id=None, thread_id=bindparam("load_thread_id"))  # type: ignore[arg-type]
@@ -77,12 +96,10 @@ _THREAD_AND_FACTS = (
 workspace has subscriptions, in one round trip instead of three."""
 
 
-async def lock_thread_for_resume(conn: AsyncConnection, *, thread_id: str, principal_id: str) -> LockedThread | None:
-    """Lock the thread row (`FOR UPDATE`; SQLite already holds the write lock), then read it with its state, the
-    principal's authority facts and the workspace's subscriptions, all after the lock (one statement: on
-    PostgreSQL it sees what committed while it waited). `None` if the thread does not exist."""
-    if not await fetch_rows(conn, _LOCK_THREAD, {"lock_thread_id": thread_id}):
-        return None
+async def read_locked_thread(conn: AsyncConnection, *, thread_id: str, principal_id: str) -> LockedThread | None:
+    """The thread `find_resume_and_lock` locked, read after the lock with its state, the principal's authority facts
+    and the workspace's subscriptions (one statement: on PostgreSQL it sees what committed while the lock was
+    waited for). `None` if the thread does not exist."""
     params = {"load_thread_id": thread_id, "authority_principal_id": principal_id}
     found = await fetch_rows(conn, _THREAD_AND_FACTS, params)
     if not found:
