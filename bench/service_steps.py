@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import os
 import sqlite3
 import statistics
@@ -314,24 +315,37 @@ class System:
         self.steps_done += workload.total_steps
 
 
+def last_error_line(stderr: str) -> str:
+    """The line of a traceback that names the exception (the last `SomeError: ...`), else the last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    named = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b", line)]
+    return (named or lines or ["(nothing on stderr)"])[-1][:300]
+
+
 class PeerSystem(System):
     """A system inside one `step_server.py` process."""
 
-    def __init__(self, name: str, database: Database | None, python: Path, system: str) -> None:
+    def __init__(
+        self, name: str, database: Database | None, python: Path, system: str, workloads: list[Workload], logs: Path
+    ) -> None:
         super().__init__(name, database)
-        command = [str(python), str(STEP_SERVER), "--system", system]
+        # DBOS registers its workflows before launch, so the server makes one agent per shape it will be asked for.
+        shapes = sorted({f"{w.steps}:{w.model_seconds}" for w in workloads})
+        command = [str(python), str(STEP_SERVER), "--system", system, "--shapes", ",".join(shapes)]
         if database is not None:
             command += ["--database-url", database.url]
         env = _service.process_environment({})
-        self.process = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-            cwd=STEP_SERVER.parent,
-        )
+        self.log = logs / f"{name.replace('+', '_')}.stderr"
+        with self.log.open("w") as stderr:
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env=env,
+                cwd=STEP_SERVER.parent,
+            )
         ready = self._read()
         self.versions = ready.get("versions", {})
         self.pids = {"process": self.process.pid}
@@ -341,7 +355,11 @@ class PeerSystem(System):
         while True:
             line = self.process.stdout.readline()
             if not line:
-                raise RuntimeError(f"{self.name}: step server exited (status {self.process.poll()})")
+                self.process.wait(10)
+                raise RuntimeError(
+                    f"{self.name}: step server exited (status {self.process.returncode}): "
+                    f"{last_error_line(self.log.read_text(errors='replace'))}"
+                )
             if line.startswith("{"):
                 return dict(json.loads(line))
 
@@ -618,6 +636,11 @@ def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def warm_up_workload(args: argparse.Namespace) -> Workload:
+    """Imports, compiled statements and first connections, before anything is measured."""
+    return Workload("warm-up", min(5, args.sequential_steps[0]), 2, 1, 0.0)
+
+
 async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[str, Any]:
     workloads = [Workload(f"sequential {n} steps", n, args.sequential_runs, 1, 0.0) for n in args.sequential_steps]
     count, steps = args.concurrent
@@ -653,13 +676,14 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
                     system: System = service_system
                 else:
                     python = Path(sys.executable) if name in ("pydantic-ai", "harness") else peers
-                    system = PeerSystem(name, database, python, name.partition("+")[0])
+                    shapes = [warm_up_workload(args), *workloads]
+                    system = PeerSystem(name, database, python, name.partition("+")[0], shapes, tmp)
                     stack.push_async_callback(system.close)  # type: ignore[attr-defined]
             except Exception as exc:  # noqa: BLE001 - a system that cannot start is reported, the rest still run
                 skipped[name] = f"could not start: {type(exc).__name__}: {str(exc)[:300]}"
                 continue
             # Warm-up (imports, compiled statements, first connections), not measured.
-            await system.run(Workload("warm-up", min(5, args.sequential_steps[0]), 2, 1, 0.0))
+            await system.run(warm_up_workload(args))
             await system.settled()
             if database is not None and (busy := await database.quiet_housekeeping()):
                 console_lines.append(f"  {name}: autovacuum left on for {', '.join(busy)} (a lock was held)")

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -341,3 +342,24 @@ async def test_service_steps_status_poll_counts_sealed_runs_on_sqlite(tmp_path: 
         assert poll.statements == 0  # only PostgreSQL polls are commits to leave out
     finally:
         await poll.close()
+
+
+def test_service_steps_peer_server_runs_its_shapes_and_names_why_it_exited(tmp_path: Path) -> None:
+    """The peers' step server is told the workload shapes up front (DBOS registers one agent per shape before it
+    launches), and a server that exits is reported with the exception it died of, not just its status."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from bench.service_steps import PeerSystem, Workload, last_error_line
+
+    shapes = [Workload("tiny", 3, 1, 1, 0.0)]
+    bare = PeerSystem("pydantic-ai", None, Path(sys.executable), "pydantic-ai", shapes, tmp_path)
+    try:
+        assert asyncio.run(bare.run(shapes[0])) > 0
+    finally:
+        asyncio.run(bare.close())
+    database: Any = SimpleNamespace(url="postgresql://postgres@127.0.0.1:1/unused")
+    with pytest.raises(RuntimeError, match=r"step server exited \(status 1\): ModuleNotFoundError: .*dbos"):
+        PeerSystem("dbos+postgresql", database, Path(sys.executable), "dbos", shapes, tmp_path)  # not in this venv
+    assert last_error_line("Traceback:\n  File 'x'\nKeyError: (1, 0.02)\n\n") == "KeyError: (1, 0.02)"
+    assert last_error_line("") == "(nothing on stderr)"

@@ -28,6 +28,8 @@ from typing import Any
 
 TOOL_RESULT = "r" * 200
 Runner = Callable[[int, float], Awaitable[None]]
+Shape = tuple[int, float]
+"""A workload's steps per run and model seconds per request."""
 
 
 def _versions(*names: str) -> dict[str, str]:
@@ -67,7 +69,7 @@ def _usage_limits(steps: int) -> Any:
     return UsageLimits(request_limit=steps + 10)
 
 
-async def pydantic_ai_runner(database_url: str | None) -> tuple[Runner, Callable[[], None]]:
+async def pydantic_ai_runner(database_url: str | None, shapes: list[Shape]) -> tuple[Runner, Callable[[], None]]:
     agents: dict[tuple[int, float], Any] = {}
 
     async def run(steps: int, model_seconds: float) -> None:
@@ -77,7 +79,7 @@ async def pydantic_ai_runner(database_url: str | None) -> tuple[Runner, Callable
     return run, lambda: None
 
 
-async def harness_runner(database_url: str | None) -> tuple[Runner, Callable[[], None]]:
+async def harness_runner(database_url: str | None, shapes: list[Shape]) -> tuple[Runner, Callable[[], None]]:
     from candor import Harness
 
     harnesses: dict[tuple[int, float], Any] = {}
@@ -91,27 +93,28 @@ async def harness_runner(database_url: str | None) -> tuple[Runner, Callable[[],
     return run, lambda: None
 
 
-async def dbos_runner(database_url: str | None) -> tuple[Runner, Callable[[], None]]:
+async def dbos_runner(database_url: str | None, shapes: list[Shape]) -> tuple[Runner, Callable[[], None]]:
     from dbos import DBOS
     from pydantic_ai.durable_exec.dbos import DBOSAgent
 
     assert database_url is not None, "dbos needs --database-url"
     DBOS(config={"name": "candor-bench", "system_database_url": database_url, "run_admin_server": False})
     # DBOS registers workflows at import/wrap time, before launch: one agent per workload shape, made up front.
-    shapes = [(s, m) for s in (2, 5, 20, 80) for m in (0.0, 0.02)]
     agents = {
         shape: DBOSAgent(_pydantic_agent(*shape, name=f"bench_{shape[0]}_{int(shape[1] * 1000)}")) for shape in shapes
     }
     DBOS.launch()
 
     async def run(steps: int, model_seconds: float) -> None:
-        agent = agents[(steps, model_seconds)]
+        agent = agents.get((steps, model_seconds))
+        if agent is None:
+            raise ValueError(f"no DBOS agent for {steps} steps with a {model_seconds} s model: pass it in --shapes")
         await agent.run("Run the loop.", usage_limits=_usage_limits(steps))
 
     return run, DBOS.destroy
 
 
-async def langgraph_runner(database_url: str | None) -> tuple[Runner, Callable[[], None]]:
+async def langgraph_runner(database_url: str | None, shapes: list[Shape]) -> tuple[Runner, Callable[[], None]]:
     import langgraph_steps  # the graph of bench.durable_steps' LangGraph side, same directory
 
     assert database_url is not None, "langgraph needs --database-url"
@@ -184,11 +187,11 @@ async def workload(run: Runner, command: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - started, "completed": runs}
 
 
-async def serve(system: str, database_url: str | None) -> None:
+async def serve(system: str, database_url: str | None, shapes: list[Shape]) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))  # 16 concurrent runs
-    run, close = await RUNNERS[system](database_url)
+    run, close = await RUNNERS[system](database_url, shapes)
     print(json.dumps({"ready": True, "versions": _versions(*VERSIONS[system])}), flush=True)
     loop = asyncio.get_running_loop()
     try:
@@ -208,8 +211,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--system", choices=sorted(RUNNERS), required=True)
     parser.add_argument("--database-url", default=None, help="postgresql://… or sqlite:///path (durable systems)")
+    parser.add_argument(
+        "--shapes",
+        default="2:0.0,5:0.0,20:0.0,80:0.0,2:0.02,5:0.02,20:0.02,80:0.02",
+        help="STEPS:MODEL_SECONDS,... the workloads that will be asked for (DBOS registers one agent per shape)",
+    )
     args = parser.parse_args()
-    asyncio.run(serve(args.system, args.database_url))
+    shapes = [(int(steps), float(seconds)) for steps, _, seconds in (s.partition(":") for s in args.shapes.split(","))]
+    asyncio.run(serve(args.system, args.database_url, shapes))
 
 
 if __name__ == "__main__":
