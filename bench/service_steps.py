@@ -30,8 +30,8 @@ import argparse
 import asyncio
 import contextlib
 import json
-import re
 import os
+import re
 import sqlite3
 import statistics
 import subprocess
