@@ -295,13 +295,12 @@ async def test_replay_and_target_are_read_together(db: Any) -> None:
     assert (both.replay, both.target) == (successor, successor)
 
 
+@pytest.mark.parametrize("db_kind", ["postgresql"], indirect=True)  # row locks; SQLite's BEGIN IMMEDIATE holds it all
 async def test_the_lookup_locks_the_target_thread_only(db: Any) -> None:
     """§8.6 step 2, S-83: the statement that finds the run to resume locks its thread until the resume's transaction
     ends, and never the thread of a replay found with it (a key reused for a run of another thread), so two
     requests cannot lock two threads in opposite orders. PostgreSQL only: SQLite has no row locks, its
     `BEGIN IMMEDIATE` holds the whole database."""
-    if db.kind != "postgresql":
-        pytest.skip("row locks are PostgreSQL's; SQLite's write transaction holds the database")
     service = make_service(db)
     key = await new_key(service)
     first, other = [
