@@ -1,10 +1,11 @@
-"""Running the hot constant statements: several writes in one round trip (`execute_together`), and a statement
-sent on asyncpg directly inside the caller's transaction (`fetch_rows`).
+"""Running the hot constant statements: several writes in one round trip (`execute_together`), a statement sent
+on asyncpg directly inside the caller's transaction (`fetch_rows`), and that transaction's BEGIN sent up front so
+that its first statement can go that way too (`begin_on_driver`).
 
 Through SQLAlchemy's `AsyncConnection.execute` a statement costs the client its execution path (a greenlet hop,
 the compiled-cache lookup, an execution context, result processing) on top of asyncpg's own work; sending the
 resume's statements after the first this way cut the control process's CPU per resume by 14% (issue 12,
-docs/control-cost.md).
+docs/control-cost.md), and sending the first one too after an up-front BEGIN a further 7–11% (fifth pass).
 `fetch_rows` sends a constant Core statement, compiled once, on the same connection and in the same transaction,
 so callers keep SQLAlchemy's transactions, its SQLite support and its error types.
 """
@@ -60,11 +61,11 @@ async def fetch_rows(
 
     On PostgreSQL it is sent on `conn`'s asyncpg connection, inside `conn`'s transaction, skipping SQLAlchemy's
     execution path (compiled once, `pg_driver.prepared_statement`); the rows are asyncpg records, read by column
-    name like `.mappings()` rows, with the same values (the connection's codecs decode JSON). Two cases still go through
-    SQLAlchemy: SQLite, and a transaction SQLAlchemy has begun but not yet sent (it emits BEGIN with its first
-    statement, so that statement must be its own). Errors read as SQLAlchemy's would to the callers: an integrity
-    violation is `sqlalchemy.exc.IntegrityError` (`dialect.violated_constraint` names the constraint), and
-    "unavailable" is `StoreUnavailable`.
+    name like `.mappings()` rows, with the same values (the connection's codecs decode JSON). Two cases still go
+    through SQLAlchemy: SQLite, and a transaction SQLAlchemy has begun but not yet sent (it emits BEGIN with its
+    first statement, so that statement must be its own; `begin_on_driver` sends the BEGIN first instead). Errors
+    read as SQLAlchemy's would to the callers: an integrity violation is `sqlalchemy.exc.IntegrityError`
+    (`dialect.violated_constraint` names the constraint), and "unavailable" is `StoreUnavailable`.
     """
     if not statements_on_driver(conn):
         return (await conn.execute(statement, params)).mappings().all()
@@ -88,8 +89,8 @@ async def begin_on_driver(conn: AsyncConnection) -> None:
     SQLAlchemy's asyncpg adapter begins lazily, with the first statement SQLAlchemy executes, so `fetch_rows` had to
     send a transaction's first statement through SQLAlchemy's execution path. Here the adapter's transaction is
     begun the way the adapter itself does it (`_start_transaction`: an asyncpg transaction with the adapter's
-    isolation level), so SQLAlchemy's commit and rollback still end it. That reads two private attributes of the
-    adapter of the pinned SQLAlchemy; `test_resume_sends_few_statements` fails if they change meaning.
+    isolation level), so SQLAlchemy's commit and rollback still end it. That reads and sets the adapter's private
+    `_transaction` in the pinned SQLAlchemy; `test_resume_sends_few_statements` fails if it changes meaning.
     """
     if not statements_on_driver(conn) or not conn.in_transaction():
         return
