@@ -315,6 +315,12 @@ class System:
         self.steps_done += workload.total_steps
 
 
+def shapes_argument(workloads: list[Workload]) -> str:
+    """The step server's `--shapes`: DBOS registers its workflows before launch, so the server makes one agent per
+    shape (steps, model seconds) it will be asked for."""
+    return ",".join(sorted({f"{w.steps}:{w.model_seconds}" for w in workloads}))
+
+
 def last_error_line(stderr: str) -> str:
     """The line of a traceback that names the exception (the last `SomeError: ...`), else the last line."""
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
@@ -329,9 +335,7 @@ class PeerSystem(System):
         self, name: str, database: Database | None, python: Path, system: str, workloads: list[Workload], logs: Path
     ) -> None:
         super().__init__(name, database)
-        # DBOS registers its workflows before launch, so the server makes one agent per shape it will be asked for.
-        shapes = sorted({f"{w.steps}:{w.model_seconds}" for w in workloads})
-        command = [str(python), str(STEP_SERVER), "--system", system, "--shapes", ",".join(shapes)]
+        command = [str(python), str(STEP_SERVER), "--system", system, "--shapes", shapes_argument(workloads)]
         if database is not None:
             command += ["--database-url", database.url]
         env = _service.process_environment({})

@@ -344,13 +344,35 @@ async def test_service_steps_status_poll_counts_sealed_runs_on_sqlite(tmp_path: 
         await poll.close()
 
 
-def test_service_steps_peer_server_runs_its_shapes_and_names_why_it_exited(tmp_path: Path) -> None:
+def test_service_steps_peer_server_is_told_its_shapes_and_names_why_it_exited(tmp_path: Path) -> None:
     """The peers' step server is told the workload shapes up front (DBOS registers one agent per shape before it
-    launches), and a server that exits is reported with the exception it died of, not just its status."""
+    launches), as the keys its workload commands are looked up by, and a server that exits is reported with the
+    exception it died of, not just its status."""
     import asyncio
+    import importlib.util
     from types import SimpleNamespace
 
-    from bench.service_steps import PeerSystem, Workload, last_error_line
+    from bench.service_steps import (
+        MODEL_SECONDS_CONCURRENT,
+        STEP_SERVER,
+        PeerSystem,
+        Workload,
+        last_error_line,
+        shapes_argument,
+    )
+
+    spec = importlib.util.spec_from_file_location("step_server", STEP_SERVER)
+    assert spec is not None and spec.loader is not None
+    step_server = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_server)
+    asked = [
+        Workload("a", 80, 1, 1, 0.0),
+        Workload("b", 20, 16, 16, MODEL_SECONDS_CONCURRENT),
+        Workload("c", 80, 2, 1, 0.0),
+    ]
+    command = json.loads(json.dumps({"steps": 20, "model_seconds": MODEL_SECONDS_CONCURRENT}))  # as sent on stdin
+    assert step_server.parse_shapes(shapes_argument(asked)) == [(20, 0.02), (80, 0.0)]
+    assert (command["steps"], command["model_seconds"]) in step_server.parse_shapes(shapes_argument(asked))
 
     shapes = [Workload("tiny", 3, 1, 1, 0.0)]
     bare = PeerSystem("pydantic-ai", None, Path(sys.executable), "pydantic-ai", shapes, tmp_path)

@@ -207,6 +207,11 @@ async def serve(system: str, database_url: str | None, shapes: list[Shape]) -> N
         close()
 
 
+def parse_shapes(text: str) -> list[Shape]:
+    """`--shapes` ("STEPS:MODEL_SECONDS,..."), as the keys a workload command is looked up by."""
+    return [(int(steps), float(seconds)) for steps, _, seconds in (shape.partition(":") for shape in text.split(","))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--system", choices=sorted(RUNNERS), required=True)
@@ -217,8 +222,7 @@ def main() -> None:
         help="STEPS:MODEL_SECONDS,... the workloads that will be asked for (DBOS registers one agent per shape)",
     )
     args = parser.parse_args()
-    shapes = [(int(steps), float(seconds)) for steps, _, seconds in (s.partition(":") for s in args.shapes.split(","))]
-    asyncio.run(serve(args.system, args.database_url, shapes))
+    asyncio.run(serve(args.system, args.database_url, parse_shapes(args.shapes)))
 
 
 if __name__ == "__main__":
