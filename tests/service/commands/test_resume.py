@@ -7,18 +7,18 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select
-from sqlalchemy import text as sql_text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import event, insert, select
 
 from candor.service import commands
+from candor.service.commands import runs as runs_commands
 from candor.service.errors import Conflict, Disabled, Forbidden, InvalidArgument, NotFound, RaceLost
+from candor.service.protocol.idempotency import resume_digest
 from candor.service.protocol.pending import Pending, pending_problem
 from candor.service.protocol.resume import ResumeAnswers, resume_refusal, split_resume_lookup, successor_of
 from candor.service.store import auth
 from candor.service.store.dialect import db_now
-from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.store.resume import find_resume_and_lock
+from candor.service.store.engine import guarded_writes, read_transaction, write_transaction
+from candor.service.store.resume import GUARD_LOST, read_resume, start_successor
 from candor.service.store.tables import outbox, runs, subscriptions
 from candor.service.store.threads import start_run
 
@@ -29,9 +29,9 @@ from transactions import sent_in_transactions_on_driver
 ANSWERS = {"approvals": {"a1": {"action": "approve"}}, "calls": {"c1": {"status": "returned", "value": 42}}}
 
 
-async def _waiting(service: Any, key: Any, **pending: Any) -> Any:
+async def _waiting(service: Any, key: Any, request_key: str = "k", **pending: Any) -> Any:
     """A thread whose only run is sealed `waiting` with pending items (S-89 shape)."""
-    accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, options={"o": 1}, key="k")
+    accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, options={"o": 1}, key=request_key)
     return await seal_run(service, accepted.run.id, "waiting", pending=pending_of(**pending) if pending else None)
 
 
@@ -274,64 +274,119 @@ async def test_unique_resume_index_decides_a_lost_race(db: Any) -> None:
 
 
 async def test_replay_and_target_are_read_together(db: Any) -> None:
-    """§8.2, S-81, S-126: one statement reads the key's successor and the run to resume; a run of another
-    workspace is no target, and a successor resumed again with the key that created it is both."""
+    """§8.2, S-81, S-126: one statement reads the key's successor, the run to resume, its thread and the key's
+    authority; a run of another workspace is no target, and a successor resumed again with the key that created it
+    is both."""
     service = make_service(db)
     key = await new_key(service)
     waiting = await _waiting(service, key)
     successor, _ = await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
     lookup = {"principal_id": key.id, "workspace_id": key.workspace_id}
-    async with write_transaction(service.engine) as conn:
+    async with guarded_writes(service.engine) as conn:
         with statements(service.engine) as sent:
-            found = await find_resume_and_lock(conn, key="r", run_id=waiting.id, **lookup)
+            found = await read_resume(conn, key="r", run_id=waiting.id, **lookup)
         assert len(sent) == 1
         assert (found.replay, found.target) == (successor, waiting)
-        fresh = await find_resume_and_lock(conn, key="other", run_id=waiting.id, **lookup)
-        assert (fresh.replay, fresh.target) == (None, waiting)
-        elsewhere = await find_resume_and_lock(conn, principal_id=key.id, key="other", workspace_id="wsp_x",
-                                              run_id=waiting.id)  # fmt: skip
-        assert (elsewhere.replay, elsewhere.target) == (None, None)
+        assert found.thread == await thread_row(service, waiting.thread_id) and found.thread is not None
+        assert (found.thread.state, found.thread.current_run_id) == ("active", successor.id)
+        assert found.authority is not None and found.authority.verdict() == "allowed"
+        assert not found.workspace_has_subscriptions
+        fresh = await read_resume(conn, key="other", run_id=waiting.id, **lookup)
+        assert (fresh.replay, fresh.target, fresh.thread) == (None, waiting, found.thread)
+        elsewhere = await read_resume(conn, principal_id=key.id, key="r", workspace_id="wsp_x", run_id=waiting.id)
+        assert (elsewhere.replay, elsewhere.target, elsewhere.thread, elsewhere.authority) == (
+            successor, None, None, None,
+        )  # fmt: skip
     both = split_resume_lookup([waiting, successor], key="r", run_id=successor.id, **lookup)
     assert (both.replay, both.target) == (successor, successor)
 
 
-@pytest.mark.parametrize("db_kind", ["postgresql"], indirect=True)  # row locks; SQLite's BEGIN IMMEDIATE holds it all
-async def test_the_lookup_locks_the_target_thread_only(db: Any) -> None:
-    """§8.6 step 2, S-83: the statement that finds the run to resume locks its thread until the resume's transaction
-    ends, and never the thread of a replay found with it (a key reused for a run of another thread), so two
-    requests cannot lock two threads in opposite orders. PostgreSQL only: SQLite has no row locks, its
-    `BEGIN IMMEDIATE` holds the whole database."""
+async def _start_after(service: Any, key: Any, waiting: Any, *, request_key: str) -> Any:
+    """The resume's guarded start of `waiting`'s successor, as a request that read the thread waiting would send it."""
+    answers = ResumeAnswers.model_validate(ANSWERS)
+    successor = successor_of(waiting, answers=answers, resumed_by_id=key.id, key=request_key,
+                             digest=resume_digest(waiting.id, answers.stored_json()), max_attempts=3)  # fmt: skip
+    async with guarded_writes(service.engine) as conn:
+        return await start_successor(conn, successor, entropy=service.entropy, waiting_run_id=waiting.id,
+                                     workspace_has_subscriptions=False)  # fmt: skip
+
+
+async def _loses(service: Any, key: Any, waiting: Any, request_key: str) -> None:
+    """The guarded start of `waiting`'s successor loses (`RaceLost`), and nothing is written."""
+    before = await count(service, runs)
+    with pytest.raises(RaceLost) as caught:
+        await _start_after(service, key, waiting, request_key=request_key)
+    assert caught.value.constraint == GUARD_LOST
+    assert await count(service, runs) == before
+    assert (await run_row(service, waiting.id)).status == "waiting"
+
+
+async def test_the_successor_starts_only_while_the_thread_waits_on_the_run(db: Any) -> None:
+    """S-77, S-83, S-84, S-85: the successor's start is guarded by what the resume read. After another resume won
+    (with another key or the same one), after that winner was sealed (the thread waits on it now) or cancelled, and
+    after an archive, the start loses (`RaceLost`) and writes nothing; on an untouched waiting thread it starts the
+    successor as the thread's current run."""
     service = make_service(db)
     key = await new_key(service)
-    first, other = [
-        await seal_run(service, accepted.run.id, "waiting")
-        for accepted in [
-            await commands.create_thread(service, key, agent="demo", input=TEXT, options={}, key=thread_key)
-            for thread_key in ("k1", "k2")
-        ]
-    ]
-    assert first.thread_id != other.thread_id
-    await commands.resume_run(service, key, first.id, ANSWERS, key="r")  # the key's successor, on first's thread
-    lookup = {"principal_id": key.id, "workspace_id": key.workspace_id}
+    waiting = await _waiting(service, key)
+    winner, _ = await commands.resume_run(service, key, waiting.id, ANSWERS, key="w")
+    await _loses(service, key, waiting, "r1")  # the winner is the thread's current run
+    await _loses(service, key, waiting, "w")  # the same key: the guard decides before the key's index would
+    await seal_run(service, winner.id, "waiting")
+    await _loses(service, key, waiting, "r2")  # the thread now waits on the winner
+    cancelled = await _waiting(service, key, "k2")
+    successor, _ = await commands.resume_run(service, key, cancelled.id, ANSWERS, key="c")
+    await commands.interrupt_run(service, key, successor.id)  # cancelled before it ran: the thread's last run now
+    await _loses(service, key, cancelled, "r3")
+    archived = await _waiting(service, key, "k3")
+    await commands.archive_thread(service, key, archived.thread_id)
+    await _loses(service, key, archived, "r4")
+    fresh = await _waiting(service, key, "k4")
+    started = await _start_after(service, key, fresh, request_key="r5")
+    assert (started.parent_run_id, started.status) == (fresh.id, "accepted")
+    assert (await thread_row(service, fresh.thread_id)).current_run_id == started.id
 
-    async def thread_locked(thread_id: str) -> bool:
-        async with service.engine.connect() as probe, probe.begin():
-            try:
-                await probe.execute(
-                    sql_text("SELECT id FROM threads WHERE id = :id FOR UPDATE NOWAIT"), {"id": thread_id}
-                )
-            except DBAPIError as error:
-                assert getattr(error.orig, "sqlstate", None) == "55P03", error  # lock_not_available
-                return True
-            return False
 
-    async with write_transaction(service.engine) as conn:
-        found = await find_resume_and_lock(conn, key="r", run_id=other.id, **lookup)
-        assert found.replay is not None and found.replay.thread_id == first.thread_id
-        assert found.target == other
-        assert await thread_locked(other.thread_id)
-        assert not await thread_locked(first.thread_id)
-    assert not await thread_locked(other.thread_id)
+@pytest.mark.parametrize("db_kind", ["postgresql"], indirect=True)  # SQLite: read and write in one BEGIN IMMEDIATE
+@pytest.mark.parametrize("race", ["same_key", "other_key", "archive"])
+async def test_a_resume_that_loses_its_guard_answers_from_the_winner(
+    db: Any, monkeypatch: pytest.MonkeyPatch, race: str
+) -> None:
+    """S-81, S-83, S-84, §8.6 step 4 ("after checking for a replay again"): a request that changes the thread after a
+    resume has read it and before it writes makes the resume's start lose; the resume reads again and answers from
+    what the winner left: the twin's successor (200) for the same key and body, otherwise `not_idle_waiting_run` or
+    `archived`. One successor at most, the waiting run stays waiting. PostgreSQL only: on SQLite nothing can write
+    between the read and the write (one `BEGIN IMMEDIATE` transaction)."""
+    service = make_service(db)
+    key = await new_key(service)
+    waiting = await _waiting(service, key)
+    reads: list[Any] = []
+    winner: list[Any] = []
+
+    async def read_then_race(conn: Any, **lookup: Any) -> Any:
+        read = await read_resume(conn, **lookup)
+        reads.append(read)
+        if len(reads) == 1:  # another request commits between this resume's read and its write
+            if race == "archive":
+                await commands.archive_thread(service, key, waiting.thread_id)
+            else:
+                winner.append(await commands.resume_run(service, key, waiting.id, ANSWERS,
+                                                        key="r" if race == "same_key" else "twin"))  # fmt: skip
+        return read
+
+    monkeypatch.setattr(runs_commands, "read_resume", read_then_race)
+    if race == "same_key":
+        replayed, created = await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+        assert not created and replayed.id == winner[0][0].id
+    else:
+        with pytest.raises(Conflict) as caught:
+            await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+        assert caught.value.reason == ("archived" if race == "archive" else "not_idle_waiting_run")
+    # The first read saw the thread waiting; the losing write made the resume read again (the racer's own resume
+    # read once in between).
+    assert reads[0].thread.state == "waiting" and len(reads) == (2 if race == "archive" else 3)
+    assert await count(service, runs, runs.c.parent_run_id == waiting.id) == (0 if race == "archive" else 1)
+    assert (await run_row(service, waiting.id)).status == "waiting"
 
 
 async def test_resume_refusals_come_in_step_order(db: Any) -> None:
@@ -365,8 +420,9 @@ async def test_resume_refusals_come_in_step_order(db: Any) -> None:
 async def test_resume_sends_few_statements(db: Any) -> None:
     """§8.2, §8.6, S-80: authenticating is one statement (on PostgreSQL sent on asyncpg directly, outside any
     transaction, so SQLAlchemy sees none: `test_a_request_authenticates_in_one_statement_outside_sqlalchemy_on_postgresql`);
-    a resume looks for its replay once (together with the run, locking the run's thread) unless a check after the
-    lock refuses, and sends its three statements on PostgreSQL all on asyncpg directly."""
+    a resume reads everything it decides on in one statement, replay lookup included, and starts the successor in
+    one guarded statement: on PostgreSQL two statements on asyncpg directly, outside any transaction (no BEGIN, no
+    COMMIT); on SQLite one `BEGIN IMMEDIATE` transaction of three (the guarded UPDATE, then the INSERT)."""
     service = make_service(db)
     key = await new_key(service)
     waiting = await _waiting(service, key)
@@ -377,16 +433,23 @@ async def test_resume_sends_few_statements(db: Any) -> None:
         assert await commands.authenticate(service, secret) is not None
     assert len(sent) == (0 if db.kind == "postgresql" else 1)
     on_driver: list[str] = []
-    with statements(service.engine) as sent, sent_in_transactions_on_driver(lambda _, s: on_driver.append(s)):
-        await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+    begun: list[Any] = []
+
+    def began(conn: Any) -> None:
+        begun.append(conn)
+
+    event.listen(service.engine.sync_engine, "begin", began)
+    try:
+        with statements(service.engine) as sent, sent_in_transactions_on_driver(lambda _, s: on_driver.append(s)):
+            _, created = await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
+    finally:
+        event.remove(service.engine.sync_engine, "begin", began)
+    assert created
     by_key = [statement for statement, _ in sent if "request_key =" in statement and "INSERT" not in statement]
-    # Replay and run together, locking the run's thread; the thread, the key's authority and the workspace's
-    # subscriptions together after the lock; the successor INSERT with the thread UPDATE (a CTE on PostgreSQL, two
-    # statements on SQLite).
-    assert len(by_key) == 1 and len(sent) == (3 if db.kind == "postgresql" else 4), sent
-    # On PostgreSQL the BEGIN goes first on its own (`begin_on_driver`), so every statement goes on asyncpg directly
-    # (`fetch_rows`), none through SQLAlchemy's execution path.
-    assert len(on_driver) == (3 if db.kind == "postgresql" else 0), on_driver
+    assert len(by_key) == 1 and len(sent) == (2 if db.kind == "postgresql" else 3), sent
+    # On PostgreSQL both go on asyncpg directly (`fetch_rows`), none through SQLAlchemy, and no transaction begins.
+    assert len(on_driver) == (2 if db.kind == "postgresql" else 0), on_driver
+    assert len(begun) == (0 if db.kind == "postgresql" else 1)
 
 
 async def test_resume_stages_run_accepted_only_for_an_enabled_subscription(db: Any) -> None:

@@ -12,9 +12,8 @@ from ..protocol.idempotency import replay_or_conflict, request_digest, resume_di
 from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
 from ..protocol.resume import ResumeAnswers, resume_refusal, successor_of
 from ..store import auth, interrupts, threads, views
-from ..store.engine import write_transaction
-from ..store.resume import find_resume_and_lock, find_resume_by_key, read_locked_thread
-from ..store.statements import begin_on_driver
+from ..store.engine import guarded_writes, write_transaction
+from ..store.resume import read_resume, start_successor
 from ..store.views import RunRow
 from .acceptance import (
     Accepted,
@@ -95,8 +94,10 @@ async def fork_run(
 async def resume_run(
     service: Service, principal: Principal, run_id: str, body: ResumeAnswers | Mapping[str, Any], *, key: str
 ) -> tuple[RunRow, bool]:
-    """`POST /v1/runs/{id}/resume`, §8.6 in order: shape → replay → lock → archived → last waiting run →
-    coverage → `run` held → successor. Any rejection changes nothing (S-85); the waiting run stays `waiting` (S-86).
+    """`POST /v1/runs/{id}/resume`, §8.6 in order: shape → replay → archived → last waiting run → coverage → `run`
+    held → successor, the checks on one read and the successor's start guarded by it (the read and the guard take
+    the place of §8.6's thread lock: store/resume.py). Any rejection changes nothing (S-85); the waiting run stays
+    `waiting` (S-86).
     `body` is the typed answers (the HTTP body) or a plain mapping, built into them once. Returns the successor and
     whether this request created it (201) or replayed it (200)."""
     require(principal, "run")
@@ -110,24 +111,20 @@ async def resume_run(
         return found
 
     async def attempt() -> tuple[RunRow, bool]:
-        async with write_transaction(service.engine) as conn:
-            await begin_on_driver(conn)  # every statement below then goes on asyncpg directly (`fetch_rows`)
-            lookup = await find_resume_and_lock(
+        # Read, decide, then one guarded write: no transaction spans them on PostgreSQL (store/resume.py says why
+        # the guard is enough); a lost guard is `RaceLost`, and `answer` reads again.
+        async with guarded_writes(service.engine) as conn:
+            read = await read_resume(
                 conn, principal_id=principal.id, key=key, workspace_id=principal.workspace_id, run_id=run_id
             )
-            if (found := replay_of(lookup.replay)) is not None:
+            if (found := replay_of(read.replay)) is not None:
                 return found, False  # S-81
-            waiting = lookup.target
+            waiting = read.target
             if waiting is None:
                 raise NotFound("run", run_id)
-            locked = await read_locked_thread(conn, thread_id=waiting.thread_id, principal_id=principal.id)
-            assert locked is not None
-            refusal = resume_refusal(locked.thread, waiting, locked.authority, answers)
+            assert read.thread is not None and read.authority is not None
+            refusal = resume_refusal(read.thread, waiting, read.authority, answers)
             if refusal is not None:
-                # A racing twin may have committed while we waited for the lock: its successor is the answer
-                # (S-81), and its commit is what made the run refusable. Looked up only here, off the common path.
-                if (found := replay_of(await find_resume_by_key(conn, principal_id=principal.id, key=key))) is not None:
-                    return found, False
                 raise refusal
             edits_refused = edited_argument_problems(service, waiting, answers)  # issue 13: before the wait ends
             if edits_refused:
@@ -136,9 +133,10 @@ async def resume_run(
                 waiting, answers=answers, resumed_by_id=principal.id, key=key, digest=digest,
                 max_attempts=service.settings.worker.max_attempts,
             )  # fmt: skip
-            started = await threads.start_run(
-                conn, successor, entropy=service.entropy, workspace_has_subscriptions=locked.workspace_has_subscriptions
-            )
+            started = await start_successor(
+                conn, successor, entropy=service.entropy, waiting_run_id=waiting.id,
+                workspace_has_subscriptions=read.workspace_has_subscriptions,
+            )  # fmt: skip
             return started, True
 
     run, created = await answer(attempt)

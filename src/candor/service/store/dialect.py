@@ -55,6 +55,7 @@ __all__ = (
     "writes_as_ctes",
     "commits_on_driver",
     "statements_on_driver",
+    "guards_decide_races",
     "has_listen_notify",
     "is_postgresql_url",
     "async_url",
@@ -282,6 +283,15 @@ def statements_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
     """Whether the hot statements go on asyncpg directly (PostgreSQL, `pg_driver.py`): a request's authentication,
     outside any transaction, and `statements.fetch_rows` inside SQLAlchemy's. On SQLite they go through SQLAlchemy
     (authentication in a deferred read transaction): SQLite emits BEGIN itself and has no round trips to save."""
+    return dialect_name(bind) == "postgresql"
+
+
+def guards_decide_races(bind: AsyncConnection | AsyncEngine | Any) -> bool:
+    """Whether a command may read, then write, outside any transaction, each statement committing on its own, the
+    write's guards (conditions re-checked on the rows it changes) and the unique indexes deciding races
+    (PostgreSQL: row locks, and a write re-checks its `WHERE` on the row as it is after waiting for another's
+    lock). SQLite has one writer at a time: such a command runs in one `BEGIN IMMEDIATE` transaction there, where
+    no other write can come between its read and its write (`engine.guarded_writes`)."""
     return dialect_name(bind) == "postgresql"
 
 

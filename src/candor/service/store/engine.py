@@ -27,6 +27,7 @@ from .dialect import (
     SqliteSynchronous,
     async_url,
     engine_options,
+    guards_decide_races,
     install_connection_hooks,
     pool_options,
 )
@@ -40,6 +41,7 @@ __all__ = (
     "bind_key_ring",
     "key_ring_of",
     "write_transaction",
+    "guarded_writes",
     "read_transaction",
     "translate_errors",
     "is_unavailable",
@@ -187,6 +189,36 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
             if connection.info.pop(_NOTHING_TO_COMMIT, False):
                 await transaction.rollback()
     for hook in hooks:  # committed: now count what happened (metrics)
+        hook()
+
+
+@asynccontextmanager
+async def guarded_writes(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection for a command that reads, decides, then writes with guards: a write that re-checks what the
+    decision read (its `WHERE`), with the unique indexes deciding between racing inserts, and reports a lost guard
+    so the command reads again (`errors.RaceLost`, `commands.acceptance.answer`).
+
+    On PostgreSQL (`dialect.guards_decide_races`) the connection is outside any transaction: each statement sent
+    with `statements.fetch_rows` goes on asyncpg and commits on its own, so a read and a guarded write are two round
+    trips instead of BEGIN, read, write and COMMIT (and no lock is held between them). A block that must write more
+    than one statement atomically opens its own transaction (`async with conn.begin()`). On SQLite this is a
+    `write_transaction`: one writer at a time, so nothing can come between the read and the write. Either way the
+    `after_commit` hooks run once the block has ended without an error.
+    """
+    if not guards_decide_races(engine):
+        async with write_transaction(engine) as connection:
+            yield connection
+        return
+    with translate_errors():
+        async with engine.connect() as connection:
+            connection.info.pop(_AFTER_COMMIT, None)
+            yield connection
+            if connection.in_transaction():
+                # A statement sent through SQLAlchemy began a transaction the block did not end: never let the
+                # connection's return roll back a write silently.
+                raise RuntimeError("guarded_writes: a transaction was left open; end it inside the block")
+            hooks = connection.info.pop(_AFTER_COMMIT, ())
+    for hook in hooks:
         hook()
 
 

@@ -52,6 +52,10 @@ __all__ = (
     "touch_thread",
     "start_point",
     "start_run",
+    "NEW_RUN_VALUES",
+    "INSERT_RUN",
+    "new_run_params",
+    "race_lost",
     "advance_thread",
 )
 
@@ -113,7 +117,7 @@ def frozen_authority(principal_id: str, permissions: Collection[str]) -> dict[st
     return {"principal_id": principal_id, "permissions": sorted(permissions)}
 
 
-def _race(exc: sa_exc.IntegrityError) -> RaceLost:
+def race_lost(exc: sa_exc.IntegrityError) -> RaceLost:
     return RaceLost(violated_constraint(exc))
 
 
@@ -229,7 +233,7 @@ async def append_entry(conn: AsyncConnection, entry: NewEntry, *, entropy: Entro
             )
         )
     except sa_exc.IntegrityError as exc:  # the same key raced (§8.2) or a position was taken
-        raise _race(exc) from exc
+        raise race_lost(exc) from exc
     row = await get_entry(conn, workspace_id=entry.workspace_id, entry_id=entry_id)
     assert row is not None
     return row
@@ -296,23 +300,31 @@ _RUN_VALUE_COLUMNS = (
     "tool_recovery",
     "start_checkpoint_id",
 )
-_INSERT_RUN = (
-    insert(runs)
-    .values(
-        {name: bindparam(f"new_{name}", type_=runs.c[name].type) for name in _RUN_VALUE_COLUMNS}
-        | {
-            "status": "accepted",
-            "available_at": db_now(),
-            "attempts": 0,
-            "checkpoint_seq": 0,
-            "created_at": db_now(),
-            "version": 1,
-        }
-    )
-    .returning(*runs.c)
-)
+NEW_RUN_VALUES: Mapping[str, Any] = {
+    name: bindparam(f"new_{name}", type_=runs.c[name].type) for name in _RUN_VALUE_COLUMNS
+} | {"status": "accepted", "available_at": db_now(), "attempts": 0, "checkpoint_seq": 0, "created_at": db_now(),
+     "version": 1}  # fmt: skip
+"""What an accepted run is inserted with (`new_run_params` binds the `new_<column>` parameters): `INSERT_RUN`'s
+values, and the columns the resume's guarded start selects (`store/resume.py`)."""
+INSERT_RUN = insert(runs).values(NEW_RUN_VALUES).returning(*runs.c)
 """Built once: every accepted run (a resume, a message, a child result) is inserted by it. It returns the new row
 as stored, and nothing later in `start_run` changes the row, so there is no read-back."""
+
+
+def new_run_params(run: NewRun, run_id: str) -> dict[str, Any]:
+    """The `new_<column>` bind parameters of `NEW_RUN_VALUES` for `run`, inserted as `run_id`."""
+    values = {
+        "id": run_id, "workspace_id": run.workspace_id, "thread_id": run.thread_id, "agent": run.agent,
+        "principal_id": run.principal_id, "authority": run.authority, "options": run.options,
+        "options_digest": options_digest(run.options), "source_entry_id": run.source_entry_id, "resume": run.resume,
+        "resumed_by_id": run.resumed_by_id, "request_key": run.request_key, "request_digest": run.request_digest,
+        "trigger": run.trigger, "lineage": run.lineage, "parent_run_id": run.parent_run_id,
+        "max_attempts": run.max_attempts, "tool_recovery": run.tool_recovery,
+        "start_checkpoint_id": run.start_checkpoint_id,
+    }  # fmt: skip
+    return {f"new_{name}": value for name, value in values.items()}
+
+
 _START_ON_THREAD = (
     update(threads)
     .where(threads.c.id == bindparam("start_thread_id"))
@@ -330,22 +342,13 @@ async def start_run(
     the caller in this transaction) skips the webhook subscription lookup of `run.accepted`.
     """
     run_id = new_id("run", entropy)
-    values = {
-        "id": run_id, "workspace_id": run.workspace_id, "thread_id": run.thread_id, "agent": run.agent,
-        "principal_id": run.principal_id, "authority": run.authority, "options": run.options,
-        "options_digest": options_digest(run.options), "source_entry_id": run.source_entry_id, "resume": run.resume,
-        "resumed_by_id": run.resumed_by_id, "request_key": run.request_key, "request_digest": run.request_digest,
-        "trigger": run.trigger, "lineage": run.lineage, "parent_run_id": run.parent_run_id,
-        "max_attempts": run.max_attempts, "tool_recovery": run.tool_recovery,
-        "start_checkpoint_id": run.start_checkpoint_id,
-    }  # fmt: skip
-    params = {f"new_{name}": value for name, value in values.items()}
+    params = new_run_params(run, run_id)
     params.update(start_thread_id=run.thread_id, start_run_id=run_id, start_agent=run.agent)
     try:
-        (inserted,) = await execute_together(conn, (_START_ON_THREAD,), _INSERT_RUN, params)
+        (inserted,) = await execute_together(conn, (_START_ON_THREAD,), INSERT_RUN, params)
         started = RunRow.from_mapping(inserted)
     except sa_exc.IntegrityError as exc:  # uq_runs_live_thread (S-1) or uq_runs_resume_request (S-83)
-        raise _race(exc) from exc
+        raise race_lost(exc) from exc
     if run.source_entry_id is not None:
         await conn.execute(
             update(inbox_entries)
