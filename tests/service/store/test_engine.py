@@ -9,15 +9,29 @@ from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import bindparam, insert, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from candor.service.errors import StoreUnavailable
 from candor.service.store.dialect import async_url, db_now
-from candor.service.store.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.engine import (
+    after_commit,
+    create_engine,
+    guarded_writes,
+    read_transaction,
+    write_transaction,
+)
+from candor.service.store.statements import fetch_rows
+from candor.service.store.tables import workspaces
 
-from .rows import add_workspace
+from .rows import add_workspace, new_id
+
+_INSERT_WORKSPACE = (
+    insert(workspaces)
+    .values(id=bindparam("new_id"), name=bindparam("new_name"), created_at=db_now())
+    .returning(workspaces.c.id)
+)
 
 
 @pytest.mark.parametrize(
@@ -122,3 +136,38 @@ async def test_a_connection_closed_by_the_server_is_replaced_at_checkout(postgre
             assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one() != terminated_pid
     finally:
         await engine.dispose()
+
+
+async def test_guarded_writes_commit_each_statement_on_postgresql_and_one_transaction_on_sqlite(db: Any) -> None:
+    """§8.6 as `store/resume.py` runs it (S-85): on PostgreSQL `guarded_writes` holds no transaction, each statement
+    sent with `fetch_rows` commits on its own and another connection sees it before the block ends; on SQLite the
+    block is one `BEGIN IMMEDIATE` transaction, committed when it ends. `after_commit` hooks run once the block has
+    ended without an error, never after an error."""
+    ran: list[str] = []
+    async with guarded_writes(db.engine) as conn:
+        workspace_id = new_id("wsp")
+        await fetch_rows(conn, _INSERT_WORKSPACE, {"new_id": workspace_id, "new_name": workspace_id})
+        after_commit(conn, lambda: ran.append("committed"))
+        assert conn.in_transaction() == (db.kind == "sqlite")
+        if db.kind == "postgresql":  # already committed: another connection sees it
+            async with read_transaction(db.engine) as other:
+                assert await other.scalar(select(workspaces.c.id).where(workspaces.c.id == workspace_id))
+        assert ran == []
+    assert ran == ["committed"]
+    with pytest.raises(ValueError):
+        async with guarded_writes(db.engine) as conn:
+            after_commit(conn, lambda: ran.append("failed"))
+            raise ValueError("the command refused")
+    assert ran == ["committed"]
+
+
+@pytest.mark.parametrize("db_kind", ["postgresql"], indirect=True)  # SQLite's block is a write transaction
+async def test_guarded_writes_refuse_a_transaction_left_open(db: Any) -> None:
+    """A statement sent through SQLAlchemy's `execute` begins a transaction that the connection's return would roll
+    back: `guarded_writes` raises instead of dropping the write silently, and nothing is committed."""
+    workspace_id = new_id("wsp")
+    with pytest.raises(RuntimeError, match="left open"):
+        async with guarded_writes(db.engine) as conn:
+            await conn.execute(_INSERT_WORKSPACE, {"new_id": workspace_id, "new_name": workspace_id})
+    async with read_transaction(db.engine) as other:
+        assert await other.scalar(select(workspaces.c.id).where(workspaces.c.id == workspace_id)) is None
