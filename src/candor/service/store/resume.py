@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, insert, literal, or_, select, true, update
+from sqlalchemy import and_, bindparam, insert, or_, select, true, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -34,7 +34,7 @@ from ..runtime import Entropy
 from .auth import AuthorityFacts, authority_facts, authority_subquery, new_id
 from .dialect import db_now, writes_as_ctes
 from .outbox import count_accepted, stage_run_transition, workspace_has_subscriptions
-from .statements import begin_on_driver, fetch_rows
+from .statements import fetch_rows
 from .tables import runs, threads
 from .threads import INSERT_RUN, NEW_RUN_VALUES, new_run_params, race_lost
 from .views import RunRow, ThreadRow, select_thread, thread_row
@@ -138,10 +138,7 @@ _GUARDED_THREAD_START = (
 
 def _guarded_insert() -> Any:
     started = _GUARDED_THREAD_START.returning(threads.c.id).cte("thread_started")
-    columns = [
-        value.label(name) if hasattr(value, "label") else literal(value, runs.c[name].type).label(name)
-        for name, value in NEW_RUN_VALUES.items()
-    ]
+    columns = [value.label(name) for name, value in NEW_RUN_VALUES.items()]
     return insert(runs).from_select(list(NEW_RUN_VALUES), select(*columns).select_from(started)).returning(*runs.c)
 
 
@@ -161,12 +158,14 @@ async def start_successor(
     transaction: the guarded UPDATE, then the INSERT. Raises `RaceLost` when the guard or a unique index decided
     for another request (see the module's docstring); nothing is written then.
     """
-    if workspace_has_subscriptions and writes_as_ctes(conn) and not conn.in_transaction():
+    if workspace_has_subscriptions and not conn.in_transaction():  # PostgreSQL's `guarded_writes`
         async with conn.begin():  # the start and its webhook are committed together
-            await begin_on_driver(conn)
-            return await start_successor(
-                conn, run, entropy=entropy, waiting_run_id=waiting_run_id, workspace_has_subscriptions=True
-            )
+            return await _start(conn, run, entropy=entropy, waiting_run_id=waiting_run_id, staging=True)
+    return await _start(conn, run, entropy=entropy, waiting_run_id=waiting_run_id,
+                        staging=workspace_has_subscriptions)  # fmt: skip
+
+
+async def _start(conn: AsyncConnection, run: NewRun, *, entropy: Entropy, waiting_run_id: str, staging: bool) -> RunRow:
     run_id = new_id("run", entropy)
     params = new_run_params(run, run_id)
     params.update(start_thread_id=run.thread_id, start_run_id=run_id, start_agent=run.agent,
@@ -183,7 +182,7 @@ async def start_successor(
     if not rows:
         raise RaceLost(GUARD_LOST)
     started = RunRow.from_mapping(rows[0])
-    if workspace_has_subscriptions:
+    if staging:
         await stage_run_transition(conn, run_id=run_id, run_status="accepted", workspace_id=run.workspace_id,
                                    has_subscriptions=True)  # fmt: skip
     count_accepted(conn, trigger=run.trigger)

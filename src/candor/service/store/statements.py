@@ -1,13 +1,12 @@
-"""Running the hot constant statements: several writes in one round trip (`execute_together`), a statement sent
-on asyncpg directly inside the caller's transaction (`fetch_rows`), and that transaction's BEGIN sent up front so
-that its first statement can go that way too (`begin_on_driver`).
+"""Running the hot constant statements: several writes in one round trip (`execute_together`), and a statement
+sent on asyncpg directly, inside the caller's transaction or, outside one, committing on its own (`fetch_rows`).
 
 Through SQLAlchemy's `AsyncConnection.execute` a statement costs the client its execution path (a greenlet hop,
 the compiled-cache lookup, an execution context, result processing) on top of asyncpg's own work; sending the
 resume's statements after the first this way cut the control process's CPU per resume by 14% (issue 12,
-docs/control-cost.md), and sending the first one too after an up-front BEGIN a further 7–11% (fifth pass).
-`fetch_rows` sends a constant Core statement, compiled once, on the same connection and in the same transaction,
-so callers keep SQLAlchemy's transactions, its SQLite support and its error types.
+docs/control-cost.md); a resume now sends both of its statements this way, outside any transaction (sixth pass).
+`fetch_rows` sends a constant Core statement, compiled once, on the same connection and in the same transaction if
+there is one, so callers keep SQLAlchemy's transactions, its SQLite support and its error types.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from sqlalchemy.sql.dml import UpdateBase
 from .dialect import statements_on_driver, writes_as_ctes
 from .pg_driver import driver_errors, prepared_statement
 
-__all__ = ("begin_on_driver", "execute_together", "fetch_rows")
+__all__ = ("execute_together", "fetch_rows")
 
 
 async def execute_together(
@@ -59,11 +58,12 @@ async def fetch_rows(
 ) -> Sequence[Mapping[Any, Any]]:
     """The rows of `statement` (a constant Core statement, built once) run with `params` on `conn`, as mappings.
 
-    On PostgreSQL it is sent on `conn`'s asyncpg connection, inside `conn`'s transaction, skipping SQLAlchemy's
+    On PostgreSQL it is sent on `conn`'s asyncpg connection, inside `conn`'s transaction (outside one it commits on
+    its own: `engine.guarded_writes`), skipping SQLAlchemy's
     execution path (compiled once, `pg_driver.prepared_statement`); the rows are asyncpg records, read by column
     name like `.mappings()` rows, with the same values (the connection's codecs decode JSON). Two cases still go
     through SQLAlchemy: SQLite, and a transaction SQLAlchemy has begun but not yet sent (it emits BEGIN with its
-    first statement, so that statement must be its own; `begin_on_driver` sends the BEGIN first instead). Errors
+    first statement, so that statement must be its own). Errors
     read as SQLAlchemy's would to the callers: an integrity violation is `sqlalchemy.exc.IntegrityError`
     (`dialect.violated_constraint` names the constraint), and "unavailable" is `StoreUnavailable`.
     """
@@ -82,34 +82,7 @@ async def fetch_rows(
             raise sa_exc.IntegrityError(prepared.sql, arguments, error) from error
 
 
-async def begin_on_driver(conn: AsyncConnection) -> None:
-    """Send the BEGIN of `conn`'s transaction now, on its own round trip, so that its first statement can go on the
-    driver too (`fetch_rows`). PostgreSQL only, and only once per transaction; SQLite begins as it always does.
-
-    SQLAlchemy's asyncpg adapter begins lazily, with the first statement SQLAlchemy executes, so `fetch_rows` had to
-    send a transaction's first statement through SQLAlchemy's execution path. Here the adapter's transaction is
-    begun the way the adapter itself does it (`_start_transaction`: an asyncpg transaction with the adapter's
-    isolation level), so SQLAlchemy's commit and rollback still end it. That reads and sets the adapter's private
-    `_transaction` in the pinned SQLAlchemy; `test_resume_sends_few_statements` fails if it changes meaning.
-    """
-    if not statements_on_driver(conn) or not conn.in_transaction():
-        return
-    info = conn.info
-    adapter: Any = info.get(_ADAPTER)
-    if adapter is None:
-        adapter = info[_ADAPTER] = (await conn.get_raw_connection()).dbapi_connection
-    if adapter._transaction is not None:
-        return
-    transaction = (await _driver_of(conn)).transaction(
-        isolation=adapter.isolation_level, readonly=adapter.readonly, deferrable=adapter.deferrable
-    )
-    with driver_errors():
-        await transaction.start()
-    adapter._transaction = transaction
-
-
 _DRIVER = "candor.asyncpg_connection"
-_ADAPTER = "candor.asyncpg_adapter"
 
 
 async def _driver_of(conn: AsyncConnection) -> asyncpg.Connection:

@@ -15,9 +15,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, func, insert, literal, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import RaceLost
 from ..protocol.idempotency import canonical_json, sha256_hex
@@ -300,10 +301,12 @@ _RUN_VALUE_COLUMNS = (
     "tool_recovery",
     "start_checkpoint_id",
 )
-NEW_RUN_VALUES: Mapping[str, Any] = {
-    name: bindparam(f"new_{name}", type_=runs.c[name].type) for name in _RUN_VALUE_COLUMNS
-} | {"status": "accepted", "available_at": db_now(), "attempts": 0, "checkpoint_seq": 0, "created_at": db_now(),
-     "version": 1}  # fmt: skip
+_ACCEPTED = {"status": "accepted", "attempts": 0, "checkpoint_seq": 0, "version": 1}
+NEW_RUN_VALUES: Mapping[str, ColumnElement[Any]] = (
+    {name: bindparam(f"new_{name}", type_=runs.c[name].type) for name in _RUN_VALUE_COLUMNS}
+    | {name: literal(value, runs.c[name].type) for name, value in _ACCEPTED.items()}
+    | {"available_at": db_now(), "created_at": db_now()}
+)
 """What an accepted run is inserted with (`new_run_params` binds the `new_<column>` parameters): `INSERT_RUN`'s
 values, and the columns the resume's guarded start selects (`store/resume.py`)."""
 INSERT_RUN = insert(runs).values(NEW_RUN_VALUES).returning(*runs.c)
