@@ -56,6 +56,7 @@ from candor.service.store.migrate import migrate
 from candor.service.store.tables import outbox, run_attempts, runs
 
 from . import _cli, _service, _store
+from . import _server_profile as server_profile
 
 QUICK_ARGS = [
     "--rounds",
@@ -66,8 +67,10 @@ QUICK_ARGS = [
     "2x2",
     "--systems",
     "pydantic-ai,harness,candor-service+sqlite,candor-service-normal+sqlite,candor-service+postgresql",
+    "--no-server-profile",
 ]
-"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests)."""
+"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests); the server profile's parsing has tests of
+its own (tests/test_bench_server_profile.py)."""
 STEP_SERVER = Path(__file__).resolve().parent / "peers" / "step_server.py"
 SYSTEMS = (
     "pydantic-ai",
@@ -655,8 +658,12 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
     peers = _store.peers_python()
     pg_problem = await _service.postgres_or_skip(args.postgres_url)
     systems: list[System] = []
+    profiles: list[dict[str, Any]] = []
     async with AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="candor-bench-steps-")))
+        profile_dir, why_not = server_profile.recordings_dir(args.server_profile, args.no_server_profile, tmp)
+        if why_not is not None:
+            skipped["server profile"] = why_not
         for name in args.systems:
             kind = name.rpartition("+")[2] if "+" in name else None
             if kind == "postgresql" and pg_problem:
@@ -691,6 +698,10 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
             await system.settled()
             if database is not None and (busy := await database.quiet_housekeeping()):
                 console_lines.append(f"  {name}: autovacuum left on for {', '.join(busy)} (a lock was held)")
+            if profile_dir is not None and database is not None and database.name is not None:
+                profiles += await server_profile.profile_workloads(
+                    system, judged_workloads(workloads), profile_dir, postgres_server_cpu_ms
+                )
             system.claim_ms.clear()
             if database is not None:
                 system.commits_before = await database.commits(args.postgres_url)
@@ -716,6 +727,7 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
                     system.commits_per_step = own / max(1, system.steps_done)  # type: ignore[attr-defined]
     summary = summarize(systems, workloads, args.rounds)
     summary["skipped"] = skipped
+    summary["server_profiles"] = profiles
     summary["verdicts"] = verdicts(summary)
     return summary
 
@@ -755,7 +767,7 @@ def table(summary: dict[str, Any]) -> list[str]:
             f"| {cell(s.get('write_xacts_per_run_fixed'), 1)} | {cell(s['commits_per_step'], 2)} "
             f"| {cell(s['bytes_per_run'], 0)} | {cell(s['claim_ms_p50'], 1)} | {cell(s['claim_ms_p99'], 1)} |"
         )
-    return lines
+    return lines + server_profile.profile_table(summary.get("server_profiles", []))
 
 
 def _normal_sync_lines(summary: dict[str, Any]) -> list[str]:
@@ -811,6 +823,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "measured runs, divided by the runs; it includes indexes and free space in pages, so it is an upper bound.",
     ]
     out.extend(_normal_sync_lines(summary))
+    out.extend(server_profile.profile_lines(summary.get("server_profiles", []), "candor-service+postgresql"))
     if any("worker CPU per step" in v["target"] and not v["met"] for v in summary["verdicts"]):
         out.append(
             "Worker CPU per step against bare Pydantic AI compares a process that waits for its database at both "
@@ -820,6 +833,13 @@ def reading(summary: dict[str, Any]) -> list[str]:
         )
     out.extend(_cli.missed_lines(summary, why="; see docs/worker-cost.md for where the time goes and the floor"))
     return out
+
+
+def judged_workloads(workloads: list[Workload]) -> list[Workload]:
+    """The workloads the steps/s targets judge: the longest sequential one and the concurrent one."""
+    sequential = [w for w in workloads if w.concurrency == 1]
+    longest = [max(sequential, key=lambda w: w.steps)] if sequential else []
+    return longest + [w for w in workloads if w.concurrency > 1]
 
 
 def report(summary: dict[str, Any]) -> str:
@@ -857,6 +877,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     _cli.add_baseline_src(
         parser, "adds the systems candor-baseline+postgresql/sqlite, the service processes importing that code instead"
+    )
+    parser.add_argument(
+        "--server-profile",
+        type=Path,
+        metavar="DIR",
+        help="keep perf's recordings of the server profile in DIR (default: a temporary directory)",
+    )
+    parser.add_argument(
+        "--no-server-profile",
+        action="store_true",
+        help="skip the untimed extra round under perf that reports where the PostgreSQL server's CPU goes",
     )
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
