@@ -8,7 +8,10 @@ worker does: full state export, history encoding, one usage record per commit, t
 the run `completed`), on PostgreSQL and on SQLite, each run a fresh thread and run row claimed with a real lease
 (row creation untimed; claim, attempt start, all commits and the seal timed); LangGraph with `PostgresSaver` and
 `SqliteSaver` (`durability="sync"`), run by `bench/peers/langgraph_steps.py` in the separate peers venv
-(`make bench-peers`). Steps/s = steps / median run time. Storage: checkpoint payload bytes stored per run, and bytes
+(`make bench-peers`); and on PostgreSQL the floor, `floor+postgresql` (bench/_floor_commit.py): the same Harness,
+state export and history encoding at every boundary, waiting each time for a write that is only a bare INSERT of
+the new messages, so that candor's fenced commit can be told from what any synchronous write on this stack costs.
+Steps/s = steps / median run time. Storage: checkpoint payload bytes stored per run, and bytes
 written at step k (stored bytes once the k-th tool result is durable minus once the (k-1)-th was), both read back
 by SQL from one extra untimed run. For candor the output also splits a boundary's cost: `commit ms`, the mean time
 inside one `commit_checkpoint` call, and `encode ms`, the mean time exporting the state and encoding history and
@@ -46,6 +49,7 @@ from candor.service.store.seals import SealRequest, commit_checkpoint
 from candor.service.worker.inputs import usage_json
 
 from . import _cli, _store
+from ._floor_commit import FloorSide
 
 TOOL_RESULT = "r" * 200
 PROMPT = "Run the loop."
@@ -239,11 +243,15 @@ async def measure(
             contexts.append(context)
         for steps in steps_list:
             agent = scripted_agent(steps)
-            sides = {backend: CandorSide(store, steps) for backend, store in stores.items()}
+            sides: dict[str, CandorSide | FloorSide] = {
+                f"candor+{backend}": CandorSide(store, steps) for backend, store in stores.items()
+            }
+            if "postgresql" in stores:
+                sides["floor+postgresql"] = FloorSide(stores["postgresql"].url, agent, limits(steps), PROMPT)
             await bare_run(agent, steps)  # warm-up
             for side in sides.values():
                 await side.run()
-            times: dict[str, list[float]] = {"pydantic-ai": [], **{f"candor+{b}": [] for b in sides}}
+            times: dict[str, list[float]] = {"pydantic-ai": [], **{name: [] for name in sides}}
             for rep in range(runs):
                 order = ["pydantic-ai", *sides]
                 order = order[rep % len(order) :] + order[: rep % len(order)]  # rotate to spread drift
@@ -251,11 +259,14 @@ async def measure(
                     if name == "pydantic-ai":
                         times[name].append(await bare_run(agent, steps))
                     else:
-                        times[f"candor+{name}"].append((await sides[name].run())[1])
+                        times[name].append((await sides[name].run())[1])
             for name, values in times.items():
                 row: dict[str, Any] = {"variant": name, "steps": steps, "run_seconds": values}
-                if name.startswith("candor+"):
-                    row.update(await sides[name.removeprefix("candor+")].storage())
+                side = sides.get(name)
+                if isinstance(side, CandorSide):
+                    row.update(await side.storage())
+                elif isinstance(side, FloorSide):
+                    await side.close()
                 rows.append(row)
             print(f"candor/bare {steps} steps done", file=sys.stderr, flush=True)
     finally:
@@ -419,11 +430,14 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"{lg['steps_per_s']:.1f} ({side['steps_per_s'] / lg['steps_per_s']:.3f}x). LangGraph makes "
             f"{lg['writes_per_run']} checkpoint puts per run at {lg['median_ms'] / lg['writes_per_run']:.2f} ms of "
             f"run time each; candor spends {side['median_ms'] / side['writes_per_run']:.2f} ms of run time per "
-            f"commit, of which {side['commit_ms']:.2f} ms inside `commit_checkpoint` (a fenced transaction: one "
-            "statement locks thread, run and attempt and then reads the database clock; on PostgreSQL one more "
-            "inserts checkpoint, message and usage rows, moves the run's pointer and looks for steering input, on "
-            "SQLite one statement each; then a synchronous COMMIT. A LangGraph put upserts the checkpoint and its "
-            "blobs) and "
+            f"commit, of which {side['commit_ms']:.2f} ms inside `commit_checkpoint` (a fenced commit: "
+            + (
+                "one statement, its own transaction, locks thread, run and attempt, checks the lease, inserts the "
+                "checkpoint, its message rows and a usage record and moves the run's pointer; "
+                if backend == "postgresql"
+                else "a `BEGIN IMMEDIATE` transaction of one statement per table; "
+            )
+            + "a LangGraph put upserts the checkpoint and its blobs) and "
             f"{side['prepare_ms']:.2f} ms exporting the state and encoding the whole history for it."
         )
         out.append(
@@ -434,8 +448,32 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"B at step {top}, because every checkpoint stores the whole message list again, so its total grows "
             "with the square of the run length while candor's grows linearly."
         )
+    out.extend(_floor_lines(rows, top))
     out.extend(_cli.missed_lines(summary, why="; see the readings above for why"))
     return out
+
+
+def _floor_lines(rows: list[dict[str, Any]], top: int) -> list[str]:
+    """What the floor variant (bench/_floor_commit.py) says of candor's commit against LangGraph's stack."""
+    floor, side = _row(rows, "floor+postgresql", top), _row(rows, "candor+postgresql", top)
+    if floor is None or side is None:
+        return []
+    boundaries = side["writes_per_run"]
+    added = (side["median_ms"] - floor["median_ms"]) / boundaries
+    text = (
+        f"floor+postgresql, {top} steps: {floor['steps_per_s']:.1f} steps/s: the same Harness, state export and "
+        "encoding at every boundary, waiting for a write each time, but the write a bare INSERT of the new messages "
+        "(one autocommit statement on asyncpg into a table without key, index, constraint or trigger: "
+        f"bench/_floor_commit.py). candor's fenced commit costs {added:.2f} ms of run time more per boundary than "
+        f"that write ({side['steps_per_s'] / floor['steps_per_s']:.2f}x the floor's steps/s)"
+    )
+    lg = _row(rows, "langgraph+postgresql", top)
+    if lg is not None:
+        text += (
+            f"; the floor itself makes {floor['steps_per_s'] / lg['steps_per_s']:.2f}x LangGraph + PostgresSaver's "
+            "steps/s, the most a design on Pydantic AI with a synchronous write per boundary gets here"
+        )
+    return [text + "."]
 
 
 def _backends(text: str) -> list[str]:

@@ -176,6 +176,25 @@ def test_durable_steps_tiny_run_candor_side_only(tmp_path: Path) -> None:
     assert candor["stored_bytes"] >= sum(candor["step_bytes"])
 
 
+@pytest.mark.postgres
+def test_durable_steps_measures_the_floor_beside_candor_on_postgresql(tmp_path: Path, postgres_server: str) -> None:
+    """Issue 12: the floor variant (the Harness with a bare INSERT per boundary) runs interleaved with candor on
+    PostgreSQL and the reading compares candor's commit with it."""
+    from bench.durable_steps import reading
+
+    summary = tmp_path / "steps.json"
+    proc = run(
+        "-m", "bench.durable_steps", "--steps", "3", "--runs", "2", "--backends", "postgresql", "--no-langgraph",
+        "--json", str(summary),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(summary.read_text(encoding="utf-8"))
+    floor = next(r for r in data["rows"] if r["variant"] == "floor+postgresql")
+    assert floor["steps"] == 3 and len(floor["run_seconds"]) == 2 and floor["steps_per_s"] > 0
+    (line,) = [line for line in reading(data) if line.startswith("floor+postgresql, 3 steps")]
+    assert "per boundary than that write" in line and "LangGraph" not in line  # no peer measured here
+
+
 def test_durable_steps_reports_a_missing_peers_venv_as_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bench import _store, durable_steps
 
