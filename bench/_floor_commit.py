@@ -31,25 +31,34 @@ _TABLE = "bench_floor_writes"
 
 
 class FloorSide:
-    """Runs of one agent with a bare INSERT of the new messages at every boundary, on `url`'s database."""
+    """Runs of one agent with a bare INSERT of the new messages at every boundary, on `url`'s database; runs at
+    the same time each hold a connection of their own (`concurrency` at most)."""
 
-    def __init__(self, url: str, agent: Agent[None, str], limits: UsageLimits, prompt: str) -> None:
+    def __init__(
+        self, url: str, agent: Agent[None, str], limits: UsageLimits, prompt: str, *, concurrency: int = 1
+    ) -> None:
         self.url = url
         self.harness = Harness(agent, usage_limits=limits)
         self.prompt = prompt
-        self._conn: asyncpg.Connection | None = None
+        self.concurrency = concurrency
+        self._pool: asyncpg.Pool | None = None
 
-    async def _connection(self) -> asyncpg.Connection:
-        if self._conn is None:
-            self._conn = await asyncpg.connect(_store.dsn(self.url))
-            await self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (run_id text, seq integer, body text)")
-        return self._conn
+    async def _connections(self) -> asyncpg.Pool:
+        if self._pool is None:
+            self._pool = await asyncpg.create_pool(_store.dsn(self.url), min_size=1, max_size=self.concurrency)
+            await self._pool.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (run_id text, seq integer, body text)")
+        return self._pool
 
-    async def run(self) -> tuple[str, float]:
-        conn = await self._connection()
+    async def run(self, *, collect: bool = True) -> tuple[str, float]:
+        """One run; `collect`: a full garbage collection before the timing starts (one run at a time only)."""
+        async with (await self._connections()).acquire() as conn:
+            return await self._run(conn, collect)
+
+    async def _run(self, conn: asyncpg.Connection, collect: bool) -> tuple[str, float]:
         run_id = f"thr_{uuid.uuid4().hex}"
         insert = f"INSERT INTO {_TABLE} (run_id, seq, body) VALUES ($1, $2, $3)"
-        gc.collect()
+        if collect:
+            gc.collect()
         started = time.perf_counter()
         seq = 0
         base_encoded: list[EncodedMessage] = []
@@ -69,6 +78,6 @@ class FloorSide:
         return run_id, time.perf_counter() - started
 
     async def close(self) -> None:
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None

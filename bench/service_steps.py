@@ -66,7 +66,7 @@ QUICK_ARGS = [
     "--concurrent",
     "2x2",
     "--systems",
-    "pydantic-ai,harness,candor-service+sqlite,candor-service-normal+sqlite,candor-service+postgresql",
+    "pydantic-ai,harness,floor+postgresql,candor-service+sqlite,candor-service-normal+sqlite,candor-service+postgresql",
     "--no-server-profile",
 ]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests); the server profile's parsing has tests of
@@ -75,6 +75,7 @@ STEP_SERVER = Path(__file__).resolve().parent / "peers" / "step_server.py"
 SYSTEMS = (
     "pydantic-ai",
     "harness",
+    "floor+postgresql",
     "candor-service+postgresql",
     "candor-service+sqlite",
     "candor-service-normal+sqlite",
@@ -686,7 +687,8 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
                     await service_system.start()
                     system: System = service_system
                 else:
-                    python = Path(sys.executable) if name in ("pydantic-ai", "harness") else peers
+                    in_candor_venv = name in ("pydantic-ai", "harness", "floor+postgresql")
+                    python = Path(sys.executable) if in_candor_venv else peers
                     shapes = [warm_up_workload(args), *workloads]
                     system = PeerSystem(name, database, python, name.partition("+")[0], shapes, tmp)
                     stack.push_async_callback(system.close)  # type: ignore[attr-defined]
@@ -791,6 +793,31 @@ def _normal_sync_lines(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+def _floor_lines(summary: dict[str, Any]) -> list[str]:
+    """The floor (bench/_floor_commit.py) against LangGraph and candor on PostgreSQL, per judged workload."""
+    out = []
+    for workload in judged_workloads([Workload(**w) for w in summary["workloads"]]):
+        floor = _find(summary, "floor+postgresql", workload.name)
+        if floor is None:
+            continue
+        compared = []
+        for system, label in (("langgraph+postgresql", "LangGraph + PostgresSaver"), ("dbos+postgresql", "DBOS")):
+            if (peer := _find(summary, system, workload.name)) is not None:
+                compared.append(f"{_round_ratio(floor, peer):.2f}x {label}")
+        candor = _find(summary, "candor-service+postgresql", workload.name)
+        mine = f"; candor made {_round_ratio(candor, floor):.2f}x the floor's steps/s" if candor else ""
+        out.append(
+            f"floor+postgresql ({workload.name}): the Harness with a bare INSERT of the new messages at every "
+            f"boundary, waiting for each (bench/_floor_commit.py), made {floor['steps_per_s']:.1f} steps/s"
+            f"{': ' + ' and '.join(compared) if compared else ''} (medians of per-round ratios){mine}. No durable "
+            "design on Pydantic AI that writes at each boundary and waits for the write goes much faster here; what "
+            "separates candor from it is what its commit does beyond a write (fence, compare-and-swap, checkpoint, "
+            "message, usage and stream rows, the schema's checks) and the service around the run (claim, attempt, "
+            "seal, the separate worker process)."
+        )
+    return out
+
+
 def reading(summary: dict[str, Any]) -> list[str]:
     out = [
         f"{summary['rounds']} interleaved rounds; steps/s and CPU are medians over rounds, ratios are medians of "
@@ -823,6 +850,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "measured runs, divided by the runs; it includes indexes and free space in pages, so it is an upper bound.",
     ]
     out.extend(_normal_sync_lines(summary))
+    out.extend(_floor_lines(summary))
     out.extend(server_profile.profile_lines(summary.get("server_profiles", []), "candor-service+postgresql"))
     if any("worker CPU per step" in v["target"] and not v["met"] for v in summary["verdicts"]):
         out.append(

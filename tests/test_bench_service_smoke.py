@@ -70,7 +70,10 @@ def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgr
     """Issue 12: the service (control + worker processes) on both databases and the in-process systems run the same
     workloads in one run; CPU per step of every process, write transactions (per step, per added step, per run),
     commits, bytes and created -> claim are reported."""
-    systems = "pydantic-ai,harness,candor-service+sqlite,candor-service-normal+sqlite,candor-service+postgresql"
+    systems = (
+        "pydantic-ai,harness,floor+postgresql,candor-service+sqlite,candor-service-normal+sqlite,"
+        "candor-service+postgresql"
+    )
     stdout, data = run_service_bench("service_steps", tmp_path)
     by_system = {(r["system"], r["workload"]): r for r in data["results"]}
     assert {system for system, _ in by_system} == set(systems.split(","))
@@ -99,6 +102,9 @@ def test_service_steps_measures_every_system_side_by_side(tmp_path: Path, postgr
     # `database.sqlite_synchronous = "normal"` is measured beside the default, never judged against the targets.
     assert not any("normal" in v["target"] for v in data["verdicts"])
     assert any(line.startswith("candor-service-normal+sqlite (sequential 2 steps): ") for line in reading(data))
+    # The floor (the Harness with a bare INSERT per boundary) writes on PostgreSQL and is read against candor.
+    assert by_system[("floor+postgresql", "sequential 2 steps")]["server_cpu_ms_per_step"] is not None
+    assert any(line.startswith("floor+postgresql (sequential 2 steps): ") for line in reading(data))
     assert "service_steps:" in stdout
 
 

@@ -1,10 +1,12 @@
 """One in-process system of `bench.service_steps`, driven over stdin/stdout so its process CPU can be read alone.
 
 Systems: `pydantic-ai` (bare `Agent.run`, no persistence), `harness` (candor `Harness.run`, no persistence; needs
-candor's venv), `langgraph` (a ReAct graph with `PostgresSaver` or `SqliteSaver`, `durability="sync"`) and `dbos`
-(Pydantic AI's `DBOSAgent`: the run a DBOS workflow, each model request and each tool call a DBOS step, system
-database on PostgreSQL or SQLite). Every system runs the same scripted loop: the model asks for one `step` tool
-call per response (a 200-byte result), `steps` times, then answers; the model sleeps `model_seconds` first.
+candor's venv), `floor` (the Harness with a bare INSERT of the new messages at every boundary on PostgreSQL,
+bench/_floor_commit.py; candor's venv), `langgraph` (a ReAct graph with `PostgresSaver` or `SqliteSaver`,
+`durability="sync"`) and `dbos` (Pydantic AI's `DBOSAgent`: the run a DBOS workflow, each model request and each
+tool call a DBOS step, system database on PostgreSQL or SQLite). Every system runs the same scripted loop: the model
+asks for one `step` tool call per response (a 200-byte result), `steps` times, then answers; the model sleeps
+`model_seconds` first.
 
 Protocol: the script prints `{"ready": true, "versions": {...}}` once set up, then reads one JSON command per
 line, `{"steps": N, "runs": K, "concurrency": C, "model_seconds": S}` (K runs, C at a time), runs it and prints
@@ -19,11 +21,13 @@ import argparse
 import asyncio
 import contextlib
 import importlib.metadata
+import inspect
 import json
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 TOOL_RESULT = "r" * 200
@@ -93,6 +97,28 @@ async def harness_runner(database_url: str | None, shapes: list[Shape]) -> tuple
     return run, lambda: None
 
 
+async def floor_runner(database_url: str | None, shapes: list[Shape]) -> tuple[Runner, Callable[[], Any]]:
+    """The floor of a durable step (bench/_floor_commit.py): the Harness with a bare INSERT at every boundary."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
+    from bench._floor_commit import FloorSide
+
+    assert database_url is not None, "floor needs --database-url"
+    sides: dict[tuple[int, float], Any] = {}
+
+    async def run(steps: int, model_seconds: float) -> None:
+        key = (steps, model_seconds)
+        if key not in sides:
+            agent = _pydantic_agent(steps, model_seconds)
+            sides[key] = FloorSide(database_url, agent, _usage_limits(steps), "Run the loop.", concurrency=16)
+        await sides[key].run(collect=False)
+
+    async def close() -> None:
+        for side in sides.values():
+            await side.close()
+
+    return run, close
+
+
 async def dbos_runner(database_url: str | None, shapes: list[Shape]) -> tuple[Runner, Callable[[], None]]:
     from dbos import DBOS
     from pydantic_ai.durable_exec.dbos import DBOSAgent
@@ -159,15 +185,17 @@ def graph_invoke(graph: Any, inputs: Any, config: Any) -> None:
     graph.invoke(inputs, config, durability="sync")
 
 
-RUNNERS = {
+RUNNERS: dict[str, Callable[[str | None, list[Shape]], Awaitable[tuple[Runner, Callable[[], Any]]]]] = {
     "pydantic-ai": pydantic_ai_runner,
     "harness": harness_runner,
+    "floor": floor_runner,
     "dbos": dbos_runner,
     "langgraph": langgraph_runner,
 }
 VERSIONS = {
     "pydantic-ai": ("pydantic-ai-slim",),
     "harness": ("candor", "pydantic-ai-slim"),
+    "floor": ("candor", "pydantic-ai-slim", "asyncpg"),
     "dbos": ("dbos", "pydantic-ai-slim"),
     "langgraph": ("langgraph", "langgraph-checkpoint-postgres", "langgraph-checkpoint-sqlite"),
 }
@@ -204,7 +232,9 @@ async def serve(system: str, database_url: str | None, shapes: list[Shape]) -> N
                 break
             print(json.dumps(await workload(run, command)), flush=True)
     finally:
-        close()
+        closed = close()
+        if inspect.isawaitable(closed):
+            await closed
 
 
 def parse_shapes(text: str) -> list[Shape]:
