@@ -7,8 +7,9 @@ large (about 8 MB a second): keep it to a workload or two. The summary gives, pe
 share of the samples taken in `postgres` processes whose stack passes through that phase's function
 (inclusive, so the phases overlap: the foreign-key checks run inside the statement's execution).
 
-`bench.service_steps --server-profile DIR` records one extra, untimed round of every PostgreSQL system with it.
-Standalone, around anything else that runs meanwhile:
+`bench.service_steps` records one extra, untimed round of every PostgreSQL system with it whenever perf can record
+here (`--server-profile DIR` keeps the recordings, `--no-server-profile` skips the round). Standalone, around
+anything else that runs meanwhile:
 
     python -m bench._server_profile --seconds 8 --out /tmp/server.data
 """
@@ -51,13 +52,12 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("commit", ("CommitTransactionCommand",)),
     ("WAL flush", ("XLogFlush",)),
 )
-"""Each phase and the PostgreSQL functions (inclusive) it is measured by. Serving a client is everything a
-backend does for its connection (the rest: other server processes, such as the WAL writer, and stacks perf could
-not unwind). The foreign-key checks are the AFTER
-triggers run at the end of each statement: the only AFTER triggers in candor's schema and the peers' are the
-foreign keys' (candor's guard triggers, PL/pgSQL, run BEFORE the row is written). `ExecConstraints` evaluates a
-row's CHECK and NOT NULL constraints; PostgreSQL 15 parses every CHECK expression of the table again at each
-statement that writes it."""
+"""Each phase and the PostgreSQL functions (inclusive) it is measured by. Serving a client is everything a backend does
+for its connection (the rest: other server processes, such as the WAL writer, and stacks perf could not unwind). The
+foreign-key checks are the AFTER triggers run at the end of each statement: the only AFTER triggers in candor's
+schema and the peers' are the foreign keys' (candor's guard triggers, PL/pgSQL, run BEFORE the row is written).
+`ExecConstraints` evaluates a row's CHECK and NOT NULL constraints; PostgreSQL 15 parses every CHECK expression of
+the table again at each statement that writes it."""
 
 _LINE = re.compile(r"^\s*(?P<first>[\d.]+)%\s+(?:(?P<second>[\d.]+)%\s+)?(?P<rest>.*?)\s*$")
 

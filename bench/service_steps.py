@@ -1,25 +1,28 @@
 """Durable step cost end to end: the candor service against the durable options a user would pick instead (issue 12).
 
-Every system runs the same scripted loop (the model asks for one `step` tool call per response, a 200-byte
-result, then answers), in one benchmark run, in interleaved rounds (each round runs every system once, in a rotated
-order, so machine load hits all of them alike): `candor-service` on PostgreSQL and on SQLite (a real `candor
-serve --role control` process and a separate `--role worker` process, `worker.slots` = 16; runs posted over HTTP
-to `POST /v1/threads` on the control process, completion read from the database; `candor-service-normal+sqlite`
-is the same on SQLite with `database.sqlite_synchronous = "normal"`, an operator's trade of durability on power
-failure for speed, docs/operations.md; the targets are judged on the default, `full`), bare Pydantic AI `Agent.run`
-and candor `Harness.run` without persistence, LangGraph with `PostgresSaver` / `SqliteSaver` (`durability="sync"`)
-and Pydantic AI's `DBOSAgent` (the run a DBOS workflow, each model request and each tool call a DBOS step) on
-PostgreSQL / SQLite; each in-process system in its own process (`bench/peers/step_server.py`; LangGraph and DBOS
-from the peers venv, `make bench-peers`). Workloads per round: one run at a time of 5, 20 and 80 steps
-(`--sequential-runs` runs each), and 16 concurrent runs of 20 steps whose model sleeps 20 ms per response.
-Figures: steps/s (steps / wall time, median over rounds), CPU ms per step of every process of the system (read
-from /proc: the worker and control processes for candor, the one process of a peer), committed transactions per
-step (PostgreSQL: `pg_stat_database.xact_commit` of the system's own scratch database over all rounds, read after
-its processes exited; read-only transactions that commit count too, rollbacks do not), bytes stored per run
-(database size growth / runs), and for candor the time from a run's acceptance (`runs.created_at`) to its first
-claim (`run_attempts.created_at`) over the sequential runs, where the worker is idle and must be woken. Ratios are
-taken per round and their median reported: the machine may be shared, absolute figures move, same-round ratios
-are what count.
+Every system runs the same scripted loop (the model asks for one `step` tool call per response, a 200-byte result,
+then answers), in one benchmark run, in interleaved rounds (each round runs every system once, in a rotated order,
+so machine load hits all of them alike): `candor-service` on PostgreSQL and on SQLite (a real `candor serve --role
+control` process and a separate `--role worker` process, `worker.slots` = 16; runs posted over HTTP to `POST
+/v1/threads` on the control process, completion read from the database; `candor-service-normal+sqlite` is the same
+on SQLite with `database.sqlite_synchronous = "normal"`, an operator's trade of durability on power failure for
+speed, docs/operations.md; the targets are judged on the default, `full`), bare Pydantic AI `Agent.run` and candor
+`Harness.run` without persistence, the floor of a durable step (`floor+postgresql`: the Harness with a bare INSERT
+of the new messages at every boundary, waiting for each, bench/_floor_commit.py), LangGraph with `PostgresSaver` /
+`SqliteSaver` (`durability="sync"`) and Pydantic AI's `DBOSAgent` (the run a DBOS workflow, each model request and
+each tool call a DBOS step) on PostgreSQL / SQLite; each in-process system in its own process
+(`bench/peers/step_server.py`; LangGraph and DBOS from the peers venv, `make bench-peers`). Workloads per round: one
+run at a time of 5, 20 and 80 steps (`--sequential-runs` runs each), and 16 concurrent runs of 20 steps whose model
+sleeps 20 ms per response. Figures: steps/s (steps / wall time, median over rounds), CPU ms per step of every
+process of the system (read from /proc: the worker and control processes for candor, the one process of a peer),
+committed transactions per step (PostgreSQL: `pg_stat_database.xact_commit` of the system's own scratch database
+over all rounds, read after its processes exited; read-only transactions that commit count too, rollbacks do not),
+bytes stored per run (database size growth / runs), and for candor the time from a run's acceptance
+(`runs.created_at`) to its first claim (`run_attempts.created_at`) over the sequential runs, where the worker is
+idle and must be woken. Where the PostgreSQL server's CPU goes comes from one extra, untimed round of each
+PostgreSQL system under `perf`, before the measured rounds (bench/_server_profile.py; skipped, and said so, where
+perf cannot record). Ratios are taken per round and their median reported: the machine may be shared, absolute
+figures move, same-round ratios are what count.
 
     python -m bench.service_steps [--rounds 3] [--sequential-steps 5,20,80] [--concurrent 16x20]
 """
