@@ -588,40 +588,39 @@ def _round_ratio(a: dict[str, Any], b: dict[str, Any]) -> float:
 
 def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    longest = max((w for w in summary["workloads"] if w["concurrency"] == 1), key=lambda w: w["steps"], default=None)
-    concurrent = next((w for w in summary["workloads"] if w["concurrency"] > 1), None)
+    longest, concurrent = judged([Workload(**w) for w in summary["workloads"]])
     for db in ("postgresql", "sqlite"):
         candor = f"candor-service+{db}"
         if longest is not None:
-            mine, bare = _find(summary, candor, longest["name"]), _find(summary, "pydantic-ai", longest["name"])
+            mine, bare = _find(summary, candor, longest.name), _find(summary, "pydantic-ai", longest.name)
             base = bare["cpu_ms_per_step"]["process"] if bare else 0.0
             if mine and base > 0:  # a tiny run (--quick) can fit inside one 10 ms tick of the CPU clock
                 worker = mine["cpu_ms_per_step"]["worker"]
                 out.append(
                     {
-                        "target": f"{candor}: worker CPU per step <= 2x bare Pydantic AI ({longest['name']})",
+                        "target": f"{candor}: worker CPU per step <= 2x bare Pydantic AI ({longest.name})",
                         "value": f"{worker / base:.2f}x ({worker:.2f} vs {base:.2f} ms)",
                         "met": worker <= 2 * base,
                     }
                 )
             for peer, factor in ((f"langgraph+{db}", 1.0), (f"dbos+{db}", 2.0)):
-                theirs = _find(summary, peer, longest["name"])
+                theirs = _find(summary, peer, longest.name)
                 if mine and theirs:
                     ratio = _round_ratio(mine, theirs)
                     out.append(
                         {
-                            "target": f"{candor}: sequential steps/s >= {factor:g}x {peer} ({longest['name']})",
+                            "target": f"{candor}: sequential steps/s >= {factor:g}x {peer} ({longest.name})",
                             "value": f"{ratio:.2f}x (median of per-round ratios)",
                             "met": ratio >= factor,
                         }
                     )
         if concurrent is not None:
-            mine, bare = _find(summary, candor, concurrent["name"]), _find(summary, "pydantic-ai", concurrent["name"])
+            mine, bare = _find(summary, candor, concurrent.name), _find(summary, "pydantic-ai", concurrent.name)
             if mine and bare:
                 ratio = _round_ratio(mine, bare)
                 out.append(
                     {
-                        "target": f"{candor}: concurrent steps/s >= 0.8x bare Pydantic AI ({concurrent['name']})",
+                        "target": f"{candor}: concurrent steps/s >= 0.8x bare Pydantic AI ({concurrent.name})",
                         "value": f"{ratio:.2f}x (median of per-round ratios)",
                         "met": ratio >= 0.8,
                     }
@@ -866,11 +865,14 @@ def reading(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def judged_workloads(workloads: list[Workload]) -> list[Workload]:
+def judged(workloads: list[Workload]) -> tuple[Workload | None, Workload | None]:
     """The workloads the steps/s targets judge: the longest sequential one and the concurrent one."""
-    sequential = [w for w in workloads if w.concurrency == 1]
-    longest = [max(sequential, key=lambda w: w.steps)] if sequential else []
-    return longest + [w for w in workloads if w.concurrency > 1]
+    longest = max((w for w in workloads if w.concurrency == 1), key=lambda w: w.steps, default=None)
+    return longest, next((w for w in workloads if w.concurrency > 1), None)
+
+
+def judged_workloads(workloads: list[Workload]) -> list[Workload]:
+    return [w for w in judged(workloads) if w is not None]
 
 
 def report(summary: dict[str, Any]) -> str:
