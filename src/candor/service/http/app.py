@@ -72,11 +72,9 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     keys.router,
     console.router,
 )
-"""The `/v1` routers, busiest first. A request is matched against the routes in this order until one fits, and
-FastAPI's match costs a few microseconds per route tried: `POST /v1/runs/{id}/resume` was the 25th route tried and
-its matching cost about 6% of the control process's instructions per resume (docs/control-cost.md, third pass). No
-two routes accept the same method and path (tests/service/http/test_http_routing.py), so the order changes only
-the cost, never which route answers."""
+"""The `/v1` routers, busiest first: a request is matched against the routes in this order, and FastAPI's match
+costs CPU for every route tried before the one that fits. No two routes accept the same method and path
+(tests/service/http/test_http_routing.py), so the order changes only the cost, never which route answers."""
 
 
 def create_app(service: Service, *, role: Role, readiness: Readiness | None = None) -> FastAPI:

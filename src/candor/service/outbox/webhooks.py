@@ -153,8 +153,8 @@ def drainable_body(status: int, headers: Mapping[str, str]) -> bool:
 class WebhookClient:
     """The pooled HTTP/1.1 client of one delivery loop (aiohttp): at most `connections` open (a kind's
     `parallel`), all kept alive between deliveries, redirects never followed (S-108), response bodies never
-    decoded. aiohttp rather than httpx because delivery is CPU-bound on the client: measured on the outbox
-    benchmark's receiver, a POST costs ~0.13 ms of CPU here against ~1 ms through httpx's pool (docs/benchmarks.md).
+    decoded. aiohttp rather than httpx because delivery is CPU-bound on the client, and httpx's pool checks every
+    pooled connection's socket on each request.
 
     Proxies come from the environment as before (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`), read once
     when the client is made, and the choice is remembered per origin; aiohttp's own `trust_env` would re-read the

@@ -153,10 +153,10 @@ def _compact_json(value: Any) -> str:
 def build_message_schemas() -> None:
     """Build pydantic-ai's message schemas now, at process startup, rather than during a run.
 
-    pydantic-ai defers them (`defer_build`): the first `encode_history` of a worker process built the schema of the
-    whole message union inside its first run's first boundary (46–61 ms measured with `bench.service_steps`), and
-    the first tool-return event streamed built that class's own serializer (3 ms). The control process validates
-    and dumps messages with the same adapter (a thread created with a history, a run's messages).
+    pydantic-ai defers them (`defer_build`): otherwise the first `encode_history` of a worker process builds the
+    schema of the whole message union inside its first run's first boundary, and the first tool-return event
+    streamed builds that class's own serializer. The control process validates and dumps messages with the same
+    adapter (a thread created with a history, a run's messages).
     """
     ModelMessagesTypeAdapter.rebuild()
     pending: list[type] = [ToolReturn, BaseToolReturnPart]
@@ -229,8 +229,8 @@ def common_prefix_length(base: Sequence[str], new: Sequence[str]) -> int:
 def kept_count(base: Sequence[EncodedMessage], new: Sequence[EncodedMessage]) -> int:
     """`kept` (§6) of a commit: `common_prefix_length` of the two histories' digests. A boundary's history usually
     extends its base with the very same objects (`encode_history_reusing`), so one comparison of the base with the
-    new history's head, identity first and at C speed, settles it without a Python loop over every digest (issue 12:
-    the loop cost every step commit time in proportion to the history's length)."""
+    new history's head, identity first and at C speed, settles it without a Python loop over every digest, whose
+    cost would grow with the history's length."""
     size = len(base)
     if size <= len(new) and list(new[:size]) == list(base):
         return size
