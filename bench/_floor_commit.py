@@ -2,7 +2,7 @@
 
 candor's boundary commit is one statement that fences the lease, compare-and-swaps the run's pointer and inserts
 the checkpoint, its message rows, a usage record and the stream entries, under the schema's integrity checks
-(docs/worker-cost.md). `FloorSide` keeps the rest of a durable step as the worker has it: the Harness, exporting the
+(docs/performance.md). `FloorSide` keeps the rest of a durable step as the worker has it: the Harness, exporting the
 state and encoding the history at every `BoundaryEvent`, and waiting for the write before asking for the next event
 (S-35). What it writes is only the new messages' bodies, in one autocommit INSERT on asyncpg into a table with no
 key, index, constraint or trigger. A durable design on Pydantic AI, asyncpg and PostgreSQL that writes at each

@@ -1,7 +1,7 @@
 """Where the PostgreSQL server's CPU goes during a workload: `perf` across the machine, summarized by phase.
 
 py-spy sees Python processes only, yet about a third of a durable step's CPU on PostgreSQL is the server's
-(docs/worker-cost.md). `perf record -a` samples every CPU, the server's backends included; Debian's PostgreSQL is
+(docs/performance.md). `perf record -a` samples every CPU, the server's backends included; Debian's PostgreSQL is
 built without frame pointers, so stacks are unwound from DWARF (`--call-graph dwarf`), which makes a recording
 large (about 8 MB a second): keep it to a workload or two. The summary gives, per phase of the server's work, the
 share of the samples taken in `postgres` processes whose stack passes through that phase's function

@@ -7,7 +7,7 @@ length it reports, over those incremental commits: bytes written (`CommitResult.
 against the stored payload read back by SQL), the median and p90 time of the `commit_checkpoint` call, and the
 median time of encoding the history first (`encode_history_reusing`: only messages not encoded at the previous
 commit, as a worker boundary does).
-Target (issue 5): bytes and commit time at 1000 messages <= 2x those at 10.
+Target: bytes and commit time at 1000 messages <= 2x those at 10.
 
     python -m bench.checkpoint_cost [--sizes 10,100,1000] [--commits 30] [--backends sqlite,postgresql] [--json out]
 """

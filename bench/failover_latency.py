@@ -370,7 +370,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"renewed every {s['authority_seconds']} s), the `expire_leases` pass recovers the attempt at "
             f"{c.get('first_attempt_ended', float('nan')):.2f} s, the run is due again "
             f"{s['retry_delay_seconds']} s later (an expired lease is not the run's fault, so the S-31 retry delay "
-            f"does not apply: issue 15 item 3), the standby claims it at {c.get('claimed', float('nan')):.2f} s and "
+            f"does not apply to it), the standby claims it at {c.get('claimed', float('nan')):.2f} s and "
             "the rest is attempt start, one model turn and the commit. The lease dominates by design (a shorter "
             "lease fails over faster but renews more often)."
         )

@@ -142,7 +142,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "hand-over that makes boundaries wait for the consumer (H-36). Since 2026-12-03 candor adds its own "
         "capability only to runs whose hooks have work (H-84, H-107): pydantic-ai calls every hook of every "
         "capability at every step with a copy of the run context, about 4% of a bare run here (py-spy; "
-        "docs/worker-cost.md, fifth pass).",
+        "docs/performance.md).",
     ]
 
 

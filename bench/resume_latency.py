@@ -210,7 +210,7 @@ def start_profiler(pid: int, out_dir: Path, clients: int) -> subprocess.Popen[by
     """py-spy recording process `pid` (raw collapsed stacks, idle frames left out) until `stop_profiler`.
 
     `--nonblocking`: py-spy's default pauses the process for every sample, which at 32 clients stretched p99 from
-    178 to 790 ms on one machine (docs/control-cost.md); the figures of a profiled run are still not the
+    178 to 790 ms on one machine; the figures of a profiled run are still not the
     unprofiled ones."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -419,7 +419,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
             "access log line; startup objects frozen out of the cyclic garbage collector, whose full collections "
             "had paused the process for ~100 ms; the benchmark's own clients frozen out of it too) and what is "
             "left: "
-            "docs/control-cost.md (`--profile DIR` records it with py-spy, `--baseline-src DIR` measures another "
+            "docs/performance.md (`--profile DIR` records it with py-spy, `--baseline-src DIR` measures another "
             "candor source side by side). Further gains need more than one control process (they share nothing "
             "but the database) or less CPU per request outside the database (HTTP handling is about a fifth of "
             "it); key lookups are deliberately not cached (a disabled key answers 401 from its next request, "

@@ -861,7 +861,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
             "(no machine noise in them) and measures what a wait costs bare Pydantic AI's own CPU per step on this "
             "machine."
         )
-    out.extend(_cli.missed_lines(summary, why="; see docs/worker-cost.md for where the time goes and the floor"))
+    out.extend(_cli.missed_lines(summary, why="; see docs/performance.md for where the time goes and the floor"))
     return out
 
 

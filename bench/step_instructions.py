@@ -324,7 +324,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
     waits = summary["wait_cpu_ms_per_step"]
     out.append(
         f"{_wait_line(summary)}. The sleep adds a timer and a turn of the event loop, under 1% of the "
-        "instructions (docs/worker-cost.md, twelfth pass), yet the same work costs more CPU time after the process "
+        "instructions, yet the same work costs more CPU time after the process "
         "has waited: its "
         "caches and the core's predictors have gone cold, and on a shared virtual machine an idle virtual CPU may "
         "have been handed to other work. Bare `Agent.run` never waits in `service_steps`; the worker waits for "

@@ -156,7 +156,7 @@ class _Cycle:
 
 def test_startup_objects_are_frozen_after_collecting_startup_garbage() -> None:
     """A process's startup objects leave the cyclic collector's generations (`gc.freeze`), so no full collection
-    walks them again (docs/control-cost.md: 95–100 ms pauses before); garbage startup left is collected first, not
+    walks them again (a full collection paused the event loop); garbage startup left is collected first, not
     frozen for the process's life."""
     import weakref
 
@@ -196,8 +196,8 @@ async def test_serve_freezes_its_startup_objects_before_serving_http(tmp_path: A
 
 
 def test_message_schemas_are_built_by_build_message_schemas_not_by_the_first_run() -> None:
-    """pydantic-ai defers its message schemas; `build_message_schemas` builds them (46–61 ms the first worker
-    boundary otherwise paid, docs/worker-cost.md). A fresh interpreter, since this one has long built them."""
+    """pydantic-ai defers its message schemas; `build_message_schemas` builds them (otherwise paid inside a new
+    worker's first boundary). A fresh interpreter, since this one has long built them."""
     import subprocess
     import sys
 

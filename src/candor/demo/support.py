@@ -1,23 +1,10 @@
 """Scripted demo agents: real `pydantic_ai.Agent`s whose model is a local function (no API key, no network).
 
-The factories here are reusable: the demo, the tests and (later) the service layer build agents from them.
-
-`support_agent()` has four tools:
-
-* `lookup_order(order_id)` — reads the order record (the ledger). Marked retry-safe with `recovery_retryable`,
-  so after a crash candor may run it again.
-* `charge_card(order_id, amount)` — charges the card: an effect that must not happen twice. Not retry-safe.
-  Declared `sequential=True` (it runs alone; tools the model asked for before it finish first).
-* `refund_order(order_id, amount)` — `requires_approval=True`: the run suspends until a person approves it.
-* `ask_user(question)` — raises `CallDeferred(kind="question")`: the run suspends until the user answers.
-
-Every tool execution appends one JSON line to a *ledger* file, so a reader can count what really happened. The
-ledger path comes from `SupportDeps.ledger_path` (pass `RunBindings(deps=SupportDeps(...))`), else from the
-`CANDOR_DEMO_LEDGER` environment variable, else `<tempdir>/candor-demo-ledger.jsonl`.
-
-A *failpoint* lets a process die right after a tool's effect was recorded: `SupportDeps(crash_after="charge_card")`
-(or `CANDOR_DEMO_CRASH_AFTER=charge_card`) makes that tool write its ledger line and then `SIGKILL` its own
-process, so the effect happened but no result was ever saved. That is the crash candor is built for.
+The factories here are reusable: the demo, the tests and the service build agents from them. `support_agent()`
+has a retry-safe read, a card charge that must not happen twice, a refund that needs approval and a question for
+the user. Every tool execution appends one JSON line to a *ledger* file (`ledger_path`), so a reader can count
+what really happened; a failpoint (`SupportDeps.crash_after`) lets the process die right after a tool's effect was
+recorded and before its result was saved, which is the crash candor is built for.
 """
 
 from __future__ import annotations
@@ -69,7 +56,10 @@ SUPPORT_INSTRUCTIONS = "You are Candor Support, a scripted demo agent. Be brief;
 
 @dataclass(frozen=True)
 class SupportDeps:
-    """Run-local dependencies of the support agent (pass them as `RunBindings(deps=...)`)."""
+    """Run-local dependencies of the support agent (pass them as `RunBindings(deps=...)`).
+
+    `SupportDeps(crash_after="charge_card")` (or `CANDOR_DEMO_CRASH_AFTER=charge_card`) makes that tool write its
+    ledger line and then `SIGKILL` its own process: the effect happened but no result was ever saved."""
 
     ledger_path: Path | str | None = None
     """Where tool effects are recorded (JSON lines). `None`: `$CANDOR_DEMO_LEDGER`, else a temp-dir default."""
@@ -316,7 +306,17 @@ def _summarize(returns: list[ToolReturnPart], calls: dict[str, ToolCallPart]) ->
 
 
 def support_agent(*, model: Any = None) -> Agent[Any, str]:
-    """A customer-support agent driven by the scripted model (or by `model`, e.g. a real one)."""
+    """A customer-support agent driven by the scripted model (or by `model`, e.g. a real one).
+
+    Its four tools:
+
+    * `lookup_order(order_id)` — reads the order record (the ledger). Marked retry-safe with `recovery_retryable`,
+      so after a crash candor may run it again.
+    * `charge_card(order_id, amount)` — charges the card: an effect that must not happen twice. Not retry-safe.
+      Declared `sequential=True` (it runs alone; tools the model asked for before it finish first).
+    * `refund_order(order_id, amount)` — `requires_approval=True`: the run suspends until a person approves it.
+    * `ask_user(question)` — raises `CallDeferred(kind="question")`: the run suspends until the user answers.
+    """
     return Agent(
         model if model is not None else support_model(),
         name="support",

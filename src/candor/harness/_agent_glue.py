@@ -131,10 +131,10 @@ def classify_agent_exception(exc: BaseException) -> SafeFailure:
 def harness_capabilities(*, deferred_tools_supported: bool, refresh_system_prompt: bool) -> list[HarnessCapability]:
     """candor's own capability for a run, or none when the run needs none of its hooks.
 
-    pydantic-ai calls every hook of every capability at every step, each with a copy of the run context, so a
-    capability with nothing to do still costs a few percent of a fast step (issue 12, docs/worker-cost.md). The
-    hooks do something only for H-84 (a run that cannot suspend) and H-107 (a thread's stored system prompts
-    replaced); the stamping of deferrals (§5) happens when the run suspends (`deferred.stamp_function_ids`).
+    pydantic-ai calls every hook of every capability at every step, each with a copy of the run context, so a capability
+    with nothing to do still costs CPU at every step. The hooks do something only for H-84 (a run that cannot suspend)
+    and H-107 (a thread's stored system prompts replaced); the stamping of deferrals (§5) happens when the run suspends
+    (`deferred.stamp_function_ids`).
     """
     if deferred_tools_supported and not refresh_system_prompt:
         return []

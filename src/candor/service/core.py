@@ -41,8 +41,7 @@ def pool_size_for(settings: ServiceSettings, *, runs_worker: bool) -> int:
 
     A worker whose slots outnumber its pooled connections takes overflow connections under load, and SQLAlchemy
     closes each one when it comes back to a full pool: every such commit then pays a new PostgreSQL connection (a
-    forked backend, authentication, statements prepared again). With 16 slots on a pool of 10, 16 concurrent runs
-    opened about one new connection a second; with the pool sized for the slots, none (docs/worker-cost.md).
+    forked backend, authentication, statements prepared again). A pool sized for the slots opens none.
     """
     if settings.database.pool_size is not None:
         return settings.database.pool_size

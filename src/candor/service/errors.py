@@ -1,26 +1,8 @@
 """The service error family: stable string codes (spec §12) for everything the service raises on purpose.
 
-    ServiceError                 base; `code` is stable, the message is for people
-    ├── SettingsError            invalid configuration or a failed startup check (S-56, S-124)
-    ├── StoreUnavailable         the database could not be reached or timed out → 503 `unavailable`
-    ├── CheckpointCorrupt        a digest mismatch while rebuilding a checkpoint (S-46) → seal `checkpoint_corrupt`
-    ├── SchemaMismatch           the database schema is not this build's (S-122, §10.3)
-    ├── LeaseLost                internal: a fenced write found the lease gone (S-20); never a run outcome (S-22)
-    ├── InvalidArgument          400 `invalid_argument`: `details.fields`, or `details.reason` (resume coverage)
-    ├── Forbidden                403 `forbidden`: the principal lacks the permission (S-101)
-    │   └── NotSubmitter         403 `forbidden`: only an entry's submitter may edit or withdraw it (S-74)
-    ├── NotFound                 404 `not_found`: unknown id, or an id of another workspace (S-126)
-    ├── AlreadyExists            409 `already_exists`: a duplicate unique name
-    ├── Conflict                 409 `conflict` with `details.reason` (§12.2), `kind` and `id`
-    ├── PreconditionFailed       412 `precondition_failed`: stale `If-Match` (`details.current_etag`)
-    ├── Disabled                 422 `disabled`: the workspace is archived (S-128)
-    ├── RateLimited              429 `rate_limited`: the thread's inbox is full (S-73)
-    ├── EntryTooLarge            413 `payload_too_large`: one message larger than the whole inbox may hold
-    ├── AlreadyBootstrapped      `candor bootstrap` on a database that already has a workspace (S-130)
-    └── RaceLost                 internal: a unique index rejected a racing write; the command answers again
-
-Foreign exceptions are translated where they enter (store/engine.py for driver errors) and chained with
-`raise … from exc`. Messages never echo secrets or submitted values.
+`ServiceError` shows the tree with each class's HTTP status. Foreign exceptions are translated where they enter
+(store/engine.py for driver errors) and chained with `raise … from exc`. Messages never echo secrets or submitted
+values.
 """
 
 from __future__ import annotations
@@ -52,7 +34,27 @@ __all__ = (
 
 
 class ServiceError(Exception):
-    """Base of every deliberate service error; tests assert on `code`, never on the message."""
+    """Base of every deliberate service error; tests assert on `code`, never on the message.
+
+    ServiceError                 base; `code` is stable, the message is for people
+    ├── SettingsError            invalid configuration or a failed startup check (S-56, S-124)
+    ├── StoreUnavailable         the database could not be reached or timed out → 503 `unavailable`
+    ├── CheckpointCorrupt        a digest mismatch while rebuilding a checkpoint (S-46) → seal `checkpoint_corrupt`
+    ├── SchemaMismatch           the database schema is not this build's (S-122, §10.3)
+    ├── LeaseLost                internal: a fenced write found the lease gone (S-20); never a run outcome (S-22)
+    ├── InvalidArgument          400 `invalid_argument`: `details.fields`, or `details.reason` (resume coverage)
+    ├── Forbidden                403 `forbidden`: the principal lacks the permission (S-101)
+    │   └── NotSubmitter         403 `forbidden`: only an entry's submitter may edit or withdraw it (S-74)
+    ├── NotFound                 404 `not_found`: unknown id, or an id of another workspace (S-126)
+    ├── AlreadyExists            409 `already_exists`: a duplicate unique name
+    ├── Conflict                 409 `conflict` with `details.reason` (§12.2), `kind` and `id`
+    ├── PreconditionFailed       412 `precondition_failed`: stale `If-Match` (`details.current_etag`)
+    ├── Disabled                 422 `disabled`: the workspace is archived (S-128)
+    ├── RateLimited              429 `rate_limited`: the thread's inbox is full (S-73)
+    ├── EntryTooLarge            413 `payload_too_large`: one message larger than the whole inbox may hold
+    ├── AlreadyBootstrapped      `candor bootstrap` on a database that already has a workspace (S-130)
+    └── RaceLost                 internal: a unique index rejected a racing write; the command answers again
+    """
 
     code: ClassVar[str] = "internal"
 

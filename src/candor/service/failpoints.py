@@ -1,16 +1,9 @@
 """Failpoints: named crash points that a test arms through `CANDOR_FAILPOINTS` to kill the process for real.
 
-The variable holds comma-separated entries `name[:action][@count]`:
-
-* `name` is one of `POINTS`;
-* `action` is `exit` (default: flush stdio, then `os._exit(137)`) or `sigkill` (`SIGKILL` to this process, no
-  flushing at all);
-* `@count` fires on the count-th hit of that point in this process (default 1).
-
-For example `CANDOR_FAILPOINTS="checkpoint_before_commit@3,before_tool:sigkill"`. The variable is parsed once per
-process, at the first `hit()` (or `reset()`); an entry that does not parse raises `ValueError` naming it. With
-nothing armed, `hit()` is one global read and a falsy check. The state is per process and `reset(environ)` rebuilds
-it for tests.
+For example `CANDOR_FAILPOINTS="checkpoint_before_commit@3,before_tool:sigkill"` (the syntax is `parse`'s). The
+variable is parsed once per process, at the first `hit()` (or `reset()`); an entry that does not parse raises
+`ValueError` naming it. With nothing armed, `hit()` is one global read and a falsy check. The state is per process
+and `reset(environ)` rebuilds it for tests.
 """
 
 from __future__ import annotations
@@ -90,6 +83,13 @@ class Failpoint:
 
 def parse(value: str) -> dict[str, Failpoint]:
     """Parse a `CANDOR_FAILPOINTS` value into name → `Failpoint`; blank entries are ignored.
+
+    The value holds comma-separated entries `name[:action][@count]`:
+
+    * `name` is one of `POINTS`;
+    * `action` is `exit` (default: flush stdio, then `os._exit(137)`) or `sigkill` (`SIGKILL` to this process, no
+      flushing at all);
+    * `@count` fires on the count-th hit of that point in this process (default 1).
 
     Raises `ValueError` naming the entry for a malformed entry, an unknown point or action, a count below 1, or a
     point armed twice.

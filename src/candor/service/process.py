@@ -100,10 +100,8 @@ def _freeze_startup_objects() -> None:
     """Move every object alive after startup (the imported modules, pydantic and FastAPI schemas, the agents, the
     app) out of the cyclic collector's reach (`gc.freeze`), after collecting what startup left as garbage.
 
-    They live as long as the process, but every full collection would walk them all again: on the control process
-    under `bench.resume_latency` at 32 clients, two full collections in about 5 s of requests, pausing the whole
-    event loop for 95 and 100 ms (9 and 8 ms after the freeze; docs/control-cost.md). Objects made later are
-    collected as usual; refcounting frees the rest as always.
+    They live as long as the process, but every full collection would walk them all again, pausing the whole event
+    loop while requests wait. Objects made later are collected as usual; refcounting frees the rest as always.
     """
     gc.collect()
     gc.freeze()

@@ -1,5 +1,5 @@
 """Routing: which route answers a request never depends on the order the routers are included in (`API_ROUTERS`
-is ordered busiest first, for the cost of matching only; docs/control-cost.md, third pass)."""
+is ordered busiest first, for the cost of matching only)."""
 
 from __future__ import annotations
 

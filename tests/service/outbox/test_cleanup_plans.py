@@ -76,7 +76,7 @@ async def test_a_cleanup_page_sends_the_same_statements_whatever_its_size(db, te
     """§9.6, S-47: a page names its checkpoints by their `seq` range, not by a list of ids, so a page of one
     checkpoint and a full page send the same statements with the same number of parameters. A list rendered one
     parameter per checkpoint was most of a page's CPU in the control process, and a new statement text for the
-    driver and the database to prepare at every length (docs/control-cost.md)."""
+    driver and the database to prepare at every length."""
     service = support.make_service(db.url, db.engine, clock=clock)
     async with db.engine.begin() as conn:
         small, full = [await add_thread_run(conn, tenant, script="tools") for _ in range(2)]

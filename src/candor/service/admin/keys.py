@@ -1,17 +1,9 @@
 """API keys of the caller's workspace (§4.2, §4.4, §8.3 `/v1/keys`): list, create, change permissions, disable.
 
 * The secret is returned once, by `create_key`; only its hash is stored (S-130). No read returns it or its hash.
-* `update_key` takes the key's version from `If-Match` (stale → 412, S-97). A disabled key authenticates no more
-  (401, S-101) and its running runs fail `authority_revoked` at their next heartbeat (S-61, S-62).
-* A change that would leave the workspace without an enabled `admin` key is refused with 409 `conflict`, reason
-  `last_admin_key` (`rules.removes_last_admin`): an admin cannot lock the workspace out of key management,
-  not even by disabling their own key. The operator's `candor key disable` is not bound by this rule.
-* `create_key` with an `Idempotency-Key` is idempotent (§8.2): the key's id is derived from the workspace, the
-  caller and the idempotency key (`idempotent_key_id`), so a retry finds the key the first request made. A
-  replay with the same name and permissions answers that key **without its secret** (`replayed=True`): the
-  secret exists only as a hash, and keeping it to show it again would mean storing a usable credential. A client
-  that lost the first answer disables that key and creates another. Other name or permissions → 409 `conflict`,
-  reason `idempotency_key_reused`.
+* A disabled key authenticates no more (401, S-101) and its running runs fail `authority_revoked` at their next
+  heartbeat (S-61, S-62).
+* No change may leave the workspace without an enabled `admin` key (`update_key`).
 * Creating a key in an archived workspace answers 422 `disabled` (S-128); changing or disabling keys stays
   possible there, so a leaked key of an archived workspace can still be shut off (reads keep working there).
 """
@@ -71,8 +63,14 @@ async def create_key(
     permissions: Collection[str],
     idempotency_key: str | None = None,
 ) -> KeyCreated:
-    """A new key of the caller's workspace; the secret is in the answer and nowhere else. With `idempotency_key`,
-    a retry answers the key the first request made, without its secret (see the module docstring)."""
+    """A new key of the caller's workspace; the secret is in the answer and nowhere else.
+
+    With `idempotency_key` it is idempotent (§8.2): the key's id is derived from the workspace, the caller and the
+    idempotency key (`idempotent_key_id`), so a retry finds the key the first request made. A replay with the same
+    name and permissions answers that key **without its secret** (`replayed=True`): the secret exists only as a
+    hash, and keeping it to show it again would mean storing a usable credential. A client that lost the first
+    answer disables that key and creates another. Other name or permissions → 409 `conflict`, reason
+    `idempotency_key_reused`."""
     require(principal, "admin")
     allowed = auth.checked_permissions(permissions)
     key_id = None
@@ -117,7 +115,12 @@ async def update_key(
     permissions: Collection[str] | None = None,
     disabled: bool | None = None,
 ) -> PrincipalRow:
-    """Set a key's permissions and/or disabled flag (`disabled=False` enables it again)."""
+    """Set a key's permissions and/or disabled flag (`disabled=False` enables it again).
+
+    The key's version comes from `If-Match` (stale → 412, S-97). A change that would leave the workspace without an
+    enabled `admin` key is refused with 409 `conflict`, reason `last_admin_key` (`rules.removes_last_admin`): an
+    admin cannot lock the workspace out of key management, not even by disabling their own key. The operator's
+    `candor key disable` is not bound by this rule."""
     require(principal, "admin")
     wanted = None if permissions is None else auth.checked_permissions(permissions)
     async with write_transaction(service.engine) as conn:

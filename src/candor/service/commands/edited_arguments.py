@@ -1,4 +1,4 @@
-"""Edited arguments on resume (issue 13): refuse up front what the worker would refuse later (H-75).
+"""Edited arguments on resume: refuse up front what the worker would refuse later (H-75).
 
 An approval may carry `arguments` to run the tool with instead of the model's. The worker validates them against
 the tool's schema when the successor starts and fails it with `deferred_override_invalid` otherwise — by then the

@@ -44,7 +44,7 @@ async def fork_run(
     """`POST /v1/runs/{id}/fork`: a new thread (origin `fork`) whose first run (lineage `fork`) starts from the
     sealed origin run's checkpoint (§6); an unsealed origin → 409 `run_accepted`/`run_running`.
 
-    A `waiting` origin → 409 `run_waiting` (issue 14 overrides §6 here): its checkpoint ends with calls that were
+    A `waiting` origin → 409 `run_waiting`, where §6 would let the fork start: its checkpoint ends with calls that were
     never approved or answered, and the fork's first run could only close them by tool recovery, which tells the
     model they "may have partly taken effect" (false: they never ran) or, for retry-safe tools, runs them without
     the approval. Resume the waiting run (deny what should not run), then fork its successor."""
@@ -126,7 +126,7 @@ async def resume_run(
             refusal = resume_refusal(read.thread, waiting, read.authority, answers)
             if refusal is not None:
                 raise refusal
-            edits_refused = edited_argument_problems(service, waiting, answers)  # issue 13: before the wait ends
+            edits_refused = edited_argument_problems(service, waiting, answers)  # before the wait ends
             if edits_refused:
                 raise InvalidArgument(fields=edits_refused)
             successor = successor_of(

@@ -2,20 +2,7 @@
 
 `create_app(service, role=...)` builds the app a process serves. `control` and `all` serve the `/v1` API (with its
 OpenAPI schema at `/v1/openapi.json` and docs at `/v1/docs`); `worker` serves only `/healthz`, `/readyz` and
-`/metrics`, so any `/v1` path answers 404 there (S-100).
-
-Two pure ASGI middlewares wrap every request, outermost first:
-
-* `RequestIdMiddleware` gives every response `X-Request-Id: req_<32 hex>`, generated here (a caller's value is
-  ignored, S-95), stores it in the scope for error bodies, and turns an unexpected exception into 500 `internal`;
-* `RequestMetricsMiddleware` observes `candor_http_request_duration_seconds{method, route, status}`, labelled
-  with the route's template (`/v1/runs/{run_id}`), never the raw path, so ids do not explode the label set, and
-  logs one `HTTP request` line (request id, method, route template, status, duration) on `candor.http`, except for
-  the probes (`/healthz`, `/readyz`, `/metrics`: §10.1);
-* `BodyLimitMiddleware` reads the body up front and answers 413 `payload_too_large` beyond
-  `server.max_request_bytes`, before anything parses it;
-* `EdgeCheckMiddleware` (edge.py) refuses, for every `/v1` route, what no route could store: a non-JSON
-  `Content-Type` (415), NUL or lone surrogates, nesting beyond 64, non-finite numbers, duplicated headers (400).
+`/metrics`, so any `/v1` path answers 404 there (S-100). `create_app` lists the middlewares every request passes.
 """
 
 from __future__ import annotations
@@ -72,11 +59,9 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     keys.router,
     console.router,
 )
-"""The `/v1` routers, busiest first. A request is matched against the routes in this order until one fits, and
-FastAPI's match costs a few microseconds per route tried: `POST /v1/runs/{id}/resume` was the 25th route tried and
-its matching cost about 6% of the control process's instructions per resume (docs/control-cost.md, third pass). No
-two routes accept the same method and path (tests/service/http/test_http_routing.py), so the order changes only
-the cost, never which route answers."""
+"""The `/v1` routers, busiest first: a request is matched against the routes in this order, and FastAPI's match
+costs CPU for every route tried before the one that fits. No two routes accept the same method and path
+(tests/service/http/test_http_routing.py), so the order changes only the cost, never which route answers."""
 
 
 def create_app(service: Service, *, role: Role, readiness: Readiness | None = None) -> FastAPI:
@@ -84,6 +69,19 @@ def create_app(service: Service, *, role: Role, readiness: Readiness | None = No
 
     With `readiness=None` the app owns its readiness: the lifespan marks startup complete and, at shutdown,
     draining. A process runner that starts workers and sweeps passes its own `Readiness` and sets `started` itself.
+
+    Pure ASGI middlewares wrap every request, outermost first:
+
+    * `RequestIdMiddleware` gives every response `X-Request-Id: req_<32 hex>`, generated here (a caller's value is
+      ignored, S-95), stores it in the scope for error bodies, and turns an unexpected exception into 500 `internal`;
+    * `RequestMetricsMiddleware` observes `candor_http_request_duration_seconds{method, route, status}`, labelled
+      with the route's template (`/v1/runs/{run_id}`), never the raw path, so ids do not explode the label set, and
+      logs one `HTTP request` line (request id, method, route template, status, duration) on `candor.http`, except for
+      the probes (`/healthz`, `/readyz`, `/metrics`: §10.1);
+    * `BodyLimitMiddleware` reads the body up front and answers 413 `payload_too_large` beyond
+      `server.max_request_bytes`, before anything parses it;
+    * `EdgeCheckMiddleware` (edge.py) refuses, for every `/v1` route, what no route could store: a non-JSON
+      `Content-Type` (415), NUL or lone surrogates, nesting beyond 64, non-finite numbers, duplicated headers (400).
     """
     if role not in _ROLES:
         raise ValueError(f"role must be one of {', '.join(_ROLES)}")

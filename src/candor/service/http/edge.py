@@ -1,17 +1,9 @@
 """Checks at the edge, before any route sees a request: one place for the whole `/v1` API (S-96).
 
-Every `/v1` request passes `EdgeCheckMiddleware`, which refuses what no route could store or answer sensibly:
-
-* a body that is not JSON by its `Content-Type` → 415 `unsupported_media_type` (a missing type is read as JSON);
-* a JSON body with a NUL character or a lone surrogate in any string or object key (PostgreSQL cannot store NUL,
-  and UTF-8 cannot encode a lone surrogate) → 400 `invalid_argument`, reason `invalid_character`;
-* nesting deeper than `MAX_JSON_DEPTH` arrays/objects → reason `too_deep`; `NaN`, `Infinity` or a number too
-  large for a double (`1e400`) → reason `not_finite`; anything else that is not JSON → reason `unparsable`;
-* a NUL character or lone surrogate in the path or query string → field `path` or the query parameter's name;
-* `Idempotency-Key`, `If-Match`, `Authorization` or `Content-Type` given twice → reason `duplicated`.
-
-The decisions are pure functions (`body_problems`, `target_problems`, `header_problems`, `media_type_ok`);
-the middleware only applies them. It runs inside the body limit, so the body it parses is bounded.
+Every `/v1` request passes `EdgeCheckMiddleware`, which refuses what no route could store or answer sensibly: a
+non-JSON body, characters PostgreSQL or UTF-8 cannot hold, JSON too deep or not finite, duplicated headers. The
+decisions are pure functions (`body_problems`, `target_problems`, `header_problems`, `media_type_ok`); the middleware
+only applies them. It runs inside the body limit, so the body it parses is bounded.
 """
 
 from __future__ import annotations
@@ -131,8 +123,17 @@ def media_type_ok(content_type: str | None) -> bool:
 
 
 class EdgeCheckMiddleware:
-    """Applies the checks above to every `/v1` request; expects the body already buffered (`BodyLimitMiddleware`
-    sits outside it)."""
+    """Applies the checks to every `/v1` request; expects the body already buffered (`BodyLimitMiddleware` sits
+    outside it). It refuses:
+
+    * a body that is not JSON by its `Content-Type` → 415 `unsupported_media_type` (a missing type is read as JSON);
+    * a JSON body with a NUL character or a lone surrogate in any string or object key (PostgreSQL cannot store NUL,
+      and UTF-8 cannot encode a lone surrogate) → 400 `invalid_argument`, reason `invalid_character`;
+    * nesting deeper than `MAX_JSON_DEPTH` arrays/objects → reason `too_deep`; `NaN`, `Infinity` or a number too
+      large for a double (`1e400`) → reason `not_finite`; anything else that is not JSON → reason `unparsable`;
+    * a NUL character or lone surrogate in the path or query string → field `path` or the query parameter's name;
+    * `Idempotency-Key`, `If-Match`, `Authorization` or `Content-Type` given twice → reason `duplicated`.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -1,17 +1,11 @@
 """HTTP error envelope: every failure becomes `{"error": {"code", "message", "details", "request_id"}}` (§8.1, §12.1).
 
-The code → status table lives here and nowhere else (STYLE habit 10). Sources of errors:
-
-* `ServiceError` raised by commands (and the few HTTP-only errors below) → its `code` and `details`;
-* request validation (`RequestValidationError`) → 400 `invalid_argument` with `details.fields` (at most 20),
-  never 422; a body that is not JSON → field `body`, reason `unparsable` (S-96);
-* Starlette's 404/405 for an unknown route or method → 404 `not_found`, `details = {"kind": "route", "id":
-  "<METHOD> <path>"}` (S-99);
-* `StoreUnavailable` → 503 `unavailable`, `details.dependency = "database"`; any other error → 500 `internal`.
-
-Details never echo submitted values or secrets: validation problems name the field and a reason code only; the ids
-and paths details do repeat are cut to 128 characters and their lists to 128 items (`bounded_details`). Requests
-no route could take (non-JSON bodies → 415, NUL, lone surrogates, deep nesting, …) are refused in edge.py.
+The code → status table (`STATUS`) lives here and nowhere else (STYLE habit 10). A `ServiceError` gives its `code`
+and `details`; request validation gives 400 `invalid_argument` with `details.fields` (at most 20), never 422, and
+a body that is not JSON field `body`, reason `unparsable` (S-96); an unknown route or method gives 404
+`not_found` with `details = {"kind": "route", "id": "<METHOD> <path>"}` (S-99); `StoreUnavailable` gives 503
+`unavailable`, any other error 500 `internal`. Details never echo submitted values or secrets: ids and paths are
+cut to 128 characters and lists to 128 items (`bounded_details`). Requests no route could take are refused in edge.py.
 """
 
 from __future__ import annotations

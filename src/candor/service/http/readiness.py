@@ -6,12 +6,6 @@ factory's lifespan sets `started` unless a process runner passes its own `Readin
 workers and sweeps are running. The database part of readiness is the schema check, bounded by
 `server.readiness_timeout`: `SchemaWatch` keeps the verdict of the last full comparison (Alembic's, every table
 reflected; `candor serve` hands it the startup check's) and at each probe reads only the applied revisions.
-
-The full comparison never runs inside a probe's time limit. It cost about 0.4 s of CPU on a slow machine and, with
-the machine loaded, more than the 2 s limit: a probe that ran it and cancelled it at the limit answered 503, and so
-did every probe after it, because none ever finished (a process in CI never became ready in 60 s). One comparison
-runs at a time, as its own task, bounded by `database.timeout`; probes that need its verdict wait for it within their
-limit without cancelling it, and the next probe finds its verdict (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -45,6 +39,11 @@ class SchemaWatch:
     the full comparison, whose verdict it waits for. When the verdict is older than `SCHEMA_RECHECK_SECONDS` and the
     revisions are the same, the probe answers from it and starts a fresh comparison in the background, so a change
     that moves no revision (an index dropped by hand) turns probes to 503 once that comparison finishes.
+
+    The full comparison never runs inside a probe's time limit: on a loaded machine it can take longer than the
+    limit, and a probe that cancelled it would leave every later probe to start it again and answer 503 for ever.
+    One comparison runs at a time, as its own task, bounded by `database.timeout`; probes that need its verdict wait
+    for it within their limit without cancelling it, and the next probe finds its verdict.
     """
 
     clock: Callable[[], float] = time.monotonic

@@ -1,18 +1,10 @@
 """The thread stream (§8.7): `GET /v1/threads/{thread_id}/stream` as server-sent events.
 
-The endpoint polls the thread's retained stream entries and its row:
-
-* `delta` / `boundary` for each entry, with the entry id as SSE `id` (a client reconnects with `Last-Event-ID`
-  and receives the entries after it);
-* `gap` before an entry whose predecessor on the thread (its stored `prev`) is not the last entry this client saw:
-  the entries in between were trimmed (S-104);
-* `reset` before the first entry of a run's later attempt (S-103): discard the live output of earlier attempts;
-* `changed` when the thread's version (or its current / last run) changed since the previous poll;
-* a comment line at least every `keepalive_seconds` (≤ 15 s, S-102), sent by sse-starlette's ping.
-
-The stream ends when the caller's access ends (the key is disabled or loses `read`, the thread is no longer
-visible), checked every `access_seconds`. Timings live in `StreamTiming` on `app.state.stream_timing`, so tests can
-shorten them; `max_seconds` (tests only) ends the stream after that long.
+The endpoint polls the thread's retained stream entries and its row and sends `delta`, `boundary`, `gap`, `reset`
+and `changed` events (`thread_stream_response` says when each is sent). The stream ends when the caller's access
+ends (the key is disabled or loses `read`, the thread is no longer visible), checked every `access_seconds`.
+Timings live in `StreamTiming` on `app.state.stream_timing`, so tests can shorten them; `max_seconds` (tests only)
+ends the stream after that long.
 """
 
 from __future__ import annotations
@@ -110,7 +102,18 @@ async def _still_allowed(request: Request, secret: str, thread_id: str) -> Threa
 async def thread_stream_response(
     request: Request, principal: Principal, secret: str, thread_id: str, last_event_id: int | None
 ) -> EventSourceResponse:
-    """Answer 404 now for an unknown thread (S-126); otherwise the event stream."""
+    """Answer 404 now for an unknown thread (S-126); otherwise the event stream.
+
+    The endpoint polls the thread's retained stream entries and its row:
+
+    * `delta` / `boundary` for each entry, with the entry id as SSE `id` (a client reconnects with `Last-Event-ID`
+      and receives the entries after it);
+    * `gap` before an entry whose predecessor on the thread (its stored `prev`) is not the last entry this client saw:
+      the entries in between were trimmed (S-104);
+    * `reset` before the first entry of a run's later attempt (S-103): discard the live output of earlier attempts;
+    * `changed` when the thread's version (or its current / last run) changed since the previous poll;
+    * a comment line at least every `keepalive_seconds` (≤ 15 s, S-102), sent by sse-starlette's ping.
+    """
     service = request.app.state.service
     thread = await commands.get_thread(service, principal, thread_id)
     timing = timing_of(request)

@@ -119,7 +119,7 @@ async def handle_webhook(row: ClaimedRow, ctx: DeliveryContext) -> HandlerResult
 class InDatabaseHandler:
     """A handler whose whole effect is database writes (§9.6 checkpoint cleanup). A pass claims its rows, runs
     `work` and settles them in ONE transaction on one connection: a crash or an error anywhere leaves neither the
-    work nor the claim behind, and a row costs one commit instead of three (claim, handler, settle; issue 12).
+    work nor the claim behind, and a row costs one commit instead of three (claim, handler, settle).
 
     Called like any other handler (`handler(row, ctx)`), `work` runs in a transaction of its own: the path a pass
     falls back to when the one transaction fails, so a failing row still gets its attempts, backoff and dead end

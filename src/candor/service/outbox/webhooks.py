@@ -1,25 +1,10 @@
 """Webhook signing and the POST (§9.4, S-108, S-113).
 
-The body is the canonical JSON `{"id", "type", "created_at", "data"}` (sorted keys, compact separators) whose `id`
-is the outbox row id, sent as `Candor-Delivery-Id`. The signature is
-
-    Candor-Signature: v1=<hex HMAC-SHA256 of "{Candor-Timestamp}.{Candor-Delivery-Id}.{raw body}">
-
-under the subscription's signing secret. Only a 2xx answer within `control.webhook_timeout` counts; redirects are
-not followed and the response body is never read: the outcome is decided by the status line alone, and the body's
-bytes are never parsed, stored or logged. To keep the connection for the next delivery (HTTP/1.1 keep-alive),
-a body that announces itself as small (`Content-Length` at most `DRAIN_LIMIT_BYTES`, or none by its status) is
-drained and discarded within the same timeout; any other body is not touched and the connection is closed
-instead. A drain that fails or times out after the status arrived changes nothing: the status stands.
-
-Receivers check a delivery with `verify_signature(secret, headers, body)`:
-
-    from candor.service.outbox.webhooks import verify_signature
-    if not verify_signature(secret, request.headers, await request.body()):
-        return Response(status_code=400)
-
-It recomputes the HMAC over the raw body, compares in constant time, and refuses timestamps more than
-`tolerance_seconds` away from now (replays). Deliveries are at-least-once: deduplicate on `Candor-Delivery-Id`.
+The body is the canonical JSON `{"id", "type", "created_at", "data"}` whose `id` is the outbox row id, sent as
+`Candor-Delivery-Id`. `Candor-Signature` is `v1=` and the hex HMAC-SHA256, under the subscription's secret, of
+`"{Candor-Timestamp}.{Candor-Delivery-Id}.{raw body}"` (`sign`). Only a 2xx answer within
+`control.webhook_timeout` counts, decided by the status line alone (`post_webhook`). Receivers check a delivery
+with `verify_signature(secret, headers, body)`; deliveries are at-least-once: deduplicate on `Candor-Delivery-Id`.
 """
 
 from __future__ import annotations
@@ -110,7 +95,11 @@ def verify_signature(
     """For receivers: whether `body` with `headers` was signed with `secret` within `tolerance_seconds` of now.
 
     Header names are matched case-insensitively. Returns False on a missing or malformed header, a timestamp
-    outside the tolerance, or a signature mismatch (compared in constant time).
+    outside the tolerance (a replay), or a signature mismatch (compared in constant time):
+
+        from candor.service.outbox.webhooks import verify_signature
+        if not verify_signature(secret, request.headers, await request.body()):
+            return Response(status_code=400)
     """
     lowered = {key.lower(): value for key, value in headers.items()}
     delivery_id = lowered.get(DELIVERY_ID_HEADER.lower())
@@ -153,8 +142,8 @@ def drainable_body(status: int, headers: Mapping[str, str]) -> bool:
 class WebhookClient:
     """The pooled HTTP/1.1 client of one delivery loop (aiohttp): at most `connections` open (a kind's
     `parallel`), all kept alive between deliveries, redirects never followed (S-108), response bodies never
-    decoded. aiohttp rather than httpx because delivery is CPU-bound on the client: measured on the outbox
-    benchmark's receiver, a POST costs ~0.13 ms of CPU here against ~1 ms through httpx's pool (docs/benchmarks.md).
+    decoded. aiohttp rather than httpx because delivery is CPU-bound on the client, and httpx's pool checks every
+    pooled connection's socket on each request.
 
     Proxies come from the environment as before (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`), read once
     when the client is made, and the choice is remembered per origin; aiohttp's own `trust_env` would re-read the
@@ -215,7 +204,12 @@ async def post_webhook(
     timeout: float,
     allow_insecure: bool,
 ) -> WebhookResult:
-    """One signed POST (S-108): 2xx → delivered; 3xx (not followed), other statuses and errors → failed."""
+    """One signed POST (S-108): 2xx → delivered; 3xx (not followed), other statuses and errors → failed.
+
+    The response body's bytes are never parsed, stored or logged. To keep the connection for the next delivery, a
+    body that `drainable_body` allows is drained and discarded within the same timeout; any other body is not
+    touched and the connection is closed instead. A drain that fails or times out after the status arrived changes
+    nothing: the status stands."""
     if not target_allowed(url, allow_insecure=allow_insecure):
         return WebhookResult("refused", "target_refused")
     body = canonical_body(delivery_id=delivery_id, payload=payload)

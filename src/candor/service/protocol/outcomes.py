@@ -214,10 +214,9 @@ class Requeue:
 RecoveryDecision = SealAfterRecovery | Requeue
 
 IMMEDIATE_RETRY_CODES: frozenset[str] = frozenset({"lease_expired"})
-"""Failure codes whose run is due again at once (issue 15, item 3, which overrides the S-31 delay for them): a lease
-that expired says the worker died or lost the database, not that the run misbehaved, so waiting would only add to
-the failover time of S-28. The attempt is still charged (S-14, S-30), so a run that kills every worker still ends
-at `max_attempts`."""
+"""Failure codes whose run is due again at once, without the S-31 retry delay: a lease that expired says the
+worker died or lost the database, not that the run misbehaved, so waiting would only add to the failover time of
+S-28. The attempt is still charged (S-14, S-30), so a run that kills every worker still ends at `max_attempts`."""
 
 
 def recovery_decision(

@@ -107,7 +107,7 @@ def checked_options(value: Any) -> dict[str, Any] | None:
     tools = validate_client_tools(value.get("client_tools"))  # §8.8, S-133
     if isinstance(tools, ClientToolsProblem):
         raise InvalidArgument(fields=[(tools.field, tools.reason)])
-    if (reason := tool_recovery_problem(value)) is not None:  # issue 13 item 1
+    if (reason := tool_recovery_problem(value)) is not None:
         raise InvalidArgument(fields=[(TOOL_RECOVERY_FIELD, reason)])
     return dict(value)
 

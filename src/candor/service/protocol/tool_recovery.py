@@ -1,4 +1,4 @@
-"""The run's `tool_recovery` mode (issue 13 item 1): `options.tool_recovery`, else the agent's setting, else "declared".
+"""The run's `tool_recovery` mode: `options.tool_recovery`, else the agent's setting, else "declared".
 
 The mode decides what a recovering attempt does with tool calls that were requested but never answered (S-29, H-45
 … H-47): `declared` re-runs only tools marked retry-safe, `never` answers every such call unknown-outcome, `always`

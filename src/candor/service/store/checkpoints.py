@@ -1,21 +1,10 @@
 """Incremental checkpoints (spec §6): encode, write only new message rows, rebuild and verify `HarnessState`.
 
-Stored forms:
-
-* **Message body**: the JSON of one pydantic-ai `ModelMessage` as `ModelMessagesTypeAdapter` dumps it (mode
-  `json`), written compactly with `json.dumps(..., separators=(",", ":"), ensure_ascii=True)`. Keys keep the
-  adapter's order (field order, and insertion order inside dicts such as tool-call arguments) instead of being
-  sorted: sorting would reorder user dicts and the rebuilt state would no longer dump byte-identically (S-43). The
-  form is deterministic for a given message, so the same message always has the same body and digest. Bodies are
-  ASCII (non-ASCII escaped), so their length in characters is their size in bytes.
-* **Envelope**: `CheckpointEnvelope` stored as compact, order-preserving JSON text; `envelope_digest` is the
-  SHA-256 of its canonical JSON (sorted keys, compact separators) as §6 says, recomputed and compared on read.
-
-History of a checkpoint `c`: `history(base(c))[:kept(c)] + rows(c)`. Message row indexes are absolute positions,
-so the rows needed to rebuild `c` are, walking from `c` towards the root, `[kept, min(count, limit))` of each
-checkpoint, where `limit` is the smallest `kept` seen so far. `load_state()` reads the chain with one recursive
-query and only the rows that survive, verifies every digest (`CheckpointCorrupt` on any mismatch, gap or broken
-chain) and decodes all bodies in one pass.
+A message is stored as its deterministic compact JSON with its SHA-256 digest (`encode_message`), the rest of the
+state as an envelope with the digest of its canonical JSON (`encode_envelope`). The history of a checkpoint `c` is
+`history(base(c))[:kept(c)] + rows(c)`; a commit writes only the rows past `kept`. `load_state()` reads the chain
+with one recursive query and only the rows that survive, verifies every digest (`CheckpointCorrupt` on any
+mismatch, gap or broken chain) and decodes all bodies in one pass.
 """
 
 from __future__ import annotations
@@ -80,7 +69,7 @@ class EncodedMessage:
     """One message in stored form."""
 
     body: str
-    """Compact JSON of the message (see the module docstring)."""
+    """Compact JSON of the message (see `encode_message`)."""
     digest: str
     """SHA-256 hex of `body`."""
 
@@ -153,10 +142,10 @@ def _compact_json(value: Any) -> str:
 def build_message_schemas() -> None:
     """Build pydantic-ai's message schemas now, at process startup, rather than during a run.
 
-    pydantic-ai defers them (`defer_build`): the first `encode_history` of a worker process built the schema of the
-    whole message union inside its first run's first boundary (46–61 ms measured with `bench.service_steps`), and
-    the first tool-return event streamed built that class's own serializer (3 ms). The control process validates
-    and dumps messages with the same adapter (a thread created with a history, a run's messages).
+    pydantic-ai defers them (`defer_build`): otherwise the first `encode_history` of a worker process builds the
+    schema of the whole message union inside its first run's first boundary, and the first tool-return event
+    streamed builds that class's own serializer. The control process validates and dumps messages with the same
+    adapter (a thread created with a history, a run's messages).
     """
     ModelMessagesTypeAdapter.rebuild()
     pending: list[type] = [ToolReturn, BaseToolReturnPart]
@@ -167,7 +156,12 @@ def build_message_schemas() -> None:
 
 
 def encode_message(message: ModelMessage) -> EncodedMessage:
-    """The stored form of one message."""
+    """The stored form of one message: its JSON as `ModelMessagesTypeAdapter` dumps it (mode `json`), compact.
+
+    Keys keep the adapter's order (field order, and insertion order inside dicts such as tool-call arguments)
+    instead of being sorted: sorting would reorder user dicts and the rebuilt state would no longer dump
+    byte-identically (S-43). The form is deterministic, so the same message always has the same body and digest.
+    Bodies are ASCII (non-ASCII escaped), so their length in characters is their size in bytes."""
     body = _compact_json(ModelMessagesTypeAdapter.dump_python([message], mode="json")[0])
     return EncodedMessage(body=body, digest=sha256_hex(body))
 
@@ -198,7 +192,10 @@ def encode_history_reusing(
 
 
 def encode_envelope(envelope: CheckpointEnvelope) -> EncodedEnvelope:
-    """Stored text and digest of an envelope; the worker compares `len(text)` with `worker.envelope_bytes`."""
+    """Stored text and digest of an envelope; the worker compares `len(text)` with `worker.envelope_bytes`.
+
+    The text is compact and keeps the model's order; the digest is the SHA-256 of its canonical JSON (sorted keys,
+    compact separators) as §6 says, recomputed and compared on read."""
     data = envelope.model_dump(mode="json")
     return EncodedEnvelope(text=_compact_json(data), digest=sha256_hex(canonical_json(data)))
 
@@ -229,8 +226,8 @@ def common_prefix_length(base: Sequence[str], new: Sequence[str]) -> int:
 def kept_count(base: Sequence[EncodedMessage], new: Sequence[EncodedMessage]) -> int:
     """`kept` (§6) of a commit: `common_prefix_length` of the two histories' digests. A boundary's history usually
     extends its base with the very same objects (`encode_history_reusing`), so one comparison of the base with the
-    new history's head, identity first and at C speed, settles it without a Python loop over every digest (issue 12:
-    the loop cost every step commit time in proportion to the history's length)."""
+    new history's head, identity first and at C speed, settles it without a Python loop over every digest, whose
+    cost would grow with the history's length."""
     size = len(base)
     if size <= len(new) and list(new[:size]) == list(base):
         return size
@@ -466,7 +463,11 @@ def plan_ranges(chain: Sequence[tuple[str, str | None, int, int]]) -> list[tuple
 
 
 async def load_state(conn: AsyncConnection, checkpoint_id: str) -> LoadedCheckpoint:
-    """Rebuild the `HarnessState` of a checkpoint, verifying every body and the envelope (S-43, S-46)."""
+    """Rebuild the `HarnessState` of a checkpoint, verifying every body and the envelope (S-43, S-46).
+
+    Message row indexes are absolute positions, so the rows needed to rebuild a checkpoint are, walking from it
+    towards the root, `[kept, min(count, limit))` of each checkpoint, where `limit` is the smallest `kept` seen so
+    far (`plan_ranges`)."""
     leaf = (await conn.execute(select_checkpoint(checkpoint_id))).one_or_none()
     if leaf is None:
         raise CheckpointCorrupt(f"checkpoint {checkpoint_id} not found")

@@ -51,8 +51,8 @@ async def cleanup_checkpoint_page(
 
 _c, _m = checkpoints.c, checkpoint_messages.c
 
-# Built once: a page costs the control process its statements' execution, not their construction (SQLAlchemy's
-# operator and coercion machinery was about a fifth of a cleanup pass, docs/control-cost.md). A page is a contiguous
+# Built once: a page costs the control process its statements' execution, not their construction through
+# SQLAlchemy's operator and coercion machinery. A page is a contiguous
 # range of one run's `seq`, so every lookup names it by its bounds, never by a list of its ids: a list would be
 # rendered into each statement as one parameter per checkpoint, and be a new statement text for every length.
 _LAST_SEQ = select(func.max(_c.seq)).where(_c.run_id == bindparam("page_run")).scalar_subquery()

@@ -1,20 +1,10 @@
 """Cross-process wake-ups (§2.2): `NOTIFY candor_wake` when runs become due, `LISTEN` in workers; on SQLite the
 same through unix datagram sockets next to the database file (`local_wake`).
 
-Within one process `Service.wakeups` (an `asyncio.Event`) already wakes the worker loop. With many processes on
-PostgreSQL, a run accepted by the control process (or requeued by a sweep) should not wait for a worker's next
-`worker.scan_seconds` scan, so:
-
-* `Notifier.notify()` sends `NOTIFY candor_wake` after the commit that made a run due. It is fire-and-forget and
-  coalesced (at most one send in flight and one queued behind it): a wake-up is an optimisation, never the only way
-  a run gets claimed, since every worker still scans every `worker.scan_seconds`.
-* `listen_for_wakeups()` holds one dedicated asyncpg connection that `LISTEN`s on the channel and sets the local
-  event on every notification. When that connection is lost it reports `degraded` (so `/readyz` says
-  `"degraded": ["notify"]`, S-121) and reconnects with capped backoff; scans keep the worker working meanwhile.
-
-SQLite has no LISTEN/NOTIFY, but its processes share one machine: `Notifier.notify()` sends a datagram to every
-worker's socket in the database's wake-up directory and `listen_for_wakeups()` binds this process's socket there
-(`local_wake.LocalWakeups`). An in-memory SQLite database has no other process to wake: both are no-ops then.
+Within one process `Service.wakeups` (an `asyncio.Event`) already wakes the worker loop; across processes a run
+accepted by the control process (or requeued by a sweep) should not wait for a worker's next `worker.scan_seconds`
+scan. A wake-up is an optimisation, never the only way a run gets claimed: every worker still scans. `Notifier`
+sends, `listen_for_wakeups` receives; an in-memory SQLite database has no other process to wake.
 """
 
 from __future__ import annotations
@@ -51,7 +41,10 @@ def plain_postgres_dsn(url: str | URL) -> str:
 
 class Notifier:
     """Sends coalesced, best-effort `NOTIFY candor_wake` through the service's engine (PostgreSQL), or datagrams to
-    the workers' sockets next to the database file (SQLite)."""
+    the workers' sockets next to the database file (SQLite).
+
+    `notify()` is called after the commit that made a run due. It is fire-and-forget and coalesced: at most one
+    send in flight and one queued behind it."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -106,8 +99,10 @@ async def listen_for_wakeups(
     """LISTEN on `candor_wake` until cancelled, calling `on_wake()` per notification.
 
     `on_connected(True)` once listening, `on_connected(False)` whenever the connection is lost or cannot be made;
-    reconnects with doubling backoff capped at `max_retry_seconds`. On a SQLite file the same through this
-    process's socket in the wake-up directory; returns at once for an in-memory SQLite database.
+    reconnects with doubling backoff capped at `max_retry_seconds`. One dedicated asyncpg connection listens; while
+    it is lost the process reports `degraded` (`/readyz` says `"degraded": ["notify"]`, S-121) and scans keep the
+    worker working. On a SQLite file the same through this process's socket in the wake-up directory
+    (`local_wake.LocalWakeups`); returns at once for an in-memory SQLite database.
     """
     path = sqlite_database_file(url)
     if path is not None:

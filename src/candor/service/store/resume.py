@@ -6,15 +6,8 @@ trips, no lock held between them); on SQLite both run in one `BEGIN IMMEDIATE` t
 decided by `protocol.resume.split_resume_lookup`, whether the run may be resumed by `protocol.resume.resume_refusal`,
 and the successor is `protocol.resume.successor_of`.
 
-Why the guard is enough. The resume decided from a thread that was `waiting` with the target as its last run: no
-archive, no current run, last run = the target (`protocol.thread_state`). Every change that could make the
-resume wrong writes those columns of the thread row: a resume or a message making a run current, that run's seal or
-cancellation making it the last run, an archive. The start's thread UPDATE re-checks them on the row as it is when
-it writes (PostgreSQL re-reads a row another transaction changed while the UPDATE waited for its lock), and the
-INSERT only follows an UPDATE that found its row. Two resumes racing with the same key are told apart by
-`uq_runs_resume_request` (S-83), any two starts on one thread by `uq_runs_live_thread` (S-1). A lost guard or index
-is `RaceLost`: the command reads again and answers from what the winner left (its successor when the key is the
-same, S-81; otherwise the refusal, S-77).
+A lost guard or unique index is `RaceLost`: the command reads again and answers from what the winner left (its
+successor when the key is the same, S-81; otherwise the refusal, S-77). `start_successor` says why the guard is enough.
 """
 
 from __future__ import annotations
@@ -156,7 +149,15 @@ async def start_successor(
     On PostgreSQL outside a transaction (`engine.guarded_writes`) this is one statement, committing on its own; when
     a webhook is to be staged, the start and the staging share a transaction. On SQLite it runs in the caller's
     transaction: the guarded UPDATE, then the INSERT. Raises `RaceLost` when the guard or a unique index decided
-    for another request (see the module's docstring); nothing is written then.
+    for another request; nothing is written then.
+
+    Why the guard is enough: the resume decided from a thread that was `waiting` with the target as its last run (no
+    archive, no current run, last run = the target: `protocol.thread_state`). Every change that could make the
+    resume wrong writes those columns of the thread row: a resume or a message making a run current, that run's
+    seal or cancellation making it the last run, an archive. The thread UPDATE re-checks them on the row as it is
+    when it writes (PostgreSQL re-reads a row another transaction changed while the UPDATE waited for its lock), and
+    the INSERT only follows an UPDATE that found its row. Two resumes racing with the same key are told apart by
+    `uq_runs_resume_request` (S-83), any two starts on one thread by `uq_runs_live_thread` (S-1).
     """
     if workspace_has_subscriptions and not conn.in_transaction():  # PostgreSQL's `guarded_writes`
         async with conn.begin():  # the start and its webhook are committed together

@@ -1,12 +1,11 @@
 """Running the hot constant statements: several writes in one round trip (`execute_together`), and a statement
 sent on asyncpg directly, inside the caller's transaction or, outside one, committing on its own (`fetch_rows`).
 
-Through SQLAlchemy's `AsyncConnection.execute` a statement costs the client its execution path (a greenlet hop,
-the compiled-cache lookup, an execution context, result processing) on top of asyncpg's own work; sending the
-resume's statements after the first this way cut the control process's CPU per resume by 14% (issue 12,
-docs/control-cost.md); a resume now sends both of its statements this way, outside any transaction (sixth pass).
-`fetch_rows` sends a constant Core statement, compiled once, on the same connection and in the same transaction if
-there is one, so callers keep SQLAlchemy's transactions, its SQLite support and its error types.
+Through SQLAlchemy's `AsyncConnection.execute` a statement costs the client its execution path (a greenlet hop, the
+compiled-cache lookup, an execution context, result processing) on top of asyncpg's own work, so the resume sends its
+read and its guarded write this way, outside any transaction. `fetch_rows` sends a constant Core statement, compiled
+once, on the same connection and in the same transaction if there is one, so callers keep SQLAlchemy's transactions, its
+SQLite support and its error types.
 """
 
 from __future__ import annotations

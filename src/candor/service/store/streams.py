@@ -1,21 +1,10 @@
 """Thread stream entries (§8.7): fenced appends by the worker, reads by the SSE endpoint, and the trim sweep.
 
 Entries are provisional live output. The worker writes its buffered `delta` entries and one `boundary` entry per
-committed checkpoint in the checkpoint commit itself (`insert_stream_entries`), so a step costs no stream write of
-its own and the `boundary` entry exists exactly when its checkpoint does, also for the final commit that seals the
-run (after which the lease is gone and a separate fenced append would be refused). Deltas that wait longer than
-`worker.stream_coalesce_seconds` for a boundary are appended on their own (`append_stream_entries`). Every write
-is fenced with the attempt's lease (thread → run → attempt, S-20), so a worker that lost its lease writes nothing.
-Because the fence locks the thread row first, a thread's entries are inserted one transaction at a time, and
-their ids increase in commit order on both backends.
-
-Each stored payload carries `prev`, the id of the thread's entry written just before it (null for the first):
-a reader that has seen entry `n` and next receives an entry whose `prev` is not `n` knows that entries in
-between were trimmed, and sends `gap` (S-104).
-
-`trim_streams` (control role, every `worker.stream_trim_seconds`) removes entries covered by a boundary that is
-older than `worker.stream_trim_seconds` (S-105), entries older than `worker.stream_ttl`, and the oldest entries of
-threads holding more than `worker.stream_length`.
+committed checkpoint in the checkpoint commit itself (`insert_stream_entries`), so a `boundary` entry exists exactly
+when its checkpoint does; deltas that wait longer than `worker.stream_coalesce_seconds` are appended on their own
+(`append_stream_entries`). Every write is fenced with the attempt's lease (S-20). Each payload carries `prev`, the id
+of the thread's entry written just before it, so a reader can tell that entries were trimmed (`gap`, S-104).
 """
 
 from __future__ import annotations
@@ -97,7 +86,12 @@ async def insert_stream_entries(
 ) -> list[int]:
     """Insert `entries` inside a transaction that already passed the lease's fence (`fenced`, which holds the
     thread row lock, so ids and `prev` stay in commit order). The checkpoint commit uses it to write its
-    `boundary` entry atomically with the checkpoint (§7.8 step 7). Returns the new ids, in order."""
+    `boundary` entry atomically with the checkpoint (§7.8 step 7), also for the final commit that seals the run,
+    after which the lease is gone and a separate fenced append would be refused. Returns the new ids, in order.
+
+    Because the fence locks the thread row first, a thread's entries are inserted one transaction at a time and
+    their ids increase in commit order on both backends. `prev` is null for a thread's first entry: a reader that
+    has seen entry `n` and next receives one whose `prev` is not `n` knows the entries between were trimmed."""
     params = {
         "workspace_id": fenced.run["workspace_id"], "thread_id": lease.thread_id, "run_id": lease.run_id,
         "attempt": lease.attempt_number,
@@ -201,7 +195,9 @@ async def trim_streams(
     engine: AsyncEngine, *, trim_seconds: float, ttl_seconds: float, length: int, batch: int = 1000
 ) -> TrimResult:
     """§8.7, S-105: remove covered, expired and overflowing entries (short transactions, at most `batch`
-    overflowing threads per pass)."""
+    overflowing threads per pass): entries covered by a boundary older than `trim_seconds`, entries older than
+    `ttl_seconds`, and the oldest entries of threads holding more than `length`. The control role runs it every
+    `worker.stream_trim_seconds`."""
     boundary = stream_entries.alias("boundary")
     async with write_transaction(engine) as conn:
         now = await read_now(conn)

@@ -1,20 +1,11 @@
-"""SQLite writers of one process take turns before they ask SQLite for its writer lock (issue 12).
+"""SQLite writers of one process take turns, in FIFO order, before they ask SQLite for its writer lock.
 
-SQLite has a single writer lock. A connection that finds it held waits in SQLite's busy handler, which sleeps
-between tries (1, 2, 5, 10 … up to 100 ms a try) and is not woken when the lock is released: whoever happens to
-try when it is free gets it. With a worker's 16 slots committing at once, each on a connection of its own, a step
-commit's wait from its call to the end of its `BEGIN IMMEDIATE` was 4.6 ms at p50 but 735 ms at p99 and 2.4 s at
-most, half of the 5 s `database.timeout` after which the commit fails as unavailable (docs/worker-cost.md, eleventh
-pass).
-
-So every write transaction of a process on a SQLite engine, step commits (`sqlite_commits.py`) and the others
-(`engine.write_transaction`: claims, heartbeats, seals, the API's writes) alike, first waits for its turn here, on an
-`asyncio.Lock`, in FIFO order, and only the writer whose turn it is asks SQLite for the lock. In the same workload
-the wait became 53 ms at p50, 145 ms at p99 and 264 ms at most, for the same steps/s: the turns share the waiting
-out evenly, they do not make the writer faster. SQLite's lock stays the authority: writers of other processes meet
-it and wait in its busy handler as before, and nothing relies on the turns for correctness. A turn is waited for at
-most `database.timeout` (then the database counts as unavailable, as after SQLite's busy timeout), so a write
-transaction opened inside another on one task fails after that time instead of hanging. PostgreSQL engines have no
+SQLite's busy handler sleeps between tries and is not woken when the lock is released, so with many slots
+committing at once a few writers waited close to `database.timeout` while others went first. Every write
+transaction of a process on a SQLite engine (step commits and `engine.write_transaction` alike) waits for its turn
+on an `asyncio.Lock` here: the turns share the waiting out evenly, they do not make the writer faster. SQLite's lock
+stays the authority (other processes' writers still meet it), nothing relies on the turns for correctness, and a
+turn is waited for at most `database.timeout`, then the database counts as unavailable. PostgreSQL engines have no
 gate: row locks let their writers run at once.
 """
 

@@ -1,4 +1,4 @@
-"""Runs record their `tool_recovery` mode (issue 13 item 1): `runs.tool_recovery`, "declared" for existing rows.
+"""Runs record their `tool_recovery` mode: `runs.tool_recovery`, "declared" for existing rows.
 
 Revision ID: 0002
 Revises: 0001

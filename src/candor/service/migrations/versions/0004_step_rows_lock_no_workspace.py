@@ -5,7 +5,7 @@ Revises: 0003
 
 Every step commit inserts into `checkpoints`, `usage_records` and `stream_entries`, whose foreign keys to
 `workspaces` made PostgreSQL lock the workspace's one row (`FOR KEY SHARE`) at every commit of every run in the
-workspace; commits at the same time shared it only through a MultiXact (0.84 per commit with 16 runs at once).
+workspace; commits at the same time shared it only through a MultiXact each, which `VACUUM` must later freeze.
 The three keys are dropped on PostgreSQL: each row's thread or run, which the commit locks anyway, references the
 workspace by a key of its own (tables.py `_step_workspace`). SQLite keeps them (one writer, no row locks), so this
 revision changes nothing there.

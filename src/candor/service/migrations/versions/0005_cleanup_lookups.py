@@ -3,17 +3,11 @@
 Revision ID: 0005
 Revises: 0004
 
-Every sealed run's `checkpoint_cleanup` row (§9.6, store/cleanup.py) asks, for a page of the run's checkpoints,
-which runs point at them, which threads are based on them, and which checkpoints extend them. None of
-`runs.start_checkpoint_id`, `threads.base_checkpoint_id` and `checkpoints.base_id` had an index, so each page read
-`runs` (twice), `threads` and `checkpoints` whole: about 27 ms of execution time per sealed run with 6,000 runs in
-the database, growing with every run stored, and the outbox cleared about 25 such rows a second. Three indexes make
-each lookup a search (the run's own `checkpoint_id` is looked up by the run's id: store/cleanup.py).
-`runs.start_checkpoint_id` is written once, when the run is inserted, so a step commit's update of the run stays a
-heap-only update on PostgreSQL; a step's checkpoint insert maintains one more index.
-
-On PostgreSQL each `CREATE INDEX` blocks writes to its table while it builds: on a large database, apply this
-revision (`candor migrate`) while no worker runs, or expect steps to wait for the build.
+Every sealed run's `checkpoint_cleanup` row (§9.6, store/cleanup.py) asks which runs point at a page of its
+checkpoints, which threads are based on them and which checkpoints extend them. Indexes on
+`runs.start_checkpoint_id`, `threads.base_checkpoint_id` and `checkpoints.base_id` make each lookup a search instead
+of a scan whose cost grows with every run stored. On PostgreSQL each `CREATE INDEX` blocks writes to its table while
+it builds: on a large database, apply this revision while no worker runs, or expect steps to wait for the build.
 """
 
 from __future__ import annotations
