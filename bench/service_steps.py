@@ -339,10 +339,20 @@ class PeerSystem(System):
     """A system inside one `step_server.py` process."""
 
     def __init__(
-        self, name: str, database: Database | None, python: Path, system: str, workloads: list[Workload], logs: Path
+        self,
+        name: str,
+        database: Database | None,
+        python: Path,
+        system: str,
+        workloads: list[Workload],
+        logs: Path,
+        options: tuple[str, ...] = (),
     ) -> None:
+        """`options`: more of the step server's options (`--threads`, `--connections`, `--durability`)."""
         super().__init__(name, database)
-        command = [str(python), str(STEP_SERVER), "--system", system, "--shapes", shapes_argument(workloads)]
+        command = [str(python), str(STEP_SERVER), "--system", system, "--shapes", shapes_argument(workloads), *options]
+        self.answer: dict[str, Any] = {}
+        """The step server's answer to the last workload (its `intervals` too)."""
         if database is not None:
             command += ["--database-url", database.url]
         env = _service.process_environment({})
@@ -384,8 +394,8 @@ class PeerSystem(System):
         }
         self.process.stdin.write(json.dumps(command) + "\n")
         self.process.stdin.flush()
-        answer = await asyncio.to_thread(self._read)
-        return float(answer["seconds"])
+        self.answer = await asyncio.to_thread(self._read)
+        return float(self.answer["seconds"])
 
     async def close(self) -> None:
         if self.process.poll() is None:
