@@ -188,8 +188,9 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "Added latency: a step's latency (from one model request of a run to its next) less the model's "
         f"{load['model_ms']:g} ms; a run's wait before its first model request (acceptance, claim) is not a step.",
         "Pydantic AI's DBOS integration (`DBOSAgent`) makes each model request a DBOS step but runs function tools "
-        "inline: a tool's result is not checkpointed, so after a crash a finished tool call runs again. Every other "
-        "durable system here records each tool result before the next model request.",
+        "inline: a tool's result is not checkpointed, so after a crash a finished tool call runs again (unless the "
+        "tool opts into a DBOS child workflow through its metadata, which the loop's tool does not, as by default). "
+        "Every other durable system here records each tool result before the next model request.",
         f"Every pool is capped at {load['connections']} connections per process (candor: each of its processes), "
         "and each in-process system has a thread per run in flight, so no system is held back by a limit the "
         "others do not have.",

@@ -35,7 +35,6 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -217,14 +216,14 @@ async def langgraph_runner(limits: Limits, shapes: list[Shape]) -> tuple[Runner,
     return run, close
 
 
-@dataclass(frozen=True)
 class Limits:
-    """What a runner is given: its database, its connection budget, LangGraph's durability, the step clock."""
+    """What a runner is given: its database, its connection budget, LangGraph's durability, the step clock. (A
+    plain class: tests load this script by path, outside `sys.modules`, where a dataclass cannot be made.)"""
 
-    database_url: str | None
-    connections: int
-    durability: str
-    clock: StepClock
+    __slots__ = ("clock", "connections", "database_url", "durability")
+
+    def __init__(self, database_url: str | None, connections: int, durability: str, clock: StepClock) -> None:
+        self.database_url, self.connections, self.durability, self.clock = database_url, connections, durability, clock
 
 
 RUNNERS: dict[str, Callable[[Limits, list[Shape]], Awaitable[tuple[Runner, Callable[[], Any]]]]] = {
