@@ -87,6 +87,8 @@ class RoundResult:
     peak_rss_kib: dict[str, int]
     failed_runs: int = 0
     versions: dict[str, str] = field(default_factory=dict)
+    round_seconds: float = 0.0
+    """The whole round: database, start, warm-up, window, stop (what the system costs `make bench`)."""
 
     @property
     def cpu_ms_total(self) -> float:

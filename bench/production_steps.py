@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import statistics
 import sys
+import time
 from typing import Any
 
 from . import _cli, _service, _store
@@ -88,6 +89,7 @@ def summarize_system(name: str, rounds: list[RoundResult], load: Load) -> dict[s
         "latency_samples": len(added),
         "peak_rss_mib": {role: max(r.peak_rss_kib[role] for r in rounds) / 1024 for role in rounds[0].peak_rss_kib},
         "failed_runs": sum(r.failed_runs for r in rounds),
+        "seconds_in_bench": sum(r.round_seconds for r in rounds),
         "versions": rounds[0].versions,
     }
 
@@ -195,6 +197,8 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "and each in-process system has a thread per run in flight, so no system is held back by a limit the "
         "others do not have.",
     ]
+    spent = ", ".join(f"{s['system']} {s['seconds_in_bench']:.0f} s" for s in summary["systems"])
+    out.append(f"Wall time of each system's rounds, from a fresh database to its processes stopped: {spent}.")
     failed = [s["system"] for s in summary["systems"] if s["failed_runs"]]
     if failed:
         out.append(f"Runs failed on {', '.join(failed)}: their figures include the failed runs' partial work.")
@@ -226,7 +230,10 @@ async def measure(args: argparse.Namespace, progress: list[str]) -> dict[str, An
             if name in skipped:
                 continue
             try:
-                results[name].append(await measure_round(name, load, args.postgres_url))
+                started = time.perf_counter()
+                measured_round = await measure_round(name, load, args.postgres_url)
+                measured_round.round_seconds = time.perf_counter() - started
+                results[name].append(measured_round)
             except Exception as exc:  # noqa: BLE001 - a system that fails is reported, the others still run
                 skipped[name] = f"round {number + 1} failed: {type(exc).__name__}: {str(exc)[:300]}"
                 results[name] = []

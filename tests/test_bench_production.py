@@ -145,6 +145,7 @@ def test_table_and_reading_name_every_system_and_the_dbos_caveat() -> None:
     assert any(line.startswith("| floor+postgresql | ") and "PG 0.50" in line for line in lines)
     text = " ".join(reading(summary))
     assert "runs function tools inline" in text and "dbos+postgresql: not measured (x)" in text
+    assert "to its processes stopped: pydantic-ai 0 s, floor+postgresql 0 s." in text
 
 
 @pytest.mark.postgres
