@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
-__all__ = ("StepClock", "step_intervals", "added_latency_ms", "percentile")
+__all__ = ("StepClock", "step_intervals", "added_latency_ms")
 
 
 def step_intervals(request_times: Sequence[float]) -> list[float]:
@@ -29,14 +29,6 @@ def step_intervals(request_times: Sequence[float]) -> list[float]:
 def added_latency_ms(intervals: Iterable[float], model_seconds: float) -> list[float]:
     """Each step's latency less the model's think time, in ms: what the system added to the step."""
     return [(interval - model_seconds) * 1000 for interval in intervals]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank `q` quantile (0..1) of `values`, which must not be empty."""
-    if not values:
-        raise ValueError("no values")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 class StepClock:

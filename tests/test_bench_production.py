@@ -29,13 +29,6 @@ def test_step_intervals_are_the_gaps_between_consecutive_model_requests() -> Non
     assert _step_clock.added_latency_ms([0.25, 0.5], 0.2) == pytest.approx([50.0, 300.0])
 
 
-def test_percentile_is_nearest_rank_and_refuses_no_values() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert _step_clock.percentile(values, 0.5) == 51.0 and _step_clock.percentile(values, 0.99) == 99.0
-    with pytest.raises(ValueError, match="no values"):
-        _step_clock.percentile([], 0.5)
-
-
 def test_step_clock_keeps_runs_apart_and_reports_only_finished_runs() -> None:
     """Issue 33: runs interleave in one process; each is named by its own prompt, and a run that has not made its
     final request leaves no intervals yet."""
