@@ -8,7 +8,9 @@ The run's `options` choose the script:
   response, default 0) asks for one `step` tool call per response, N times, then answers `finished N steps`;
   `step` sleeps S seconds (default 0) and returns 200 bytes. It counts
   the responses already in the history, so a continuation (after a crash or a handoff) carries on where the last
-  checkpoint left off. `step` is declared retry-safe, so a continuation re-runs an interrupted call.
+  checkpoint left off. `step` is declared retry-safe, so a continuation re-runs an interrupted call. With
+  `"step_log": PATH`, an attempt that reaches the final answer appends one JSON line `{"intervals": [...]}` to
+  PATH: the seconds between its consecutive model requests (bench/_step_clock.py, `bench.production_steps`).
 * `{"script": "approval"}` – the model calls `approve_me`, which requires approval, so the run waits (§8.6); once
   approved it answers `approved`.
 """
@@ -16,6 +18,8 @@ The run's `options` choose the script:
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from typing import Any
 
 from pydantic_ai import Agent, Tool
@@ -25,6 +29,8 @@ from pydantic_ai.usage import UsageLimits
 
 from candor import Harness
 from candor.tools import recovery_retryable
+
+from ._step_clock import step_intervals
 
 FACTORY = f"{__name__}:factory"
 TOOL_RESULT = "r" * 200
@@ -36,13 +42,27 @@ def _responses(messages: list[ModelMessage]) -> int:
     return sum(1 for message in messages if isinstance(message, ModelResponse))
 
 
-def loop_agent(steps: int, step_seconds: float, model_seconds: float = 0.0) -> Agent[None, str]:
+def _append_intervals(step_log: str, request_times: list[float]) -> None:
+    # One short append per run (O_APPEND): the worker's runs share the file without interleaving lines.
+    with open(step_log, "a", encoding="utf-8") as log:
+        log.write(json.dumps({"intervals": step_intervals(request_times)}) + "\n")
+
+
+def loop_agent(
+    steps: int, step_seconds: float, model_seconds: float = 0.0, step_log: str | None = None
+) -> Agent[None, str]:
+    """The loop script; with `step_log`, the agent (made per attempt by `factory`) times its model requests."""
+    request_times: list[float] = []
+
     async def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        request_times.append(time.monotonic())
         if model_seconds > 0:
             await asyncio.sleep(model_seconds)
         done = _responses(messages)
         if done < steps:
             return ModelResponse(parts=[ToolCallPart("step", {"n": done}, tool_call_id=f"call_{done:06d}")])
+        if step_log is not None:
+            _append_intervals(step_log, request_times)
         return ModelResponse(parts=[TextPart(f"finished {steps} steps")])
 
     async def step(n: int) -> str:
@@ -75,7 +95,8 @@ def factory(options: dict[str, Any]) -> Harness[Any]:
         # Room for every tool call plus the answer (pydantic-ai's default request_limit is 50).
         step_seconds, model_seconds = float(options.get("step_seconds", 0.0)), float(options.get("model_seconds", 0.0))
         limits = UsageLimits(request_limit=steps + 10)
-        return Harness(loop_agent(steps, step_seconds, model_seconds), usage_limits=limits)
+        agent = loop_agent(steps, step_seconds, model_seconds, options.get("step_log"))
+        return Harness(agent, usage_limits=limits)
     if script == "approval":
         return Harness(approval_agent())
     raise ValueError(f"unknown bench script {script!r}")

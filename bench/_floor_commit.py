@@ -11,6 +11,7 @@ boundary does not get much below it; against LangGraph it tells what the stack c
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 import uuid
@@ -31,30 +32,34 @@ _TABLE = "bench_floor_writes"
 
 
 class FloorSide:
-    """Runs of one agent with a bare INSERT of the new messages at every boundary, on `url`'s database; runs at
-    the same time each hold a connection of their own (`concurrency` at most)."""
+    """Runs of one agent with a bare INSERT of the new messages at every boundary, on `url`'s database, through a
+    pool of at most `connections` connections. A run holds a connection only while its INSERT runs, not while it
+    waits on its model or tool, so runs in flight can outnumber the connections (as a production design would)."""
 
     def __init__(
-        self, url: str, agent: Agent[None, str], limits: UsageLimits, prompt: str, *, concurrency: int = 1
+        self, url: str, agent: Agent[None, str], limits: UsageLimits, prompt: str, *, connections: int = 1
     ) -> None:
         self.url = url
         self.harness = Harness(agent, usage_limits=limits)
         self.prompt = prompt
-        self.concurrency = concurrency
+        self.connections = connections
         self._pool: asyncpg.Pool | None = None
+        self._opening = asyncio.Lock()  # runs that start together must share one pool, not open one each
 
     async def _connections(self) -> asyncpg.Pool:
-        if self._pool is None:
-            self._pool = await asyncpg.create_pool(_store.dsn(self.url), min_size=1, max_size=self.concurrency)
-            await self._pool.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (run_id text, seq integer, body text)")
+        async with self._opening:
+            if self._pool is None:
+                pool = await asyncpg.create_pool(_store.dsn(self.url), min_size=1, max_size=self.connections)
+                await pool.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (run_id text, seq integer, body text)")
+                self._pool = pool
         return self._pool
 
-    async def run(self, *, collect: bool = True) -> tuple[str, float]:
-        """One run; `collect`: a full garbage collection before the timing starts (one run at a time only)."""
-        async with (await self._connections()).acquire() as conn:
-            return await self._run(conn, collect)
+    async def run(self, *, collect: bool = True, prompt: str | None = None) -> tuple[str, float]:
+        """One run (of `prompt`, default the side's); `collect`: a full garbage collection before the timing starts
+        (one run at a time only)."""
+        return await self._run(await self._connections(), collect, prompt or self.prompt)
 
-    async def _run(self, conn: asyncpg.Connection, collect: bool) -> tuple[str, float]:
+    async def _run(self, pool: asyncpg.Pool, collect: bool, prompt: str) -> tuple[str, float]:
         run_id = f"thr_{uuid.uuid4().hex}"
         insert = f"INSERT INTO {_TABLE} (run_id, seq, body) VALUES ($1, $2, $3)"
         if collect:
@@ -63,7 +68,7 @@ class FloorSide:
         seq = 0
         base_encoded: list[EncodedMessage] = []
         base_messages: tuple[Any, ...] = ()
-        stream = self.harness.stream(self.prompt, previous_state=HarnessState.new(run_id), tool_recovery="declared")
+        stream = self.harness.stream(prompt, previous_state=HarnessState.new(run_id), tool_recovery="declared")
         async with stream:
             async for event in stream:
                 if not isinstance(event, BoundaryEvent):
@@ -71,10 +76,10 @@ class FloorSide:
                 history = (await stream.export_state())._history_ref()
                 encoded = encode_history_reusing(history, base_messages, base_encoded)
                 seq += 1
-                await conn.execute(insert, run_id, seq, "\n".join(m.body for m in encoded[len(base_encoded) :]))
+                await pool.execute(insert, run_id, seq, "\n".join(m.body for m in encoded[len(base_encoded) :]))
                 base_encoded, base_messages = encoded, history
         assert stream.outcome is not None and stream.outcome.status == "completed", stream.outcome
-        await conn.execute(insert, run_id, seq + 1, str(stream.outcome.output))  # the final answer, as a seal would
+        await pool.execute(insert, run_id, seq + 1, str(stream.outcome.output))  # the final answer, as a seal would
         return run_id, time.perf_counter() - started
 
     async def close(self) -> None:

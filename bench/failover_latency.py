@@ -9,18 +9,18 @@ each); once every one of them is running and has committed `--kill-at` checkpoin
 active worker is sent SIGKILL (kill rounds) or SIGTERM (drain rounds, §7.11). A sample (a "trial") is one run of a
 round: the time from that signal (host clock, read just before `kill()`) to the first checkpoint committed by that
 run's next attempt (`checkpoints.created_at`, PostgreSQL `clock_timestamp()` on the same host), so one signal yields
-one sample per run the worker held, and `--trials 40` needs ceil(40 / runs per signal) kills (p99 of 40 trials,
-nearest rank, is the slowest, as it was of 50: fewer kills keep `make bench` within its 15 minutes on a slower
-machine). A kill trial consists of waiting out the lease (renewed at the first heartbeat, every `authority_seconds`,
-that finds at most 2/3 of it left, so it runs out 2/3 x `lease_seconds` - `authority_seconds` to `lease_seconds`
-after the signal), the next `expire_leases` pass (every `authority_seconds`), the standby's claim (woken by NOTIFY,
-else its `scan_seconds` scan), attempt start and the first model turn plus its commit; a drain trial consists of
-finishing the step in flight, the yielding commit (S-53), the claim, attempt start and the first commit. Each trial
-then checks that the continuation ran on the other worker and that the run completed; the workers stay up between
-rounds and a fresh standby process replaces the stopped worker. Targets: kill p99 <= lease_seconds +
-authority_seconds + 1 s (S-28), drain p99 <= 1 s.
+one sample per run the worker held, and `--trials 32` needs ceil(32 / runs per signal) kills (p99 of 32 trials, nearest
+rank, is the slowest, as it was of 40 and 50: fewer kills keep `make bench`, production_steps included, within its 15
+minutes). A kill trial consists of waiting out the lease (renewed at the first heartbeat, every `authority_seconds`,
+that finds at most 2/3 of it left, so it runs out 2/3 x `lease_seconds` - `authority_seconds` to `lease_seconds` after
+the signal), the next `expire_leases` pass (every `authority_seconds`), the standby's claim (woken by NOTIFY, else its
+`scan_seconds` scan), attempt start and the first model turn plus its commit; a drain trial consists of finishing the
+step in flight, the yielding commit (S-53), the claim, attempt start and the first commit. Each trial then checks that
+the continuation ran on the other worker and that the run completed; the workers stay up between rounds and a fresh
+standby process replaces the stopped worker. Targets: kill p99 <= lease_seconds + authority_seconds + 1 s (S-28), drain
+p99 <= 1 s.
 
-    python -m bench.failover_latency [--trials 40] [--drain-trials 10] [--runs-per-signal 4] [--lease-seconds 3]
+    python -m bench.failover_latency [--trials 32] [--drain-trials 10] [--runs-per-signal 4] [--lease-seconds 3]
 """
 
 from __future__ import annotations
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Failover latency of real worker processes: SIGKILL and SIGTERM (drain) to the continuation's "
         "first checkpoint on another worker, on PostgreSQL.",
     )
-    parser.add_argument("--trials", type=int, default=40, help="SIGKILL trials (default: 40)")
+    parser.add_argument("--trials", type=int, default=32, help="SIGKILL trials (default: 32)")
     parser.add_argument("--drain-trials", type=int, default=10, help="SIGTERM drain-handoff trials (default: 10)")
     parser.add_argument(
         "--runs-per-signal",

@@ -12,7 +12,7 @@ of the new messages at every boundary, waiting for each, bench/_floor_commit.py)
 `SqliteSaver` (`durability="sync"`) and Pydantic AI's `DBOSAgent` (the run a DBOS workflow, each model request and
 each tool call a DBOS step) on PostgreSQL / SQLite; each in-process system in its own process
 (`bench/peers/step_server.py`; LangGraph and DBOS from the peers venv, `make bench-peers`). Workloads per round: one
-run at a time of 5, 20 and 80 steps (`--sequential-runs` runs each), and 16 concurrent runs of 20 steps whose model
+run at a time of 5 and 80 steps (`--sequential-runs` runs each), and 16 concurrent runs of 20 steps whose model
 sleeps 20 ms per response. Figures: steps/s (steps / wall time, median over rounds), CPU ms per step of every
 process of the system (read from /proc: the worker and control processes for candor, the one process of a peer),
 committed transactions per step (PostgreSQL: `pg_stat_database.xact_commit` of the system's own scratch database
@@ -24,7 +24,7 @@ PostgreSQL system under `perf`, before the measured rounds (bench/_server_profil
 perf cannot record). Ratios are taken per round and their median reported: the machine may be shared, absolute
 figures move, same-round ratios are what count.
 
-    python -m bench.service_steps [--rounds 3] [--sequential-steps 5,20,80] [--concurrent 16x20]
+    python -m bench.service_steps [--rounds 3] [--sequential-steps 5,80] [--concurrent 16x20]
 """
 
 from __future__ import annotations
@@ -339,10 +339,20 @@ class PeerSystem(System):
     """A system inside one `step_server.py` process."""
 
     def __init__(
-        self, name: str, database: Database | None, python: Path, system: str, workloads: list[Workload], logs: Path
+        self,
+        name: str,
+        database: Database | None,
+        python: Path,
+        system: str,
+        workloads: list[Workload],
+        logs: Path,
+        options: tuple[str, ...] = (),
     ) -> None:
+        """`options`: more of the step server's options (`--threads`, `--connections`, `--durability`)."""
         super().__init__(name, database)
-        command = [str(python), str(STEP_SERVER), "--system", system, "--shapes", shapes_argument(workloads)]
+        command = [str(python), str(STEP_SERVER), "--system", system, "--shapes", shapes_argument(workloads), *options]
+        self.answer: dict[str, Any] = {}
+        """The step server's answer to the last workload (its `intervals` too)."""
         if database is not None:
             command += ["--database-url", database.url]
         env = _service.process_environment({})
@@ -384,8 +394,8 @@ class PeerSystem(System):
         }
         self.process.stdin.write(json.dumps(command) + "\n")
         self.process.stdin.flush()
-        answer = await asyncio.to_thread(self._read)
-        return float(answer["seconds"])
+        self.answer = await asyncio.to_thread(self._read)
+        return float(self.answer["seconds"])
 
     async def close(self) -> None:
         if self.process.poll() is None:
@@ -897,8 +907,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sequential-steps",
         type=_cli.positive_ints,
-        default=[5, 20, 80],
-        help="steps per run of the sequential workloads (default: 5,20,80)",
+        default=[5, 80],
+        # the shortest and the longest give the cost of one more step; the targets judge the longest
+        help="steps per run of the sequential workloads (default: 5,80)",
     )
     parser.add_argument("--sequential-runs", type=int, default=1, help="runs per sequential workload (default: 1)")
     parser.add_argument("--concurrent", type=_concurrent, default=(16, 20), help="RUNSxSTEPS (default: 16x20)")

@@ -166,3 +166,28 @@ def test_step_instructions_counts_every_system_under_callgrind(tmp_path: Path, p
     assert all(value > 0 for value in data["wait_cpu_ms_per_step"].values())
     assert data["verdicts"] == []  # it sets no targets: it explains service_steps' CPU ratios
     assert "M instructions per step" in stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_production_steps_measures_systems_with_their_server_cpu(tmp_path: Path, postgres_server: str) -> None:
+    """Issue 33 item 3: bare Pydantic AI, the floor and the candor service on SQLite (real `candor serve` processes)
+    each complete every run in a fresh round; CPU per step of every process, the PostgreSQL server's share for the
+    system on PostgreSQL only, steps per CPU-second, added step latency and peak RSS are reported."""
+    stdout, data = run_service_bench("production_steps", tmp_path)
+    systems = {s["system"]: s for s in data["systems"]}
+    assert set(systems) == {"pydantic-ai", "floor+postgresql", "candor-service+sqlite"}
+    load = data["load"]
+    for system in systems.values():
+        assert system["failed_runs"] == 0 and system["steps_per_s"] > 0 and system["steps_per_cpu_s"] > 0
+        # every step of every run timed: (steps) intervals per run, none shorter than the model's think time
+        assert system["latency_samples"] == load["runs"] * load["steps"]
+        assert 0 <= system["added_latency_ms_p50"] <= system["added_latency_ms_p99"]
+        assert all(mib > 0 for mib in system["peak_rss_mib"].values())
+    assert set(systems["candor-service+sqlite"]["processes_cpu_ms_per_step"]) == {"control", "worker 1"}
+    assert systems["candor-service+sqlite"]["server_cpu_ms_per_step"] is None
+    assert systems["pydantic-ai"]["server_cpu_ms_per_step"] is None
+    # the floor's server CPU is read from /proc (10 ms clock ticks: a tiny run may take less than one)
+    assert systems["floor+postgresql"]["server_cpu_ms_per_step"] >= 0
+    assert data["verdicts"] == []  # candor on PostgreSQL and LangGraph are not in the smoke run: no pair to judge
+    assert "production_steps:" in stdout and "runs function tools inline" in stdout

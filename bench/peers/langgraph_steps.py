@@ -47,13 +47,22 @@ def step(n: int) -> str:
     return TOOL_RESULT
 
 
-def build_graph(steps: int, checkpointer: Any, model_seconds: float = 0.0) -> Any:
-    """`model_seconds`: the scripted model's think time per response (`bench.service_steps`' concurrent load)."""
+def build_graph(
+    steps: int,
+    checkpointer: Any,
+    model_seconds: float = 0.0,
+    on_model_request: Callable[..., None] | None = None,
+) -> Any:
+    """`model_seconds`: the scripted model's think time per response (`bench.service_steps`' concurrent load);
+    `on_model_request(run_key, final=...)`: called as each model request starts, the run named by its prompt
+    (bench/_step_clock.py)."""
 
     def agent(state: MessagesState) -> dict[str, Any]:
+        done = sum(1 for m in state["messages"] if isinstance(m, AIMessage))
+        if on_model_request is not None:
+            on_model_request(str(state["messages"][0].content), final=done >= steps)
         if model_seconds > 0:
             time.sleep(model_seconds)
-        done = sum(1 for m in state["messages"] if isinstance(m, AIMessage))
         if done < steps:
             call = {"name": "step", "args": {"n": done}, "id": f"call_{done:06d}", "type": "tool_call"}
             return {"messages": [AIMessage(content="", tool_calls=[call])]}
