@@ -161,6 +161,7 @@ class WorkerLoop:
             lease_seconds=self.service.settings.worker.lease_seconds,
             sent_at=sent_at,
             started_at=self.service.clock.monotonic(),
+            monotonic=self.service.clock.monotonic,
         )
         self.handles[lease.attempt_id] = handle
         self._publish_slots()
