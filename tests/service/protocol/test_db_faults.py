@@ -112,6 +112,16 @@ def test_describe_names_the_cause_and_the_drivers_class() -> None:
     assert describe_database_error(ValueError("x")) == "ValueError"
 
 
+def test_the_stores_own_unavailable_is_transient() -> None:
+    """Issue 34 item 1: a `StoreUnavailable` with no driver error under it (the SQLite writer gate's wait ran out)
+    is retried, its message the cause; a driver error under it decides instead."""
+    fault = classify_database_error(StoreUnavailable("database unavailable: the SQLite writer was busy for 5 s"))
+    assert fault is not None and (fault.kind, fault.transient) == ("unavailable", True)
+    assert fault.cause == "the SQLite writer was busy for 5 s"
+    wrong = _chained(StoreUnavailable("database unavailable"), asyncpg.InvalidPasswordError("auth"))
+    assert classify_database_error(wrong) == classify_database_error(asyncpg.InvalidPasswordError("auth"))
+
+
 def test_chain_cycles_end() -> None:
     """A chain that loops back on itself is walked once."""
     first, second = ValueError("a"), ValueError("b")

@@ -13,12 +13,16 @@ import asyncio
 import errno
 import logging
 import sqlite3
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import FunctionModel
 from sqlalchemy import select, text
 
 from candor.service.agents import AgentRegistry
@@ -332,3 +336,59 @@ async def test_a_tool_never_starts_after_the_lease_deadline(db, service, tenant,
             await conn.execute(select(run_attempts.c.status).where(run_attempts.c.run_id == ref.run_id))
         ).scalar_one()
     assert status == "running"  # left to lease expiry (S-28)
+
+
+PROBES: list[bool] = []
+FREEZE: list[Callable[[], None]] = []
+
+
+def _probe() -> str:
+    """What the probe tools do: ask, freeze the worker (the test's hook), ask again."""
+    PROBES.append(lease_held())
+    for freeze in FREEZE:
+        freeze()
+    PROBES.append(lease_held())
+    return "probed"
+
+
+def _lease_probe(options: dict[str, Any]) -> Agent[Any, Any]:
+    """One tool call: `probe` runs sync in a worker thread (`options["kind"] == "thread"`) or async in the loop."""
+
+    def probe_in_thread() -> str:
+        """Probe from a worker thread."""
+        return _probe()
+
+    async def probe_in_task() -> str:
+        """Probe from the event loop."""
+        return _probe()
+
+    name = "probe_in_thread" if options["kind"] == "thread" else "probe_in_task"
+
+    def respond(messages: list[ModelMessage]) -> ModelResponse:
+        if not any(isinstance(p, ToolReturnPart) for m in messages for p in m.parts):
+            return ModelResponse(parts=[ToolCallPart(name, {}, tool_call_id="probe")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    return Agent(FunctionModel(lambda messages, info: respond(messages)), tools=[probe_in_thread, probe_in_task])
+
+
+@pytest.mark.parametrize("kind", ["thread", "task"])
+async def test_tools_ask_lease_held(db, service, tenant, monkeypatch, kind: str) -> None:
+    """Issue 34 item 3, S-24: `lease_held()` called from a running attempt's tool (a sync tool in a worker thread,
+    an async one in the loop) answers for that attempt: True while the lease holds, False once the worker's clock
+    is past the local deadline; the attempt then writes nothing more (no seal)."""
+    monkeypatch.setitem(support.SCRIPTS, "lease_probe", _lease_probe)
+    async with db.engine.begin() as conn:
+        ref = await add_thread_run(conn, tenant, script="lease_probe", options={"kind": kind})
+    worker = WorkerLoop(service, worker_id="w1")
+
+    def freeze() -> None:
+        for handle in worker.live_handles():
+            handle.sent_at -= handle.lease_seconds
+
+    PROBES.clear()
+    monkeypatch.setattr(sys.modules[__name__], "FREEZE", [freeze])
+    await worker.run_until_idle(timeout=30)
+    assert PROBES == [True, False]
+    run = await run_row(db.engine, ref.run_id)
+    assert run["status"] == "running" and run["checkpoint_seq"] == 2  # nothing committed after the freeze

@@ -5,7 +5,9 @@ and answers with the first link it recognizes: a `DatabaseFault` with a stable `
 it with backoff: the same request can succeed a moment later) and a `cause` in words (`too many connections`,
 `connection refused by 127.0.0.1:5432`, `disk full`, `database is locked`). It reads only what exceptions carry
 (SQLSTATE, SQLite's error code, the OS errno, class names, the message), so it needs no driver and no I/O:
-asyncpg's errors carry `sqlstate`, SQLAlchemy's adapted ones copy it, `sqlite3.Error` has `sqlite_errorcode`.
+asyncpg's errors carry `sqlstate`, SQLAlchemy's adapted ones copy it, `sqlite3.Error` has `sqlite_errorcode`. A
+`StoreUnavailable` the store raised on its own (no driver error under it: the SQLite writer gate's wait ran out, a
+closed connection) is transient too.
 
 Transient: lost or refused connections (SQLSTATE class 08, OS connection errors), an exhausted server or pool
 (53300, 53xxx), a server shutting down or starting up (57P01–57P03), statement and lock timeouts (57014, 55P03),
@@ -21,6 +23,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
+
+from ..errors import StoreUnavailable
 
 __all__ = ("DatabaseFault", "classify_database_error", "describe_database_error", "fault_chain")
 
@@ -121,6 +125,9 @@ def classify_database_error(error: BaseException, *, endpoint: str | None = None
         found = _classify_one(link, endpoint)
         if found is not None:
             return found
+    for link in fault_chain(error):
+        if isinstance(link, StoreUnavailable):  # the store's own verdict (a writer-gate wait, a closed connection)
+            return _fault("unavailable", link.message.removeprefix("database unavailable: "))
     return None
 
 

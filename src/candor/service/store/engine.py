@@ -149,9 +149,9 @@ def is_unavailable(error: BaseException) -> bool:
 def endpoint_of(engine: AsyncEngine) -> str:
     """Where `engine` connects, for messages: `host:port` of a PostgreSQL server, the file of a SQLite database."""
     url = engine.url
-    if url.get_backend_name() == "sqlite":
-        return url.database or "sqlite"
-    return f"{url.host or 'localhost'}:{url.port or 5432}"
+    if url.host is None:  # a database file (or a server reached by its default socket): its name says where
+        return url.database or "the database"
+    return f"{url.host}:{url.port or 5432}"  # only PostgreSQL URLs name a host; 5432 is its default port
 
 
 def unavailable(error: BaseException, endpoint: str | None = None) -> StoreUnavailable:

@@ -501,6 +501,10 @@ class _Attempt:
                     usage=delta,
                     checkpoint_seq=self.expected_seq or None,
                 )
+        except (StoreUnavailable, TimeoutError) as exc:  # expected in an outage: one line naming why
+            log.warning(
+                "Usage record failed", extra={"run_id": self.lease.run_id, "cause": describe_database_error(exc)}
+            )
         except Exception:
             log.warning("Usage record failed", extra={"run_id": self.lease.run_id}, exc_info=True)
 
