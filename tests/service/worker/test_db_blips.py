@@ -308,7 +308,7 @@ def test_handle_lease_held_follows_loss_and_deadline(db) -> None:
 
 
 async def test_a_tool_never_starts_after_the_lease_deadline(db, service, tenant, control, monkeypatch, caplog) -> None:
-    """Issue 34 item 3, S-24, S-36: the worker is frozen (its monotonic clock jumps past the local deadline) right
+    """Issue 34 item 3, S-24, S-36, §13 (fencing alone protects only the database): the worker is frozen (its monotonic clock jumps past the local deadline) right
     after the tool-boundary commit; no tool starts, nothing more is written (no seal), and the attempt ends
     `deadline_cancelled`; a later attempt recovers the run as after a crash at that point (S-29)."""
     async with db.engine.begin() as conn:
