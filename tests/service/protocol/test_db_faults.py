@@ -122,6 +122,19 @@ def test_the_stores_own_unavailable_is_transient() -> None:
     assert classify_database_error(wrong) == classify_database_error(asyncpg.InvalidPasswordError("auth"))
 
 
+def test_a_suppressed_context_is_not_the_cause() -> None:
+    """Issue 34 item 4: `raise StoreUnavailable(...) from None` (the SQLite writer gate) is described by its own
+    message, not by the timeout it replaced."""
+    try:
+        try:
+            raise TimeoutError
+        except TimeoutError:
+            raise StoreUnavailable("database unavailable: the writer was held for over 5 s") from None
+    except StoreUnavailable as error:
+        fault = classify_database_error(error)
+    assert fault is not None and fault.cause == "the writer was held for over 5 s"
+
+
 def test_chain_cycles_end() -> None:
     """A chain that loops back on itself is walked once."""
     first, second = ValueError("a"), ValueError("b")

@@ -102,7 +102,8 @@ _CONNECTION_LOST_TYPES: Final = frozenset(
 
 
 def fault_chain(error: BaseException) -> Iterator[BaseException]:
-    """`error`, then what it wraps: SQLAlchemy's `orig`, `__cause__`, `__context__` (each once, cycles cut)."""
+    """`error`, then what it wraps: SQLAlchemy's `orig`, `__cause__`, `__context__` unless suppressed (each once,
+    cycles cut)."""
     seen: set[int] = set()
     pending: list[BaseException] = [error]
     while pending:
@@ -111,7 +112,8 @@ def fault_chain(error: BaseException) -> Iterator[BaseException]:
             continue
         seen.add(id(current))
         yield current
-        for linked in (getattr(current, "orig", None), current.__cause__, current.__context__):
+        context = None if current.__suppress_context__ else current.__context__  # `raise … from None` cut it
+        for linked in (getattr(current, "orig", None), current.__cause__, context):
             if isinstance(linked, BaseException):
                 pending.append(linked)
 
