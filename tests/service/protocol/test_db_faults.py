@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import socket
 import sqlite3
@@ -133,6 +134,15 @@ def test_a_suppressed_context_is_not_the_cause() -> None:
     except StoreUnavailable as error:
         fault = classify_database_error(error)
     assert fault is not None and fault.cause == "the writer was held for over 5 s"
+
+
+async def test_a_timeout_is_not_described_as_a_cancellation() -> None:
+    """Issue 34 item 4: `asyncio.timeout` raises `TimeoutError` over the `CancelledError` that stopped the call; the
+    line names the timeout."""
+    with pytest.raises(TimeoutError) as caught:
+        async with asyncio.timeout(0):
+            await asyncio.sleep(1)
+    assert describe_database_error(caught.value) == "database call timed out (TimeoutError)"
 
 
 def test_chain_cycles_end() -> None:

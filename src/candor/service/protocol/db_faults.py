@@ -18,6 +18,7 @@ answer.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import re
 from collections.abc import Iterator
@@ -143,11 +144,10 @@ def describe_database_error(error: BaseException, *, endpoint: str | None = None
 
 
 def _innermost(error: BaseException) -> BaseException:
-    """The last link of the chain: the driver's or the OS's own exception, the most telling class name."""
-    last = error
-    for last in fault_chain(error):  # noqa: B007 - the loop variable is the answer
-        pass
-    return last
+    """The last link of the chain but a cancellation (how `asyncio.timeout` stops a call, not why it failed): the
+    driver's or the OS's own exception, the most telling class name."""
+    links = [link for link in fault_chain(error) if not isinstance(link, asyncio.CancelledError)]
+    return links[-1] if links else error
 
 
 def _classify_one(error: BaseException, endpoint: str | None) -> DatabaseFault | None:
