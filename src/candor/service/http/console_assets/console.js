@@ -1,5 +1,6 @@
 // candor approvals console (docs/console.md): lists the runs that wait for an answer and resumes each with ONE
-// strict batch. Plain browser JavaScript, no dependencies, no build step; it only calls the /v1 API.
+// strict batch. Plain browser JavaScript, no dependencies, no build step; it only calls the /v1 API. The run
+// inspector (threads, a thread's runs, a run's attempts and steps) is inspector.js, loaded after this file.
 "use strict";
 
 const KEY_STORAGE = "candor.console.key";
@@ -463,14 +464,29 @@ async function refresh() {
 function start() {
   $("key-form").hidden = true;
   $("session").hidden = false;
+  $("nav").hidden = false;
+  if (showInspector()) return; // a threads, thread or run page (inspector.js)
+  startApprovals();
+}
+
+function startApprovals() {
+  $("approvals-view").hidden = false;
   refresh();
   clearInterval(state.pollTimer);
   state.pollTimer = setInterval(refresh, POLL_MS);
 }
 
+function stopApprovals() {
+  clearInterval(state.pollTimer);
+  state.pollTimer = null;
+  stopStreams();
+}
+
 function forgetKey(message) {
   sessionStorage.removeItem(KEY_STORAGE);
   state.key = null;
+  stopInspector();
+  $("nav").hidden = true;
   clearInterval(state.pollTimer);
   stopStreams();
   state.runs.clear();
@@ -496,7 +512,7 @@ document.addEventListener("DOMContentLoaded", () => {
     start();
   });
   $("forget").addEventListener("click", () => forgetKey());
-  $("refresh").addEventListener("click", () => refresh());
+  $("refresh").addEventListener("click", () => (inspectorShown() ? showInspector() : refresh()));
   if (state.key) start();
   else forgetKey();
 });
