@@ -85,6 +85,55 @@ async def test_threads_list_pages_newest_first_and_filters(api: Any) -> None:
     assert len((await _threads(api, reader, limit=100))["items"]) == 6  # read permission suffices (§4.2)
 
 
+async def test_state_filter_agrees_with_the_derived_state(api: Any) -> None:
+    """§5.6, S-64, S-69, S-70, S-86: the SQL of the `state` filter and `protocol.thread_state` agree, over threads
+    reaching each state every way the table allows: a running run (active), a waiting run, a waiting run whose
+    successor runs (active) or completed (idle), failed or cancelled last runs (paused), a completed one (idle),
+    archived while waiting and while idle (archived)."""
+    key = await api.key()
+
+    async def thread(name: str) -> tuple[str, str]:
+        created = (await create_thread(api.client, key, idempotency_key=name)).json()
+        return created["thread"]["id"], created["run"]["id"]
+
+    async def resumed(name: str) -> str:
+        _, run_id = await thread(name)
+        await seal_run(api.service, run_id, "waiting")
+        answered = await api.client.post(f"/v1/runs/{run_id}/resume", json=ANSWERS, headers=key.headers(name))
+        assert answered.status_code == 201, answered.text
+        return str(answered.json()["id"])
+
+    async def archive(thread_id: str) -> None:
+        etag = (await api.client.get(f"/v1/threads/{thread_id}", headers=key.headers())).headers["etag"]
+        assert (
+            await api.client.post(f"/v1/threads/{thread_id}/archive", headers=key.headers(If_Match=etag))
+        ).is_success
+
+    await thread("active")
+    await seal_run(api.service, (await thread("waiting"))[1], "waiting")
+    await resumed("successor-running")
+    await seal_run(api.service, await resumed("successor-completed"), "completed")
+    await seal_run(api.service, await resumed("successor-waiting"), "waiting")
+    await seal_run(api.service, (await thread("failed"))[1], "failed")
+    cancelled = (await thread("cancelled"))[1]
+    assert (await api.client.post(f"/v1/runs/{cancelled}/interrupt", headers=key.headers())).is_success
+    await seal_run(api.service, (await thread("completed"))[1], "completed")
+    waiting_archived, run_id = await thread("archived-waiting")
+    await seal_run(api.service, run_id, "waiting")
+    await archive(waiting_archived)
+    idle_archived, run_id = await thread("archived-idle")
+    await seal_run(api.service, run_id, "completed")
+    await archive(idle_archived)
+
+    every = (await _threads(api, key, limit=100))["items"]
+    derived = {thread["id"]: thread["state"] for thread in every}
+    assert sorted(derived.values()) == sorted(["active", "waiting", "active", "idle", "waiting", "paused", "paused",
+                                               "idle", "archived", "archived"])  # fmt: skip
+    for state in ("archived", "active", "waiting", "paused", "idle"):
+        listed = _ids(await _threads(api, key, state=state, limit=100))
+        assert sorted(listed) == sorted(t for t, s in derived.items() if s == state), state
+
+
 async def test_answers_name_the_key_and_the_time_of_a_resume(api: Any) -> None:
     """§8.6, S-80: a resume successor's answers as sent, the id of the key that sent them and when; the waiting run
     itself (started by its input, not a resume) answers 404 kind `answers`; another workspace's run 404 kind `run`."""

@@ -260,8 +260,9 @@ async function renderThreadPage(route, generation) {
   }
   for (const run of ordered) {
     const item = el("li", { class: "timeline-run", "data-run-id": run.id, "data-status": run.status });
+    const answered = run.status === "waiting" && ordered.some((o) => o.parent_run_id === run.id && o.trigger === "resume");
     const head = el("div", { class: "run-line" }, badge(run.status), link(runHref(run.id), run.id, "run-link"),
-      el("span", { class: "trigger", text: ` ${run.trigger} · ${run.lineage}` }));
+      el("span", { class: "trigger", text: ` ${run.trigger} · ${run.lineage}` + (answered ? " · answered" : "") }));
     item.append(head);
     if (run.parent_run_id) {
       item.append(el("p", { class: "lineage" }, document.createTextNode(lineageText(run) + " "),
