@@ -486,6 +486,8 @@ function forgetKey(message) {
   sessionStorage.removeItem(KEY_STORAGE);
   state.key = null;
   stopInspector();
+  $("inspector").replaceChildren(); // no data of the forgotten key stays on screen
+  $("inspector").hidden = true;
   $("nav").hidden = true;
   clearInterval(state.pollTimer);
   stopStreams();
