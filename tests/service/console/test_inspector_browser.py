@@ -271,6 +271,17 @@ def test_inspector_shows_a_crashed_run(serve: Serve, page: Any, tmp_path: Path) 
         page.fill("#thread-q", successor_id)  # a whole run id opens the run
         page.click("#thread-search button[type=submit]")
         page.locator(f'.run-head[data-run-id="{successor_id}"]').wait_for()
+
+        # Paging, one thread a page: newest first, then back.
+        newer = call("POST", "/v1/threads", json=body, headers={"Idempotency-Key": "thread-2"})["thread"]["id"]
+        page.goto(f"{serve.base_url}/console/threads?limit=1")
+        page.locator(f'tr[data-thread-id="{newer}"]').wait_for()
+        assert page.locator("tr[data-thread-id]").count() == 1 and page.locator("#threads-previous").is_disabled()
+        page.click("#threads-next")
+        page.locator(f'tr[data-thread-id="{thread_id}"]').wait_for()
+        assert page.locator("#threads-next").is_disabled()  # the last page
+        page.click("#threads-previous")
+        page.locator(f'tr[data-thread-id="{newer}"]').wait_for()
     finally:
         http.close()
 

@@ -1,6 +1,6 @@
 // candor approvals console (docs/console.md): lists the runs that wait for an answer and resumes each with ONE
 // strict batch. Plain browser JavaScript, no dependencies, no build step; it only calls the /v1 API. The run
-// inspector (threads, a thread's runs, a run's attempts and steps) is inspector.js, loaded after this file.
+// inspector (threads, a thread's runs, a run's attempts and steps) is inspector.js and run_page.js, loaded after it.
 "use strict";
 
 const KEY_STORAGE = "candor.console.key";

@@ -22,6 +22,7 @@ ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
     "inspector.js": "text/javascript; charset=utf-8",
+    "run_page.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
 }
 _HEADERS = {
