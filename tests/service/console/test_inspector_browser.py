@@ -282,6 +282,17 @@ def test_inspector_shows_a_crashed_run(serve: Serve, page: Any, tmp_path: Path) 
         assert page.locator("#threads-next").is_disabled()  # the last page
         page.click("#threads-previous")
         page.locator(f'tr[data-thread-id="{newer}"]').wait_for()
+
+        # From the approvals list to the inspector: the waiting run's page shows the call that waits.
+        page.click('#nav a[data-view="approvals"]')
+        card = page.locator(f'.run[data-thread-id="{newer}"]')
+        card.wait_for()
+        card.locator("a.inspect").click()
+        waiting_call = page.locator('.call[data-call-id="call_refund"]')
+        waiting_call.locator(".pending-note").wait_for()
+        assert waiting_call.get_attribute("data-outcome") == "no_result"
+        assert waiting_call.locator(".pending-note").text_content() == "waiting for approval"
+        assert page.locator("#approvals-view").is_hidden()
     finally:
         http.close()
 

@@ -327,8 +327,10 @@ function renderRun(run) {
   const since = run.sealed_at ? new Date(run.sealed_at).toLocaleString() : "";
   card.append(el("p", { class: "meta" }, document.createTextNode("agent "), el("code", { text: run.agent }),
     document.createTextNode(" · for key "), el("code", { class: "principal", text: run.principal_id }),
-    document.createTextNode(" · run "), el("code", { text: run.id }),
-    document.createTextNode(" · thread "), el("code", { text: run.thread_id }),
+    document.createTextNode(" · run "),
+    el("a", { href: "/console/runs/" + encodeURIComponent(run.id), class: "inspect" }, el("code", { text: run.id })),
+    document.createTextNode(" · thread "),
+    el("a", { href: "/console/threads/" + encodeURIComponent(run.thread_id) }, el("code", { text: run.thread_id })),
     document.createTextNode(since ? " · waiting since " + since : ""),
     document.createTextNode(" · "), el("span", { class: "last-event", text: "" })));
   for (const item of pendingItems(run)) card.append(renderItem(item, run.id));
