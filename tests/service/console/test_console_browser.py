@@ -12,8 +12,6 @@ Chromium the test is skipped, naming what failed."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,26 +20,16 @@ import pytest
 
 from candor.client import CandorClient
 
+from chromium_support import CHROMIUM_FLAGS, find_chromium
 from png_pixels import colour_spread
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]  # real processes: a server and a browser
-
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
-
-
-def _chromium() -> str:
-    found = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
-    if found is None:
-        setup = os.environ.get("CANDOR_CHROMIUM_SETUP", "no setup step ran (run .ci/run, which installs it)")
-        pytest.skip(f"Chromium is not installed (/usr/bin/chromium missing): {setup}")
-    return found
 
 
 @pytest.fixture
 def chromium() -> str:
     """Checked before the server starts, so a missing Chromium skips at once."""
-    return _chromium()
+    return find_chromium()
 
 
 @pytest.fixture

@@ -34,6 +34,26 @@ async def test_console_page_and_assets(api: Any) -> None:
     }
 
 
+async def test_inspector_deep_links_serve_the_console_page(api: Any) -> None:
+    """Issue 35 item 1: `/console/threads`, `/console/threads/{id}` and `/console/runs/{id}` answer the console page
+    itself (no key: it holds no data), so a deep link survives a reload; the inspector's scripts ship like the
+    others and insert no markup from data."""
+    page = (await api.client.get("/console")).text
+    assert '<script src="/console/inspector.js"' in page
+    for path in ("/console/threads", "/console/threads/thr_x", "/console/runs/run_x", "/console/runs/run_%3Cb%3E"):
+        deep = await api.client.get(path)
+        assert deep.status_code == 200 and deep.text == page, path
+        assert "default-src 'self'" in deep.headers["content-security-policy"]
+    assert '<script src="/console/run_page.js"' in page
+    for name in ("inspector.js", "run_page.js"):
+        script = await api.client.get(f"/console/{name}")
+        assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+        assert "innerHTML" not in script.text and "insertAdjacentHTML" not in script.text
+        assert "http://" not in script.text and "https://" not in script.text
+    for missing in ("/console/runs", "/console/runs/a/b", "/console/threads/a/b"):
+        assert (await api.client.get(missing)).status_code == 404, missing
+
+
 async def test_a_worker_process_serves_no_console(db: Any) -> None:
     async with client_for(app_for(db, role="worker")) as client:
         assert (await client.get("/console")).status_code == 404

@@ -60,8 +60,8 @@ async def test_upgrade_head_reproduces_tables_exactly(empty_db: str) -> None:
 async def test_concurrent_migrations_apply_each_revision_once(empty_db: str) -> None:
     """S-122: two processes migrating at the same time apply each revision exactly once."""
     first, second = await asyncio.gather(migrate(empty_db), migrate(empty_db))
-    assert sorted([first, second]) == [(), ("0001", "0002", "0003", "0004", "0005")]
-    assert head_revision() == "0005"
+    assert sorted([first, second]) == [(), ("0001", "0002", "0003", "0004", "0005", "0006")]
+    assert head_revision() == "0006"
     assert (await check_schema(empty_db)).is_current
 
 
@@ -155,7 +155,29 @@ async def test_0005_indexes_the_pointers_cleanup_follows_and_downgrades_cleanly(
             at_head = await conn.run_sync(indexes)
             assert added <= at_head
             await conn.run_sync(_alembic_step("0004", down=True))
-            assert await conn.run_sync(indexes) == at_head - added
+            later = {("threads", "ix_threads_workspace_created")}  # revision 0006, dropped on the way down too
+            assert await conn.run_sync(indexes) == at_head - added - later
+            await conn.run_sync(_alembic_step("head"))
+    finally:
+        await engine.dispose()
+    assert (await check_schema(empty_db)).differences == ()
+
+
+async def test_0006_indexes_the_thread_list_and_downgrades_cleanly(empty_db: str) -> None:
+    """Revision 0006 (S-98, S-123): `ix_threads_workspace_created` backs the keyset of `GET /v1/threads`;
+    downgrading to 0005 drops exactly it, and upgrading again leaves the schema as tables.py has it."""
+
+    def indexes(sync_conn: sa.Connection) -> set[str]:
+        return {index["name"] for index in sa.inspect(sync_conn).get_indexes("threads") if index["name"]}
+
+    await migrate(empty_db)
+    engine = create_engine(empty_db)
+    try:
+        async with engine.begin() as conn:
+            at_head = await conn.run_sync(indexes)
+            assert "ix_threads_workspace_created" in at_head
+            await conn.run_sync(_alembic_step("0005", down=True))
+            assert await conn.run_sync(indexes) == at_head - {"ix_threads_workspace_created"}
             await conn.run_sync(_alembic_step("head"))
     finally:
         await engine.dispose()

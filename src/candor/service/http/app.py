@@ -32,7 +32,7 @@ from .errors import (
 )
 from .openapi import OPENAPI_URL, mount_docs, operation_id, shape_openapi
 from .readiness import Readiness, Role
-from .routes import console, inbox, keys, ops, run_lists, runs, subscriptions, threads
+from .routes import console, inbox, inspection, keys, ops, run_lists, runs, subscriptions, threads
 
 __all__ = (
     "create_app",
@@ -57,6 +57,7 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     run_lists.router,
     subscriptions.router,
     keys.router,
+    inspection.router,
     console.router,
 )
 """The `/v1` routers, busiest first: a request is matched against the routes in this order, and FastAPI's match

@@ -202,6 +202,8 @@ threads = Table(
     CheckConstraint(_in("origin", ("new", "fork", "child")), name="origin"),
     # Checkpoint cleanup asks which threads are based on a page's checkpoints (§9.6, store/cleanup.py); few are.
     partial_index("ix_threads_base_checkpoint_id", "base_checkpoint_id", where="base_checkpoint_id IS NOT NULL"),
+    # GET /v1/threads pages a workspace's threads newest first (store/thread_lists.py, the console's inspector).
+    Index("ix_threads_workspace_created", "workspace_id", "created_at", "id"),
 )
 
 inbox_entries = Table(

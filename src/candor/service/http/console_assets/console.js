@@ -1,5 +1,6 @@
 // candor approvals console (docs/console.md): lists the runs that wait for an answer and resumes each with ONE
-// strict batch. Plain browser JavaScript, no dependencies, no build step; it only calls the /v1 API.
+// strict batch. Plain browser JavaScript, no dependencies, no build step; it only calls the /v1 API. The run
+// inspector (threads, a thread's runs, a run's attempts and steps) is inspector.js and run_page.js, loaded after it.
 "use strict";
 
 const KEY_STORAGE = "candor.console.key";
@@ -326,8 +327,10 @@ function renderRun(run) {
   const since = run.sealed_at ? new Date(run.sealed_at).toLocaleString() : "";
   card.append(el("p", { class: "meta" }, document.createTextNode("agent "), el("code", { text: run.agent }),
     document.createTextNode(" · for key "), el("code", { class: "principal", text: run.principal_id }),
-    document.createTextNode(" · run "), el("code", { text: run.id }),
-    document.createTextNode(" · thread "), el("code", { text: run.thread_id }),
+    document.createTextNode(" · run "),
+    el("a", { href: "/console/runs/" + encodeURIComponent(run.id), class: "inspect" }, el("code", { text: run.id })),
+    document.createTextNode(" · thread "),
+    el("a", { href: "/console/threads/" + encodeURIComponent(run.thread_id) }, el("code", { text: run.thread_id })),
     document.createTextNode(since ? " · waiting since " + since : ""),
     document.createTextNode(" · "), el("span", { class: "last-event", text: "" })));
   for (const item of pendingItems(run)) card.append(renderItem(item, run.id));
@@ -463,14 +466,31 @@ async function refresh() {
 function start() {
   $("key-form").hidden = true;
   $("session").hidden = false;
+  $("nav").hidden = false;
+  if (showInspector()) return; // a threads, thread or run page (inspector.js)
+  startApprovals();
+}
+
+function startApprovals() {
+  $("approvals-view").hidden = false;
   refresh();
   clearInterval(state.pollTimer);
   state.pollTimer = setInterval(refresh, POLL_MS);
 }
 
+function stopApprovals() {
+  clearInterval(state.pollTimer);
+  state.pollTimer = null;
+  stopStreams();
+}
+
 function forgetKey(message) {
   sessionStorage.removeItem(KEY_STORAGE);
   state.key = null;
+  stopInspector();
+  $("inspector").replaceChildren(); // no data of the forgotten key stays on screen
+  $("inspector").hidden = true;
+  $("nav").hidden = true;
   clearInterval(state.pollTimer);
   stopStreams();
   state.runs.clear();
@@ -496,7 +516,7 @@ document.addEventListener("DOMContentLoaded", () => {
     start();
   });
   $("forget").addEventListener("click", () => forgetKey());
-  $("refresh").addEventListener("click", () => refresh());
+  $("refresh").addEventListener("click", () => (inspectorShown() ? showInspector() : refresh()));
   if (state.key) start();
   else forgetKey();
 });

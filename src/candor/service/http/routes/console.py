@@ -1,4 +1,4 @@
-"""`/console`: the approvals console, a static page shipped in the package (no build step, no CDN).
+"""`/console`: the approvals console and run inspector, a static page shipped in the package (no build step, no CDN).
 
 The page itself needs no key: it holds no data. It asks for a key once, keeps it in the tab's `sessionStorage` and
 calls the `/v1` API with it as a bearer token, like any client (docs/console.md). The assets are read from the
@@ -13,7 +13,6 @@ from importlib import resources
 
 from fastapi import APIRouter
 from fastapi.responses import Response
-from starlette.exceptions import HTTPException
 
 __all__ = ("router", "ASSETS")
 
@@ -22,6 +21,8 @@ router = APIRouter(include_in_schema=False)
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
+    "inspector.js": "text/javascript; charset=utf-8",
+    "run_page.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
 }
 _HEADERS = {
@@ -46,8 +47,25 @@ async def console_page() -> Response:
     return _serve("index.html")
 
 
-@router.get("/console/{name}")
-async def console_asset(name: str) -> Response:
-    if name not in ASSETS or name == "index.html":
-        raise HTTPException(status_code=404)  # answered as 404 `not_found`, kind `route` (S-99)
-    return _serve(name)
+# The inspector's pages are deep links (`/console/threads/{id}`, `/console/runs/{id}`): the same page, which reads
+# its path and renders the view, so a reload or a shared link opens the same view.
+@router.get("/console/threads")
+@router.get("/console/threads/{thread_id}")
+@router.get("/console/runs/{run_id}")
+async def console_deep_link() -> Response:
+    return _serve("index.html")
+
+
+def _asset_route(name: str) -> None:
+    """One route per asset, so no pattern of the console overlaps another (tests/service/http/test_http_routing.py);
+    any other path under `/console` answers 404 `not_found`, kind `route` (S-99)."""
+
+    async def console_asset() -> Response:
+        return _serve(name)
+
+    router.add_api_route(f"/console/{name}", console_asset, methods=["GET"], name=f"console_asset_{name}")
+
+
+for _name in ASSETS:
+    if _name != "index.html":
+        _asset_route(_name)
