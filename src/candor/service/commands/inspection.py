@@ -19,7 +19,15 @@ from ..store.engine import read_transaction
 from ..store.thread_lists import ThreadFilters, list_workspace_threads
 from ..store.views import RunRow, ThreadRow
 
-__all__ = ("RunAnswers", "RunTools", "list_threads_page", "get_run_answers", "get_run_tools", "declared_tools")
+__all__ = (
+    "RunAnswers",
+    "RunTools",
+    "ThreadFilters",
+    "list_threads_page",
+    "get_run_answers",
+    "get_run_tools",
+    "declared_tools",
+)
 
 
 async def list_threads_page(

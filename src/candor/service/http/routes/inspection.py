@@ -6,9 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ...commands.inspection import get_run_answers, get_run_tools, list_threads_page
+from ...commands.inspection import ThreadFilters, get_run_answers, get_run_tools, list_threads_page
 from ...protocol.thread_state import ThreadState
-from ...store.thread_lists import ThreadFilters
 from ..cursors import issue_cursor, keyset, read_cursor
 from ..inspection_schemas import RunAnswersView, RunToolsView, ThreadPage
 from ..schemas import ThreadView
