@@ -24,12 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 
-from .harness.capability_store import CapabilityStore, _current_store
 from .harness.mcp_policy import (
     DECLARATION_CHANGED_METADATA_KEY,
     RETRY_SAFE_SOURCE_METADATA_KEY,
@@ -38,6 +36,9 @@ from .harness.mcp_policy import (
     check_overrides,
     declaration_from_annotations,
     judge_retry_safety,
+    read_recorded_tools,
+    record_tools,
+    recorded_tools_namespace,
 )
 from .harness.recovery_tools import RECOVERY_RETRY_SAFE_METADATA_KEY
 
@@ -50,22 +51,10 @@ __all__ = (
     "is_connection_failure",
 )
 
-RECORDED_TOOLS_VERSION = "1"
 _MCP_CONNECTION_CLOSED = -32000  # mcp.types.CONNECTION_CLOSED
 _MCP_REQUEST_TIMEOUT = -32001  # mcp.types.REQUEST_TIMEOUT: the call's outcome is as unknown as after a crash
 _ANYIO_STREAM_ERRORS = frozenset({"ClosedResourceError", "BrokenResourceError", "EndOfStream"})
 _MAX_CAUSE_DEPTH = 16
-
-
-def recorded_tools_namespace(server: str) -> str:
-    """The capability namespace holding the tool list a server's toolset last served in a run."""
-    return f"candor.mcp.{server}"
-
-
-class RecordedTools(BaseModel):
-    """What a checkpoint records of one MCP server: tool name → its retry-relevant annotations."""
-
-    tools: dict[str, dict[str, bool]]
 
 
 @dataclass
@@ -110,14 +99,11 @@ class RecoverableMCP(WrapperToolset[Any]):
             if is_connection_failure(exc):
                 raise ToolServerUnavailable(self.server, "list_tools") from exc
             raise
-        store = _current_store.get()  # None outside a harness run: nothing is recorded, annotations still apply
         if self._memo.call_time is None:
-            self._memo.call_time = _recorded(store, self.server)
+            self._memo.call_time = read_recorded_tools(self.server)  # the restored checkpoint's record
         now = {name: declaration_from_annotations(_annotations(tool)) for name, tool in tools.items()}
         prepared = {name: self._prepared(name, tool, now[name]) for name, tool in tools.items()}
-        if store is not None:
-            data = RecordedTools(tools={name: declaration.to_json() for name, declaration in sorted(now.items())})
-            store._put(recorded_tools_namespace(self.server), RECORDED_TOOLS_VERSION, data.model_dump(mode="json"))
+        record_tools(self.server, now)  # what the model is offered from here on, for the next checkpoint
         return prepared
 
     def _prepared(self, name: str, tool: ToolsetTool[Any], now: ToolDeclaration) -> ToolsetTool[Any]:
@@ -158,20 +144,6 @@ class RecoverableMCP(WrapperToolset[Any]):
 def _annotations(tool: ToolsetTool[Any]) -> Mapping[str, Any] | None:
     annotations = (tool.tool_def.metadata or {}).get("annotations")  # pydantic-ai's MCPToolset puts them here
     return annotations if isinstance(annotations, Mapping) else None
-
-
-def _recorded(store: CapabilityStore | None, server: str) -> dict[str, ToolDeclaration]:
-    """The declarations a restored checkpoint recorded for `server`; empty when none (or in another shape)."""
-    if store is None:
-        return {}
-    raw = store._raw(recorded_tools_namespace(server))
-    if raw is None or raw[0] != RECORDED_TOOLS_VERSION:
-        return {}
-    try:
-        recorded = RecordedTools.model_validate(raw[1])
-    except ValueError:
-        return {}  # not ours to repair: judged by the current annotations, as without a record
-    return {name: declaration_from_annotations(hints) for name, hints in recorded.tools.items()}
 
 
 def is_connection_failure(exc: BaseException | None) -> bool:

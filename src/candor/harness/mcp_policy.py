@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .capability_store import _current_store
 from .results import SafeFailure
 
 __all__ = (
@@ -29,6 +30,12 @@ __all__ = (
     "DECLARATION_CHANGED_METADATA_KEY",
     "TOOL_UNAVAILABLE_CODE",
     "tool_unavailable_failure",
+    "RECORDED_TOOLS_VERSION",
+    "recorded_tools_namespace",
+    "recorded_tools_data",
+    "declarations_from_record",
+    "read_recorded_tools",
+    "record_tools",
 )
 
 DeclarationSource = Literal["annotation", "override", "decorator", "none"]
@@ -135,3 +142,42 @@ def check_overrides(retry_safe: Iterable[str], never_retry: Iterable[str]) -> tu
     if both := sorted(safe & never):
         raise ValueError("tools listed in both retry_safe and never_retry: " + ", ".join(both))
     return safe, never
+
+
+# -- the recorded tool list (a checkpoint's `candor.mcp.<server>` namespace) -------------------------------------
+
+RECORDED_TOOLS_VERSION = "1"
+
+
+def recorded_tools_namespace(server: str) -> str:
+    """The capability namespace holding the tool list a server's toolset last served in a run."""
+    return f"candor.mcp.{server}"
+
+
+def recorded_tools_data(declarations: Mapping[str, ToolDeclaration]) -> dict[str, Any]:
+    """The namespace data for a served tool list: names and annotations only (no command, URL or credential)."""
+    return {"tools": {name: declarations[name].to_json() for name in sorted(declarations)}}
+
+
+def declarations_from_record(data: Any) -> dict[str, ToolDeclaration]:
+    """The declarations of recorded namespace data; empty for data in another shape (judged as unrecorded)."""
+    tools = data.get("tools") if isinstance(data, Mapping) else None
+    if not isinstance(tools, Mapping):
+        return {}
+    return {name: declaration_from_annotations(hints) for name, hints in tools.items() if isinstance(name, str)}
+
+
+def read_recorded_tools(server: str) -> dict[str, ToolDeclaration]:
+    """What the active run's restored checkpoint recorded for `server` (empty outside a run or without a record)."""
+    store = _current_store.get()
+    raw = store._raw(recorded_tools_namespace(server)) if store is not None else None
+    if raw is None or raw[0] != RECORDED_TOOLS_VERSION:
+        return {}
+    return declarations_from_record(raw[1])
+
+
+def record_tools(server: str, declarations: Mapping[str, ToolDeclaration]) -> None:
+    """Record the tool list served to the active run (nothing outside a run: annotations still apply)."""
+    store = _current_store.get()
+    if store is not None:
+        store._put(recorded_tools_namespace(server), RECORDED_TOOLS_VERSION, recorded_tools_data(declarations))

@@ -5,7 +5,8 @@ travel on the return itself. Each recovery that decides at least one call adds o
 namespace: the action, the planner's reason, where the tool's retry-safety came from (`annotation`, `override`,
 `decorator` or `none`) and whether the server now declares it differently from what the checkpoint recorded.
 The service's run view reads it (`GET /v1/runs/{id}`, `recovery[]`). The namespace keeps the latest
-`MAX_BASIS_ENTRIES` calls; it holds no arguments, results or answers (H-95).
+`MAX_BASIS_ENTRIES` calls; it holds no arguments or results, and calls a recovery batch answered are left out: the
+host's answers leave no trace in any namespace (H-95).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ RECOVERY_BASIS_NAMESPACE = "candor.recovery"
 RECOVERY_BASIS_VERSION = "1"
 MAX_BASIS_ENTRIES = 128
 _SOURCES = frozenset({"annotation", "override", "decorator", "none"})
+_BATCH_REASONS = frozenset({"accepted_answer", "accepted_denial"})
+"""Calls the host's accepted batch answered (H-93): no recovery judgement, and no trace of the batch (H-95)."""
 
 
 def basis_entry(decision: RecoveryDecision, tool_def: ToolDefinition | None) -> dict[str, Any]:
@@ -68,7 +71,11 @@ def merged_basis(
 def record_recovery_basis(decisions: Iterable[RecoveryDecision], surface: Mapping[str, ToolDefinition]) -> None:
     """Add the decisions' entries to the active run's `candor.recovery` namespace (nothing outside a run)."""
     store = _current_store.get()
-    entries = [(d.call.tool_call_id, basis_entry(d, surface.get(d.call.tool_name))) for d in decisions]
+    entries = [
+        (d.call.tool_call_id, basis_entry(d, surface.get(d.call.tool_name)))
+        for d in decisions
+        if d.reason not in _BATCH_REASONS
+    ]
     if store is None or not entries:
         return
     raw = store._raw(RECOVERY_BASIS_NAMESPACE)

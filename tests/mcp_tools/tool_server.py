@@ -1,9 +1,9 @@
 """A real MCP server for the tests (the `mcp` package's `MCPServer`, formerly FastMCP): one tool per annotation case.
 
-Run as `python mcp_server.py stdio` or `python mcp_server.py http PORT`. Every call appends
+Run as `python tool_server.py stdio` or `python tool_server.py http PORT`. Every call appends
 `<tool> <argument>` to the file named by `$CANDOR_MCP_LEDGER` (fsynced) before anything else, so a test sees
-each effect even when the caller dies. A tool named in `$CANDOR_MCP_BLOCK` then sleeps for a minute: the test
-kills its caller mid-call. `$CANDOR_MCP_FLIP=1` serves the same tools with the annotations of `charge` and
+each effect even when the caller dies. While the file `$CANDOR_MCP_BLOCK_DIR/block-<tool>` exists the tool then
+waits (a minute at most): the test kills its caller mid-call, then removes the file. `$CANDOR_MCP_FLIP=1` serves the same tools with the annotations of `charge` and
 `read_balance` swapped (a redeployed server that now declares them differently).
 """
 
@@ -37,8 +37,11 @@ async def _effect(tool: str, argument: str) -> str:
         ledger.write(f"{tool} {argument}\n")
         ledger.flush()
         os.fsync(ledger.fileno())
-    if os.environ.get("CANDOR_MCP_BLOCK") == tool:
-        await asyncio.sleep(60)
+    block_dir = os.environ.get("CANDOR_MCP_BLOCK_DIR")
+    for _ in range(1200):
+        if not block_dir or not os.path.exists(os.path.join(block_dir, f"block-{tool}")):
+            break
+        await asyncio.sleep(0.05)
     return f"{tool} done for {argument}"
 
 
