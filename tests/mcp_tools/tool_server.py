@@ -4,7 +4,8 @@ Run as `python tool_server.py stdio` or `python tool_server.py http PORT`. Every
 `<tool> <argument>` to the file named by `$CANDOR_MCP_LEDGER` (fsynced) before anything else, so a test sees
 each effect even when the caller dies. While the file `$CANDOR_MCP_BLOCK_DIR/block-<tool>` exists the tool then
 waits (a minute at most): the test kills its caller mid-call, then removes the file. `$CANDOR_MCP_FLIP=1` serves the same tools with the annotations of `charge` and
-`read_balance` swapped (a redeployed server that now declares them differently).
+`read_balance` swapped (a redeployed server that now declares them differently). A tool named in
+`$CANDOR_MCP_DIE` ends the server process right after its ledger line (the server lost mid-call).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ async def _effect(tool: str, argument: str) -> str:
         ledger.write(f"{tool} {argument}\n")
         ledger.flush()
         os.fsync(ledger.fileno())
+    if os.environ.get("CANDOR_MCP_DIE") == tool:
+        os._exit(1)
     block_dir = os.environ.get("CANDOR_MCP_BLOCK_DIR")
     for _ in range(1200):
         if not block_dir or not os.path.exists(os.path.join(block_dir, f"block-{tool}")):
@@ -79,4 +82,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]), log_level="WARNING")
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
