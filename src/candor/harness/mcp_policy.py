@@ -6,7 +6,9 @@ annotated `readOnlyHint: true` or `idempotentHint: true`, and not `destructiveHi
 (H-51), only the JSON boolean `true` counts; an absent hint is no declaration. An operator overrides per tool:
 `never_retry` always wins, then `retry_safe`, then the decorator's metadata, then the annotations.
 
-Nothing here performs I/O; `candor.mcp` applies these decisions to the tool definitions it prepares.
+The decisions are pure; the record helpers at the end read and write the active run's in-memory capability
+store (the checkpoint's `candor.mcp.<server>` namespace). `candor.mcp` applies both to the tool definitions it
+prepares (docs/mcp.md).
 """
 
 from __future__ import annotations

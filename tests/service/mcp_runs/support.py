@@ -41,7 +41,7 @@ def mcp_settings(
 ) -> ServiceSettings:
     """`[agents.mcp]` with the tool server at `mcp_url` as `bank`; `server` adds `retry_safe` / `never_retry`."""
     return ServiceSettings(
-        database={"url": db_url, "timeout": 2.0},
+        database={"url": db_url, "timeout": 5.0},  # roomy: the test machine is shared and often loaded
         worker={
             "lease_seconds": lease_seconds, "authority_seconds": lease_seconds / 6, "scan_seconds": 0.05,
             "max_attempts": max_attempts,

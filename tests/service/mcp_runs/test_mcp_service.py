@@ -22,7 +22,15 @@ from candor.tools import UNKNOWN_OUTCOME_CONTENT
 
 from .support import AGENT, CALL_ID, mcp_service
 from mcp_support import http_server, ledger, server_env
-from worker.support import add_thread_run, attempt_rows, make_due, run_one_attempt, run_row, wait_for_lease_expiry
+from worker.support import (
+    add_thread_run,
+    attempt_rows,
+    make_due,
+    run_one_attempt,
+    run_row,
+    wait_for,
+    wait_for_lease_expiry,
+)
 
 PROC = Path(__file__).with_name("_mcp_worker.py")
 
@@ -39,15 +47,25 @@ async def test_a_server_that_is_down_is_retried_then_sealed_tool_unavailable(db,
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant, agent=AGENT, text="go", max_attempts=2, options={"tool": "charge"})
     await run_one_attempt(service)
-    assert (await run_row(db.engine, ref.run_id))["status"] == "accepted"  # requeued with backoff
+    await _wait_status(db, ref.run_id, "accepted")  # requeued with backoff
     await make_due(db.engine, ref.run_id)
     await run_one_attempt(service)
+    await _wait_status(db, ref.run_id, "failed")
 
     run = await run_row(db.engine, ref.run_id)
     assert (run["status"], run["failure"]["code"], run["attempts"]) == ("failed", "tool_unavailable", 2)
     attempts = await attempt_rows(db.engine, ref.run_id)
     assert [(a["status"], (a["failure"] or {}).get("code")) for a in attempts] == [("failed", "tool_unavailable")] * 2
     assert run["checkpoint_id"] is None
+
+
+async def _wait_status(db: Any, run_id: str, status: str) -> None:
+    """Until the run has `status`: the attempt's task may still be settling when the worker loop returns."""
+
+    async def reached() -> bool:
+        return bool((await run_row(db.engine, run_id))["status"] == status)
+
+    await wait_for(reached, timeout=30)
 
 
 async def _start_worker(db_url: str, mcp_url: str, overrides: dict[str, Any], workdir: Path) -> Any:
