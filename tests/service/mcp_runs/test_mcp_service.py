@@ -135,3 +135,38 @@ async def test_kill_the_worker_mid_call_then_recover_by_the_declaration(
     if not rerun:
         page = await commands.list_run_messages_page(sweeper, _principal(tenant), ref.run_id)
         assert UNKNOWN_OUTCOME_CONTENT in json.dumps(page, default=str)
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+async def test_a_server_down_at_recovery_leaves_the_checkpoint_as_it_was(db, tenant, tmp_path: Path) -> None:
+    """S-29, S-31, S-50, issue 36 item 3: the worker is SIGKILLed mid-call; the recovering attempt finds the server
+    down and fails `tool_unavailable` (requeued, not sealed) without writing a checkpoint, so the call is still
+    open; once the server is back the next attempt re-runs the read-only call and the run completes."""
+    (tmp_path / "block-read_balance").write_text("")
+    with http_server(tmp_path) as url:
+        async with db.engine.begin() as conn:
+            ref = await add_thread_run(conn, tenant, agent=AGENT, text="go", options={"tool": "read_balance"})
+        process = await _start_worker(db.url, url, {}, tmp_path)
+        await _kill_mid_call(process, tmp_path)
+        (tmp_path / "block-read_balance").unlink()
+    checkpoint = (await run_row(db.engine, ref.run_id))["checkpoint_id"]
+    assert checkpoint is not None  # the tool-boundary checkpoint, with the call open
+
+    down = mcp_service(db, url)  # the same URL: nothing listens there any more
+    await wait_for_lease_expiry(down, timeout=30)
+    await make_due(db.engine, ref.run_id)
+    await run_one_attempt(down)
+    await _wait_status(db, ref.run_id, "accepted")
+    run = await run_row(db.engine, ref.run_id)
+    assert run["checkpoint_id"] == checkpoint
+    attempts = await attempt_rows(db.engine, ref.run_id)
+    assert [(a["failure"] or {}).get("code") for a in attempts] == ["lease_expired", "tool_unavailable"]
+
+    with http_server(tmp_path) as back:
+        await make_due(db.engine, ref.run_id)
+        await WorkerLoop(mcp_service(db, back), worker_id="worker-third").run_until_idle(timeout=60)
+        await _wait_status(db, ref.run_id, "completed")
+    assert ledger(tmp_path) == ["read_balance acme"] * 2
+    _, recovery = await commands.get_run_with_recovery(down, _principal(tenant), ref.run_id)
+    assert [(c.outcome, c.declared_by) for c in recovery] == [("replayed", "annotation")]
