@@ -52,10 +52,14 @@ def mcp_settings(
 
 def mcp_service(db: Any, mcp_url: str, **settings: Any) -> Service:
     values = mcp_settings(db.url, mcp_url, **settings)
+    agents = AgentRegistry.from_settings(values.agents)
+    # As `candor serve` does (S-56): the factory and the MCP client libraries are imported here, not by the first
+    # attempt on the event loop, where a multi-second import on a loaded machine starves the lease heartbeat.
+    agents.check_all()
     return Service(
         settings=values,
         engine=db.engine,
-        agents=AgentRegistry.from_settings(values.agents),
+        agents=agents,
         entropy=SeededEntropy(secrets.randbits(32)),
         wakeups=asyncio.Event(),
     )
