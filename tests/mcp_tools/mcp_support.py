@@ -71,11 +71,14 @@ def toolset(
     url: str | None = None,
     retry_safe: Iterable[str] = (),
     never_retry: Iterable[str] = (),
+    headers: dict[str, str] | None = None,
     **extra_env: str,
 ) -> RecoverableMCP:
-    """The tool server's toolset: over HTTP at `url`, else a stdio server started by the toolset."""
+    """The tool server's toolset: over HTTP at `url` (with `headers`), else a stdio server started by the toolset."""
     if url is not None:
-        return mcp_http(url, server=SERVER_NAME, retry_safe=retry_safe, never_retry=never_retry, timeout=20)
+        return mcp_http(
+            url, server=SERVER_NAME, headers=headers, retry_safe=retry_safe, never_retry=never_retry, timeout=20
+        )
     return mcp_stdio(
         sys.executable, [str(SERVER), "stdio"], server=SERVER_NAME, env=server_env(workdir, **extra_env),
         retry_safe=retry_safe, never_retry=never_retry, timeout=20,

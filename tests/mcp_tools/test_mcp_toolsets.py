@@ -52,11 +52,12 @@ EXPECTED_SURFACE = {
 async def test_annotations_become_the_prepared_retry_safe_declaration(tmp_path: Path, transport: str) -> None:
     """H-50, H-53: the prepared definitions carry the retry-safe key exactly for readOnlyHint / idempotentHint tools
     without destructiveHint, with their source; the served list (names and annotations only) is recorded in
-    `candor.mcp.<server>`."""
+    `candor.mcp.<server>`, without the command, URL or headers."""
     seen: list[dict[str, dict[str, Any]]] = []
     if transport == "http":
         with http_server(tmp_path) as url:
-            result = await Harness(_surface_agent(seen, [toolset(tmp_path, url=url)])).run("hi")
+            ts = toolset(tmp_path, url=url, headers={"Authorization": "Bearer SECRET-MARKER"})
+            result = await Harness(_surface_agent(seen, [ts])).run("hi")
     else:
         result = await Harness(_surface_agent(seen, [toolset(tmp_path)])).run("hi")
 
@@ -77,7 +78,8 @@ async def test_annotations_become_the_prepared_retry_safe_declaration(tmp_path: 
         }
     }
     dumped = result.state.model_dump_json()
-    assert str(SERVER) not in dumped and "127.0.0.1" not in dumped  # no command line or URL in the checkpoint
+    # No command line, URL or credential in the checkpoint (issue 36 item 2).
+    assert str(SERVER) not in dumped and "127.0.0.1" not in dumped and "SECRET-MARKER" not in dumped
 
 
 async def test_overrides_win_over_annotations(tmp_path: Path) -> None:
