@@ -170,3 +170,30 @@ async def test_a_server_down_at_recovery_leaves_the_checkpoint_as_it_was(db, ten
     assert ledger(tmp_path) == ["read_balance acme"] * 2
     _, recovery = await commands.get_run_with_recovery(down, _principal(tenant), ref.run_id)
     assert [(c.outcome, c.declared_by) for c in recovery] == [("replayed", "annotation")]
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+async def test_another_worker_judges_by_the_declaration_recorded_with_the_call(db, tenant, tmp_path: Path) -> None:
+    """S-29, issue 36 item 2: killed mid-call on `charge` (unannotated); the server is redeployed declaring `charge`
+    read-only; the worker that recovers judges the call by the checkpoint's record (unknown outcome, the charge is
+    not repeated) and the run view says the declaration changed."""
+    (tmp_path / "block-charge").write_text("")
+    with http_server(tmp_path) as url:
+        async with db.engine.begin() as conn:
+            ref = await add_thread_run(conn, tenant, agent=AGENT, text="go", options={"tool": "charge"})
+        process = await _start_worker(db.url, url, {}, tmp_path)
+        await _kill_mid_call(process, tmp_path)
+        (tmp_path / "block-charge").unlink()
+    with http_server(tmp_path, CANDOR_MCP_FLIP="1") as redeployed:
+        recovering = mcp_service(db, redeployed)
+        await wait_for_lease_expiry(recovering, timeout=30)
+        await make_due(db.engine, ref.run_id)
+        await WorkerLoop(recovering, worker_id="worker-second").run_until_idle(timeout=60)
+        await _wait_status(db, ref.run_id, "completed")
+
+    assert ledger(tmp_path) == ["charge acme"]
+    _, recovery = await commands.get_run_with_recovery(recovering, _principal(tenant), ref.run_id)
+    assert [(c.outcome, c.reason, c.declared_by, c.declaration_changed) for c in recovery] == [
+        ("unknown", "not_retry_safe", "none", True)
+    ]
