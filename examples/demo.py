@@ -1,6 +1,6 @@
 """The candor demo: `python -m examples.demo` (or `make demo`). No API key, no network.
 
-Five acts; the first three with the scripted support agent of `examples.agents`:
+Six acts; the first three with the scripted support agent of `examples.agents`:
 
 1. Continue and fork — two turns on one thread, the state saved to JSON, loaded back, forked, continued.
 2. A crash mid-tool — a child process is SIGKILLed right after `charge_card` charged the card; the parent resumes
@@ -10,6 +10,8 @@ Five acts; the first three with the scripted support agent of `examples.agents`:
 4. The same crash, hosted by the service (`examples.service_demo`).
 5. Reconcile before unknown — `charge_card` with a reconciler against an idempotent payment API
    (`examples.reconcile_demo`): a charge made before a SIGKILL is found, a charge never made runs once.
+6. MCP annotations decide what runs again — tools from an MCP server over stdio (`examples.mcp_demo`): after a
+   SIGKILL mid-call, the read-only and idempotent calls run again, the others get the unknown outcome.
 
 Each act is an importable coroutine (`act1`, `act2`, `act3`) returning the facts it demonstrated; the tests use them.
 """
@@ -677,18 +679,26 @@ async def run_demo(out_dir: Path, console: Console) -> dict[str, Any]:
         "charge_card has a reconciler that asks an idempotent payment API what became of the call's key",
     )
     facts["act5"] = await act5(out_dir, console)
+    _act_header(
+        console,
+        6,
+        "MCP annotations decide what runs again",
+        "tools from an MCP server: readOnlyHint / idempotentHint calls run again after a crash, the others do not",
+    )
+    facts["act6"] = await act6(out_dir, console)
     console.print()
     console.print(Rule(Text(f"done in {time.perf_counter() - started:.1f} s", style="bold")))
-    console.print(Text("Read more: README.md, docs/state-and-resume.md, docs/human-in-the-loop.md"))
+    console.print(Text("Read more: README.md, docs/state-and-resume.md, docs/human-in-the-loop.md, docs/mcp.md"))
     return facts
 
 
+from examples.mcp_demo import act6  # noqa: E402 - and the MCP act
 from examples.reconcile_demo import act5  # noqa: E402 - so does the reconcile act
 from examples.service_demo import act4  # noqa: E402 - the service act lives in its own module
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.demo", description="The candor demo (five acts).")
+    parser = argparse.ArgumentParser(prog="python -m examples.demo", description="The candor demo (six acts).")
     parser.add_argument(
         "--out",
         type=Path,

@@ -268,3 +268,30 @@ async def test_act5_reconciles_against_an_idempotent_payment_api(tmp_path: Path)
     assert down.recovery == "unknown" and down.keys_sent == [] and down.charges == []
     assert down.recovery_return.outcome == "interrupted"
     assert str(down.result.output).startswith("I could not confirm the charge")
+
+
+# -------------------------------------------------------------------- act 6: MCP annotations decide what runs again
+
+
+@pytest.mark.crash
+@pytest.mark.slow
+async def test_act6_mcp_annotations_decide_what_runs_again(tmp_path: Path) -> None:
+    """H-40, H-43, H-46, H-53, issue 36: a child is SIGKILLed while five MCP calls run (each had its effect); under
+    `declared` the readOnlyHint and idempotentHint calls and the operator's `retry_safe` one run again, the
+    destructive and unannotated ones get the unknown outcome; with the server down the run fails
+    `tool_unavailable`."""
+    from examples.mcp_demo import TOOLS
+
+    facts = await demo.act6(tmp_path, quiet())
+    assert facts is not None
+    assert sorted(facts.ledger_after_crash) == sorted(f"{tool} A1" for tool in TOOLS)
+    rerun = {"lookup_order": "annotation", "set_shipping_address": "annotation", "send_receipt": "override"}
+    for tool in TOOLS:
+        expected_runs = 2 if tool in rerun else 1
+        assert facts.ledger_after_recovery.count(f"{tool} A1") == expected_runs, tool
+        assert facts.basis(tool)["declared_by"] == rerun.get(tool, "none")
+        if tool not in rerun:
+            assert_unknown_outcome(facts.answer(tool), ToolCallPart(tool, {"order_id": "A1"}, tool_call_id=f"c_{tool}"))
+    assert facts.recovered.status == "completed"
+    assert facts.down.status == "failed" and facts.down.failure is not None
+    assert facts.down.failure.code == "tool_unavailable"

@@ -519,7 +519,7 @@ async def test_no_state_or_namespace_ever_holds_the_batch() -> None:
         for marker in MARKERS:
             assert marker not in payload
         assert "tool-approved" not in payload and '"n":77' not in payload.replace(" ", "")
-        assert set(state.capabilities) <= {"candor.usage", "candor.steering"}
+        assert set(state.capabilities) <= {"candor.usage", "candor.steering", "candor.recovery"}
         for namespace in state.capabilities.values():
             assert "answer" not in namespace.model_dump_json()
 

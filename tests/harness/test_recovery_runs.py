@@ -1198,7 +1198,7 @@ async def test_recovery_batch_approval_asks_again_when_replay_would_happen(exter
         assert only_return(asked.state.message_history, "e1").content == {"marker": "ANSWER-MARKER-1"}
     assert returns_for(asked.state.message_history, "a1") == []
     # H-95: the approval is nowhere in the state; no capability namespace holds the batch.
-    assert set(asked.state.capabilities) <= {"candor.usage"}
+    assert set(asked.state.capabilities) <= {"candor.usage", "candor.recovery"}  # recovery_basis.py: no answers
     assert "ToolApproved" not in asked.state.model_dump_json()
 
     deny = DeferredToolResume(asked.deferred, DeferredToolResults(approvals={"a1": ToolDenied("changed my mind")}))

@@ -28,6 +28,7 @@ from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.run import AgentRun
 from pydantic_ai.tools import RunContext, ToolDefinition
 
+from .mcp_policy import ToolServerUnavailable, tool_unavailable_failure
 from .results import SafeFailure
 
 __all__ = (
@@ -100,6 +101,8 @@ def model_streams(agent: AbstractAgent[Any, Any], bound: Model | None = None) ->
 def classify_agent_exception(exc: BaseException) -> SafeFailure:
     """H-31: a foreign exception that escaped the agent → a safe failure; the message is never copied."""
     details = {"error_type": type(exc).__name__}
+    if isinstance(exc, ToolServerUnavailable):
+        return tool_unavailable_failure(exc)
     transient = False
     if isinstance(exc, ModelHTTPError):
         transient = exc.status_code in (408, 429) or exc.status_code >= 500

@@ -35,6 +35,7 @@ from .errors import RunError
 from .history import last_response_index, tool_calls, unanswered_calls
 from .reconcile import recovery_tag, tagged_return
 from .recovery import RecoveryDecision, ToolRecovery, calls_in_order, plan_recovery, unanswered_output_calls
+from .recovery_basis import record_recovery_basis
 from .recovery_tools import unknown_outcome_result
 from .resume_check import check_surface
 
@@ -168,8 +169,9 @@ def start_open_calls(
     answered_here = calls_in_order(history, [*open_calls, *output_calls])
     start = OpenCallStart(calls=answered_here, native_node=None, user_input=user_input)
     replay: list[ToolCallPart] = []
-    for planned in plan.decisions:
-        decision = (reconciled or {}).get(planned.call.tool_call_id, planned)
+    decisions = [(reconciled or {}).get(planned.call.tool_call_id, planned) for planned in plan.decisions]
+    record_recovery_basis(decisions, surface)  # issue 36: why each call was or was not re-run
+    for decision in decisions:
         call = decision.call
         if decision.action == "replay":
             replay.append(call)

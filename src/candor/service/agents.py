@@ -22,13 +22,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 from candor import Harness
 
 from .errors import ServiceError
+from .mcp_toolsets import build_toolsets, mcp_installed, plan_servers
 from .protocol.children import unknown_child_agents
 from .providers import ModelPlan, build_model, plan_model
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
+    from pydantic_ai.toolsets import AbstractToolset
 
     from .settings import AgentModelSettings, AgentSettings
+    from .settings_mcp import AgentMcpSettings
 
 __all__ = ("AgentFactory", "AgentRegistry", "AgentUnavailable", "UnavailableReason")
 
@@ -38,6 +41,7 @@ AgentFactory = Callable[[dict[str, Any]], Harness[Any]]
 UnavailableReason = Literal[
     "unknown_agent", "invalid_factory", "import_failed", "attribute_missing", "not_callable",
     "factory_failed", "not_a_harness", "api_key_missing", "provider_not_installed",
+    "mcp_not_installed", "mcp_credential_missing",
 ]  # fmt: skip
 
 _DESCRIPTIONS: dict[UnavailableReason, str] = {
@@ -50,6 +54,8 @@ _DESCRIPTIONS: dict[UnavailableReason, str] = {
     "not_a_harness": "its factory did not return a candor.Harness",
     "api_key_missing": "the environment variable its model's API key is read from is not set",
     "provider_not_installed": 'its model needs the "openai" extra (pip install "candor[openai]")',
+    "mcp_not_installed": 'its MCP servers need the "mcp" extra (pip install "candor[mcp]")',
+    "mcp_credential_missing": "an environment variable one of its MCP servers' headers are read from is not set",
 }
 
 
@@ -75,11 +81,12 @@ class AgentRegistry:
         *,
         children: Mapping[str, Iterable[str]] | None = None,
         models: Mapping[str, AgentModelSettings | None] | None = None,
+        mcp: Mapping[str, Mapping[str, AgentMcpSettings]] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         """`children` maps an agent to the agents it may start as child runs (§7.13); each must be configured.
         `models` maps an agent to the model bound to its runs (docs/providers.md); its API key is read from
-        `environ` (default `os.environ`)."""
+        `environ` (default `os.environ`). `mcp` maps an agent to its MCP servers (docs/mcp.md)."""
         self._factories = dict(factories)
         self._children = {name: tuple(names) for name, names in (children or {}).items()}
         if unknown := unknown_child_agents(self._children, self._factories):
@@ -88,6 +95,7 @@ class AgentRegistry:
         self._model_settings = {name: spec for name, spec in (models or {}).items() if spec is not None}
         self._environ = environ
         self._models: dict[str, Model] = {}
+        self._mcp = {name: dict(servers) for name, servers in (mcp or {}).items() if servers}
 
     @classmethod
     def from_settings(cls, agents: Mapping[str, AgentSettings]) -> AgentRegistry:
@@ -96,6 +104,7 @@ class AgentRegistry:
             {name: section.factory for name, section in agents.items()},
             children={name: section.children for name, section in agents.items()},
             models={name: section.model for name, section in agents.items()},
+            mcp={name: section.mcp for name, section in agents.items()},
         )
 
     def children_of(self, name: str) -> tuple[str, ...]:
@@ -152,6 +161,22 @@ class AgentRegistry:
         for name in self.names():
             self.resolve(name)
             self.model(name)
+            self.mcp_toolsets(name)  # builds only: nothing connects until a run enters the toolsets
+
+    def mcp_toolsets(self, name: str) -> list[AbstractToolset[Any]]:
+        """Fresh toolsets for `name`'s MCP servers, one attempt's worth (docs/mcp.md); empty when it has none.
+
+        Raises `AgentUnavailable` when the `mcp` extra is missing or a header's variable is unset. A server that is
+        down is not detected here: the run fails `tool_unavailable` when it connects, and is retried."""
+        servers = self._mcp.get(name)
+        if not servers:
+            return []
+        if not mcp_installed():
+            raise AgentUnavailable(name, "mcp_not_installed")
+        plans = plan_servers(servers, os.environ if self._environ is None else self._environ)
+        if isinstance(plans, str):
+            raise AgentUnavailable(name, plans)
+        return list(build_toolsets(plans))
 
     def _import(self, name: str) -> AgentFactory:
         spec = self._factories.get(name)

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from .settings_mcp import MCP_SERVER_NAME, AgentMcpSettings
 from .settings_sections import Section
 from .settings_sources import ENV_PREFIX
 
@@ -77,6 +78,16 @@ class AgentSettings(Section):
     `options.tool_recovery` wins (protocol/tool_recovery.py)."""
     model: AgentModelSettings | None = None
     """The model bound to every run of this agent (docs/providers.md); unset: the agent's own model."""
+    mcp: dict[str, AgentMcpSettings] = Field(default_factory=dict)
+    """`[agents.<name>.mcp.<server>]`: MCP servers whose tools every run of this agent gets (docs/mcp.md)."""
+
+    @field_validator("mcp")
+    @classmethod
+    def _server_names(cls, value: dict[str, AgentMcpSettings]) -> dict[str, AgentMcpSettings]:
+        for name in value:
+            if not MCP_SERVER_NAME.fullmatch(name):
+                raise ValueError(f"MCP server name {name!r} must match {MCP_SERVER_NAME.pattern}")
+        return value
 
     @field_validator("children")
     @classmethod

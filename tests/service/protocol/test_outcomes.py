@@ -64,6 +64,7 @@ def test_deterministic_outcomes_seal_now(outcome, decision):
     ("outcome", "code"),
     [
         (result("failed", "model_unavailable"), "model_unavailable"),
+        (result("failed", "tool_unavailable"), "tool_unavailable"),  # docs/mcp.md: an MCP server was down
         (AttemptOutcome(kind="unexpected_exception"), "attempt_failed"),
         (AttemptOutcome(kind="database_unavailable"), "attempt_failed"),
         (AttemptOutcome(kind="cleanup_error"), "attempt_failed"),
@@ -73,8 +74,8 @@ def test_deterministic_outcomes_seal_now(outcome, decision):
     ],
 )
 def test_transient_outcomes_recover_charged(outcome, code):
-    """S-50: unexpected exceptions, database unavailable, RunCleanupError and model_unavailable end the attempt
-    failed (charged) with code model_unavailable for the latter and attempt_failed otherwise."""
+    """S-50: unexpected exceptions, database unavailable, RunCleanupError, model_unavailable and tool_unavailable
+    end the attempt failed (charged) with the code of the latter two and attempt_failed otherwise."""
     assert classify_outcome(outcome, output_limit=LIMIT) == Recover(
         attempt_outcome="failed", failure_code=code, charged=True
     )

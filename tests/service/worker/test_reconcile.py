@@ -92,12 +92,18 @@ async def test_recovery_reconciles_reruns_and_reports_each_call(db, tenant, cont
         f"/v1/runs/{ref.run_id}", f"/v1/runs/{ref.run_id}/messages", f"/v1/threads/{ref.thread_id}/runs",
     )  # fmt: skip
     messages, listed = messages_page["items"], runs_page["items"]
+    # docs/mcp.md: each entry also says why, and where the tool's retry-safety came from (here the decorator).
+    unchanged = {"declaration_changed": False}
     assert view["recovery"] == [
-        {"tool_call_id": "call_charge", "tool_name": "charge_card", "outcome": "reconciled"},
-        {"tool_call_id": "call_refund", "tool_name": "refund", "outcome": "rerun"},
-        {"tool_call_id": "call_notify", "tool_name": "notify", "outcome": "unknown"},
-        {"tool_call_id": "call_lookup", "tool_name": "lookup", "outcome": "replayed"},
-    ]
+        {"tool_call_id": "call_charge", "tool_name": "charge_card", "outcome": "reconciled",
+         "reason": "reconciled", "declared_by": "none", **unchanged},
+        {"tool_call_id": "call_refund", "tool_name": "refund", "outcome": "rerun",
+         "reason": "not_done", "declared_by": "none", **unchanged},
+        {"tool_call_id": "call_notify", "tool_name": "notify", "outcome": "unknown",
+         "reason": "not_retry_safe", "declared_by": "none", **unchanged},
+        {"tool_call_id": "call_lookup", "tool_name": "lookup", "outcome": "replayed",
+         "reason": "retry_safe", "declared_by": "decorator", **unchanged},
+    ]  # fmt: skip
     assert listed[0]["id"] == ref.run_id and "recovery" not in listed[0]  # only the single-run read has it
     returns = {
         part["tool_call_id"]: part

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from candor.harness.recovery_basis import RECOVERY_BASIS_NAMESPACE, RECOVERY_BASIS_VERSION
+
 from ..core import Service
-from ..errors import InvalidArgument, NotFound
+from ..errors import CheckpointCorrupt, InvalidArgument, NotFound
 from ..protocol.authority import Principal
-from ..protocol.recovered import RecoveredCall, recovered_calls
+from ..protocol.recovered import RecoveredCall, recovered_calls, with_basis
 from ..protocol.requests import checked_limit, require
-from ..store import auth, inbox, messages, views
+from ..store import auth, checkpoints, inbox, messages, views
 from ..store.engine import read_transaction
 from ..store.views import AttemptRow, EntryRow, RunRow, ThreadRow
 
@@ -87,7 +89,20 @@ async def get_run_with_recovery(
         )  # fmt: skip
         async for page in pages:
             found.extend(recovered_calls(page))
+        if found and run.checkpoint_id is not None:
+            found = with_basis(found, await _recovery_basis(conn, run.checkpoint_id))
     return run, found
+
+
+async def _recovery_basis(conn: Any, checkpoint_id: str) -> Any:
+    """The `candor.recovery` data of the run's checkpoint (docs/mcp.md); None when absent or unreadable (the
+    view then shows the calls without their basis rather than failing the read)."""
+    try:
+        envelope = await checkpoints.load_envelope(conn, checkpoint_id)
+    except CheckpointCorrupt:
+        return None
+    namespace = envelope.capabilities.get(RECOVERY_BASIS_NAMESPACE)
+    return namespace.data if namespace is not None and namespace.version == RECOVERY_BASIS_VERSION else None
 
 
 async def list_runs_page(

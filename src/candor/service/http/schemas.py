@@ -270,6 +270,15 @@ class RecoveredCallView(BaseModel):
     """`replayed`: a retry-safe call ran again; `reconciled`: its reconciler confirmed the effect and gave the result;
     `rerun`: its reconciler said the effect had not happened, so the call ran again; `unknown`: the unknown-outcome
     result (docs/state-and-resume.md)."""
+    reason: str | None = None
+    """Why: `retry_safe`, `mode_always`, `not_retry_safe`, `tool_missing`, `mode_never`, `reconciled`, … (the
+    harness's recovery reasons); null when the checkpoint does not record it (docs/mcp.md)."""
+    declared_by: Literal["annotation", "override", "decorator", "none"] | None = None
+    """Where the tool's retry-safety came from: its MCP annotations, an operator override (`retry_safe` /
+    `never_retry`), the `recovery_retryable` decorator (or equivalent metadata), or nowhere."""
+    declaration_changed: bool | None = None
+    """True when the MCP server declared the tool differently at recovery than when the call was made; the call
+    was judged by the declaration recorded with the call (docs/mcp.md)."""
 
 
 class RunView(BaseModel):
@@ -326,8 +335,12 @@ class RunDetailView(RunView):
     @classmethod
     def detail(cls, row: RunRow, recovery: list[Any]) -> RunDetailView:
         calls = [
-            RecoveredCallView(tool_call_id=c.tool_call_id, tool_name=c.tool_name, outcome=c.outcome) for c in recovery
-        ]
+            RecoveredCallView(
+                tool_call_id=c.tool_call_id, tool_name=c.tool_name, outcome=c.outcome, reason=c.reason,
+                declared_by=c.declared_by, declaration_changed=c.declaration_changed,
+            )
+            for c in recovery
+        ]  # fmt: skip
         return cls(**RunView.of(row).model_dump(), recovery=calls)
 
 

@@ -53,6 +53,8 @@ CANCELLED_MESSAGE: Final = "The run was interrupted"
 """§7.12: the message of the ``cancelled`` failure."""
 
 _MODEL_UNAVAILABLE: Final = "model_unavailable"
+_TRANSIENT_RESULT_CODES: Final = frozenset({_MODEL_UNAVAILABLE, "tool_unavailable"})
+"""Failed results retried from the last checkpoint (S-50): the provider or a tool server (docs/mcp.md) was down."""
 _ATTEMPT_FAILED: Final = "attempt_failed"
 _CLEANUP_CODE: Final = "run_cleanup_failed"  # RunCleanupError.code
 
@@ -103,7 +105,8 @@ class Recover:
     kind: Literal["recover"] = "recover"
     attempt_outcome: Literal["yielded", "failed"]
     failure_code: str | None = None
-    """The attempt's failure code (``model_unavailable`` or ``attempt_failed``); ``None`` for a yield."""
+    """The attempt's failure code (``model_unavailable``, ``tool_unavailable`` or ``attempt_failed``); ``None`` for a
+    yield."""
     charged: bool
     """Whether the next claim costs a charged attempt (S-50); a handoff is free (S-32)."""
 
@@ -161,8 +164,8 @@ def _classify_result(outcome: AttemptOutcome, *, output_limit: int) -> SealDecis
         case "suspended":
             return Seal(status="waiting", final_commit=True)
         case "failed":
-            if outcome.failure_code == _MODEL_UNAVAILABLE:
-                return _transient(_MODEL_UNAVAILABLE)
+            if outcome.failure_code in _TRANSIENT_RESULT_CODES:
+                return _transient(outcome.failure_code)
             return _failed(outcome.failure_code)
         case "cancelled":
             # The worker cancels the stream only for a request, a deadline or a handoff, and reports those as

@@ -509,6 +509,14 @@ async def load_state(conn: AsyncConnection, checkpoint_id: str) -> LoadedCheckpo
     )
 
 
+async def load_envelope(conn: AsyncConnection, checkpoint_id: str) -> CheckpointEnvelope:
+    """A checkpoint's verified envelope without its messages (the run view reads `candor.recovery` from it)."""
+    leaf = (await conn.execute(select_checkpoint(checkpoint_id))).one_or_none()
+    if leaf is None:
+        raise CheckpointCorrupt(f"checkpoint {checkpoint_id} not found")
+    return _verified_envelope(checkpoint_id, leaf.envelope, leaf.envelope_digest)
+
+
 def _verified_envelope(checkpoint_id: str, text: str | None, digest: str) -> CheckpointEnvelope:
     if text is None:
         raise CheckpointCorrupt(f"checkpoint {checkpoint_id} has no envelope (cleared by cleanup)")

@@ -73,6 +73,7 @@ FAILURE_MESSAGES: Final[Mapping[str, str]] = {
     "lease_expired": "The attempt's lease expired before it finished.",
     "attempt_failed": "The attempt failed with a transient error.",
     "model_unavailable": "The model provider was unavailable.",
+    "tool_unavailable": "A tool server the run needs was unavailable.",
     "authority_revoked": "The run's principal no longer holds the run permission.",
     "cancelled": CANCELLED_MESSAGE,
     "run_ended": RUN_ENDED_MESSAGE,

@@ -180,6 +180,7 @@ class _Attempt:
         try:
             harness = self.service.agents.build(claimed.agent, claimed.options)
             model = self.service.agents.model(claimed.agent)  # docs/providers.md: bound per run, key never stored
+            mcp_toolsets = self.service.agents.mcp_toolsets(claimed.agent)  # docs/mcp.md: fresh per attempt
         except AgentUnavailable:
             return _ended("agent_factory_failed")
         tools = client_tools_of(claimed.options)  # §8.8: validated at post time; re-checked, never trusted
@@ -198,7 +199,7 @@ class _Attempt:
                 bindings=RunBindings(
                     deferred_tools_supported=True,
                     model=model,
-                    toolsets=[*client_toolsets(tools), *child_toolsets(self.service, claimed)],  # §8.8, §7.13
+                    toolsets=[*client_toolsets(tools), *child_toolsets(self.service, claimed), *mcp_toolsets],
                     capabilities=[LeaseCheck(handle)],  # no tool starts once the lease is not held (issue 34)
                 ),
                 deferred_resume=self._resume_batch(start),
