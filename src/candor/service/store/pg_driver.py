@@ -2,7 +2,7 @@
 
 SQLAlchemy's `engine.connect()` and `execute()` cost the client more CPU than the round trip they wrap: measured in
 one process, a one-row SELECT outside any transaction took 0.21 ms of CPU through them and 0.07 ms on the pooled
-connection's asyncpg connection (issue 12, docs/control-cost.md). The step commit (`pg_commits`) and request
+connection's asyncpg connection (issue 12, docs/control-cost.md). The plain step commit (`step_commit`) and request
 authentication (`auth.authenticate_request`) use this module; everything else goes through SQLAlchemy.
 
 The connection comes from the engine's own pool, so it carries the codecs SQLAlchemy's dialect set on it (JSON and

@@ -7,7 +7,7 @@ commit's wait from its call to the end of its `BEGIN IMMEDIATE` was 4.6 ms at p5
 most, half of the 5 s `database.timeout` after which the commit fails as unavailable (docs/worker-cost.md, eleventh
 pass).
 
-So every write transaction of a process on a SQLite engine, step commits (`sqlite_commits.py`) and the others
+So every write transaction of a process on a SQLite engine, plain step commits (`step_commit.py`) and the others
 (`engine.write_transaction`: claims, heartbeats, seals, the API's writes) alike, first waits for its turn here, on an
 `asyncio.Lock`, in FIFO order, and only the writer whose turn it is asks SQLite for the lock. In the same workload
 the wait became 53 ms at p50, 145 ms at p99 and 264 ms at most, for the same steps/s: the turns share the waiting
