@@ -1,4 +1,4 @@
-"""Incremental checkpoints (spec §6): encode, write only new message rows, rebuild and verify `HarnessState`.
+"""Incremental checkpoints (spec §6): encode, write only the new messages, rebuild and verify `HarnessState`.
 
 Stored forms:
 
@@ -373,8 +373,8 @@ def checkpoint_writes(
     and the boundary's `usage`: the insert, its parameters and what it writes.
 
     `base_encoded` is the base's history in stored form as the caller last committed or restored it (§6); it is
-    not re-read. The statements are independent of each other's effects (the message rows only reference the
-    checkpoint row), so a commit may send them together with its other writes (`statements.execute_together`).
+    not re-read. The insert reads no row another write of the same commit writes, so a commit may send it
+    together with its other writes (`statements.execute_together`).
     """
     if base_id is None and base_encoded:
         raise ValueError("base_encoded must be empty when there is no base checkpoint")
