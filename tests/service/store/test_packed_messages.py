@@ -47,3 +47,13 @@ def test_a_damaged_packed_value_is_corrupt(damage: object, message: str) -> None
     with pytest.raises(CheckpointCorrupt) as caught:
         unpack_messages(packed, checkpoint_id="ckp", first_index=4, count=3)
     assert message in str(caught.value)
+
+
+def test_only_the_requested_messages_are_checked() -> None:
+    """S-46: a reader checks the digests of the messages it returns (`verify`), so a page before a damaged message
+    is still served; the damaged one is not."""
+    packed = pack_messages(MESSAGES).replace('"x"', '"y"')  # message 6 (the third) damaged
+    records = unpack_messages(packed, checkpoint_id="ckp", first_index=4, count=3, verify=(4, 6))
+    assert records[:2] == [(m.body, m.digest) for m in MESSAGES[:2]]
+    with pytest.raises(CheckpointCorrupt):
+        unpack_messages(packed, checkpoint_id="ckp", first_index=4, count=3, verify=(5, 7))

@@ -339,7 +339,7 @@ async def read_message_ranges(
         for row in packed:
             lo, hi = wanted.pop(row.id)
             unpacked = unpack_messages(
-                row.messages, checkpoint_id=row.id, first_index=row.kept, count=row.count - row.kept
+                row.messages, checkpoint_id=row.id, first_index=row.kept, count=row.count - row.kept, verify=(lo, hi)
             )
             for index in range(max(lo, row.kept), min(hi, row.count)):
                 body, digest = unpacked[index - row.kept]

@@ -39,10 +39,15 @@ def pack_messages(messages: Sequence[_Message]) -> str:
     return "".join(f"{message.digest}{len(message.body)}:{message.body}" for message in messages)
 
 
-def unpack_messages(packed: str, *, checkpoint_id: str, first_index: int, count: int) -> list[tuple[str, str]]:
-    """The `count` messages `(body, digest)` of a packed value, every digest verified; raises `CheckpointCorrupt`
-    on a digest mismatch, a malformed record, or a record count other than `count` (pure). `first_index` (the
-    checkpoint's `kept`) only names a failing message by its history index."""
+def unpack_messages(
+    packed: str, *, checkpoint_id: str, first_index: int, count: int, verify: tuple[int, int] | None = None
+) -> list[tuple[str, str]]:
+    """The `count` messages `(body, digest)` of a packed value, by history index from `first_index` (the
+    checkpoint's `kept`); raises `CheckpointCorrupt` on a digest mismatch, a malformed record, or a record count
+    other than `count` (pure). Every record is parsed; digests are checked for the indexes `[low, high)` of
+    `verify`, or for all of them: a reader checks what it returns, so a page before a damaged message is still
+    served, as with one row per message."""
+    low, high = verify if verify is not None else (first_index, first_index + count)
     messages: list[tuple[str, str]] = []
     position, end = 0, len(packed)
     while position < end:
@@ -57,7 +62,7 @@ def unpack_messages(packed: str, *, checkpoint_id: str, first_index: int, count:
         if stop > end:
             raise CheckpointCorrupt(f"message {index} of checkpoint {checkpoint_id} is truncated")
         body = packed[start:stop]
-        if sha256_hex(body) != digest:
+        if low <= index < high and sha256_hex(body) != digest:
             raise CheckpointCorrupt(f"message {index} of checkpoint {checkpoint_id} fails its digest")
         messages.append((body, digest))
         position = stop
