@@ -190,24 +190,26 @@ async def claim(engine: AsyncEngine, agent: str, run_id: str, *, lease_seconds: 
 
 
 _STORED_BYTES = {
-    # Payload columns of everything a run's checkpoints store: message bodies and digests, envelopes and digests.
+    # Payload columns of everything a run's checkpoints store: the new messages packed in each row (bodies, digests
+    # and their length prefixes), message rows of checkpoints written before migration 0006 (bodies and digests),
+    # envelopes and digests.
     "sqlite": text(
         "SELECT coalesce((SELECT sum(length(m.body) + length(m.digest)) FROM checkpoint_messages m"
         "  JOIN checkpoints c ON c.id = m.checkpoint_id WHERE c.thread_id = :thread), 0)"
-        " + coalesce((SELECT sum(coalesce(length(c.envelope), 0) + length(c.envelope_digest)) FROM checkpoints c"
-        "  WHERE c.thread_id = :thread), 0)"
+        " + coalesce((SELECT sum(coalesce(length(c.envelope), 0) + length(c.envelope_digest)"
+        "  + coalesce(length(c.messages), 0)) FROM checkpoints c WHERE c.thread_id = :thread), 0)"
     ),
     "postgresql": text(
         "SELECT coalesce((SELECT sum(octet_length(m.body) + octet_length(m.digest)) FROM checkpoint_messages m"
         "  JOIN checkpoints c ON c.id = m.checkpoint_id WHERE c.thread_id = :thread), 0)"
-        " + coalesce((SELECT sum(coalesce(octet_length(c.envelope), 0) + octet_length(c.envelope_digest))"
-        "  FROM checkpoints c WHERE c.thread_id = :thread), 0)"
+        " + coalesce((SELECT sum(coalesce(octet_length(c.envelope), 0) + octet_length(c.envelope_digest)"
+        "  + coalesce(octet_length(c.messages), 0)) FROM checkpoints c WHERE c.thread_id = :thread), 0)"
     ),
 }
 
 
 async def stored_bytes(store: Store, thread_id: str) -> int:
-    """Checkpoint payload bytes stored for a thread (message bodies + digests, envelopes + digests), read by SQL."""
+    """Checkpoint payload bytes stored for a thread (messages with their digests, envelopes + digests), read by SQL."""
     async with store.engine.connect() as conn:
         return int((await conn.execute(_STORED_BYTES[store.backend], {"thread": thread_id})).scalar_one())
 

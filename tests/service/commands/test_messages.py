@@ -9,13 +9,15 @@ from typing import Any
 import pytest
 from pydantic_ai import ModelMessagesTypeAdapter
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
-from sqlalchemy import delete, insert, select
+from sqlalchemy import select, update
 
 from candor.service import commands
 from candor.service.errors import CheckpointCorrupt, NotFound
+from candor.service.store.checkpoints import EncodedMessage
 from candor.service.store.engine import read_transaction, write_transaction
 from candor.service.store.messages import iter_added_messages, window_ranges
-from candor.service.store.tables import checkpoint_messages
+from candor.service.store.packed_messages import pack_messages, unpack_messages
+from candor.service.store.tables import checkpoints
 
 from .helpers import TEXT, claim_run, commit_history, make_service, new_key
 from transactions import statements_sent
@@ -96,29 +98,29 @@ async def test_a_run_without_a_start_checkpoint_added_its_whole_history(db: Any)
 
 
 async def test_a_tampered_message_row_is_corrupt(db: Any) -> None:
-    """S-46: a body that fails its digest, or a missing row, is never served; pages before it still are."""
+    """S-46: a body that fails its digest, or a missing message, is never served; pages before it still are."""
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
     await claim_run(service, accepted.run.id)
     checkpoint_id = await commit_history(service, accepted.run, _turn(1), base=None, seq=1)
-    m = checkpoint_messages.c
-    second = (m.checkpoint_id == checkpoint_id) & (m.index == 1)
-    async with write_transaction(service.engine) as conn:  # rows are insert-only, so tamper by delete + insert
-        row = (await conn.execute(select(checkpoint_messages).where(second))).one()
-        await conn.execute(delete(checkpoint_messages).where(second))
+    packed = select(checkpoints.c.messages).where(checkpoints.c.id == checkpoint_id)
+    async with write_transaction(service.engine) as conn:  # the second message's body changed behind its digest
+        original = (await conn.execute(packed)).scalar_one()
+        records = unpack_messages(original, checkpoint_id=checkpoint_id, first_index=0, count=2)
+        tampered = [EncodedMessage(body=body, digest=digest) for body, digest in records]
+        tampered[1] = EncodedMessage(body=tampered[1].body.replace("answer", "ANSWER"), digest=tampered[1].digest)
         await conn.execute(
-            insert(checkpoint_messages).values(
-                checkpoint_id=checkpoint_id, index=1, body=row.body.replace("answer", "ANSWER"), digest=row.digest
-            )
+            update(checkpoints).where(checkpoints.c.id == checkpoint_id).values(messages=pack_messages(tampered))
         )
     with pytest.raises(CheckpointCorrupt):
         await commands.list_run_messages_page(service, key, accepted.run.id)
     expected = _json(_turn(1), accepted.run.id)[:1]
     assert await commands.list_run_messages_page(service, key, accepted.run.id, limit=1) == (expected, True)
-    async with write_transaction(service.engine) as conn:
-        await conn.execute(delete(checkpoint_messages).where(second))
-    with pytest.raises(CheckpointCorrupt):  # a missing row
+    async with write_transaction(service.engine) as conn:  # the second message missing
+        missing = pack_messages([EncodedMessage(body=body, digest=digest) for body, digest in records[:1]])
+        await conn.execute(update(checkpoints).where(checkpoints.c.id == checkpoint_id).values(messages=missing))
+    with pytest.raises(CheckpointCorrupt):  # a missing message
         await commands.list_run_messages_page(service, key, accepted.run.id)
 
 

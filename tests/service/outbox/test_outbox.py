@@ -413,26 +413,34 @@ async def test_recovery_stages_accepted_and_failed_attempt(db, tenant, receiver,
     assert (await run_row(db.engine, ref.run_id))["status"] == "accepted"
 
 
-async def test_checkpoint_cleanup_deletes_rows_shadowed_by_a_history_rewrite(db, tenant) -> None:
-    """§9.6, S-47: after a rewrite (a later checkpoint keeps fewer messages than its base), the base's rows beyond
-    `kept` are deleted and its envelope cleared; the run's current checkpoint still loads, and a checkpoint that is
-    another run's start keeps everything."""
+@pytest.mark.parametrize("stored", ["message rows", "packed"])
+async def test_checkpoint_cleanup_deletes_rows_shadowed_by_a_history_rewrite(db, tenant, stored) -> None:
+    """§9.6, S-47, S-40: after a rewrite (a later checkpoint keeps fewer messages than its base), the base's message
+    rows beyond `kept` (checkpoints written before migration 0007) are deleted and its envelope cleared; messages
+    packed in the base's own row stay (insert-only). Either way the run's current checkpoint still loads, and a
+    checkpoint that is another run's start keeps everything."""
     from pydantic_ai.messages import ModelRequest, UserPromptPart
 
     from candor.service.store.checkpoints import encode_message, load_state
     from candor.service.store.cleanup import cleanup_checkpoints
-    from candor.service.store.tables import checkpoint_messages, runs
+    from candor.service.store.tables import checkpoint_messages, checkpoints, runs
 
     def message(text: str):
         return encode_message(ModelRequest(parts=[UserPromptPart(content=text)]))
 
+    legacy = stored == "message rows"
     a, b, c, d = (message(x) for x in "abcd")
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant)
         first = await insert_checkpoint_for(conn, ref, seq=1, base=None, base_encoded=(), new=[a, b, c])
         second = await insert_checkpoint_for(conn, ref, seq=2, base=first, base_encoded=[a, b, c], new=[a, d])
+        if legacy:
+            await as_message_rows(conn, first, 0, [a, b, c])
+            await as_message_rows(conn, second, 1, [d])
+        packed = (await conn.execute(select(checkpoints.c.messages).where(checkpoints.c.id == first))).scalar_one()
         await conn.execute(update(runs).where(runs.c.id == ref.run_id).values(checkpoint_id=second, checkpoint_seq=2))
-    assert await cleanup_checkpoints(db.engine, run_id=ref.run_id) == 3  # rows 1, 2 of `first` + its envelope
+    # rows 1, 2 of `first` + its envelope; packed: the envelope only
+    assert await cleanup_checkpoints(db.engine, run_id=ref.run_id) == (3 if legacy else 1)
     async with db.engine.connect() as conn:
         left = (
             await conn.execute(
@@ -441,7 +449,10 @@ async def test_checkpoint_cleanup_deletes_rows_shadowed_by_a_history_rewrite(db,
                 )
             )
         ).all()
-        assert sorted((row.checkpoint_id == first, row.index) for row in left) == [(False, 1), (True, 0)]
+        kept_rows = [(False, 1), (True, 0)] if legacy else []
+        assert sorted((row.checkpoint_id == first, row.index) for row in left) == kept_rows
+        after = (await conn.execute(select(checkpoints.c.messages).where(checkpoints.c.id == first))).scalar_one()
+        assert after == packed
         loaded = await load_state(conn, second)
     assert [m.digest for m in loaded.encoded] == [a.digest, d.digest]
 
@@ -453,6 +464,21 @@ async def test_checkpoint_cleanup_deletes_rows_shadowed_by_a_history_rewrite(db,
         await conn.execute(update(runs).where(runs.c.id == other.run_id).values(checkpoint_id=fourth, checkpoint_seq=2))
         await conn.execute(update(runs).where(runs.c.id == ref.run_id).values(start_checkpoint_id=third))
     assert await cleanup_checkpoints(db.engine, run_id=other.run_id) == 0
+
+
+async def as_message_rows(conn, checkpoint_id, first_index, messages) -> None:
+    """Store a checkpoint's new messages as a checkpoint written before migration 0007 did: one row each."""
+    from sqlalchemy import insert
+
+    from candor.service.store.tables import checkpoint_messages, checkpoints
+
+    await conn.execute(update(checkpoints).where(checkpoints.c.id == checkpoint_id).values(messages=None))
+    for offset, encoded in enumerate(messages):
+        await conn.execute(
+            insert(checkpoint_messages).values(
+                checkpoint_id=checkpoint_id, index=first_index + offset, body=encoded.body, digest=encoded.digest
+            )
+        )
 
 
 async def insert_checkpoint_for(conn, ref, *, seq, base, base_encoded, new) -> str:

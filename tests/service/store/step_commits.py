@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from candor.service.errors import LeaseLost
 from candor.service.protocol.fencing import Lease
 from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
+from candor.service.store.current_checkpoint import run_columns
 from candor.service.store.dialect import db_now
 from candor.service.store.engine import read_transaction, write_transaction
 from candor.service.store.runs import claim_runs, start_attempt
@@ -82,9 +83,11 @@ def first_commit_in_background(engine: AsyncEngine, lease: Lease, history: Any, 
 
 
 async def stored_checkpoints(engine: AsyncEngine, run_id: str) -> tuple[int, int]:
-    """How many checkpoints are stored and the run's `checkpoint_seq`: one statement, so one snapshot of both."""
+    """How many checkpoints are stored and the run's current `checkpoint_seq` as readers see it (derived while it
+    runs, `current_checkpoint.run_columns`): one statement, so one snapshot of both."""
     count = select(func.count()).select_from(checkpoints).scalar_subquery()
-    pointer = select(runs.c.checkpoint_seq).where(runs.c.id == run_id).scalar_subquery()
+    derived = select(*run_columns()).where(runs.c.id == run_id).subquery()
+    pointer = select(derived.c.checkpoint_seq).scalar_subquery()
     async with read_transaction(engine) as conn:
         found, seq = (await conn.execute(select(count, pointer))).one()
     return int(found), int(seq)

@@ -19,7 +19,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import func, select, update
 
 from candor.harness.state import CapabilityState, HarnessState
 from candor.service.errors import CheckpointCorrupt
@@ -41,6 +41,7 @@ from candor.service.store.checkpoints import (
 )
 from candor.service.store.dialect import db_now
 from candor.service.store.engine import read_transaction, write_transaction
+from candor.service.store.packed_messages import pack_messages, unpack_messages
 from candor.service.store.tables import checkpoint_messages, checkpoints, runs
 
 from .rows import add_run, add_thread, add_workspace
@@ -128,9 +129,16 @@ async def _load(db: Any, checkpoint_id: str) -> LoadedCheckpoint:
 
 
 async def _row_count(db: Any, checkpoint_id: str) -> int:
+    """How many messages the checkpoint stores itself (packed in its row; no `checkpoint_messages` rows)."""
     async with read_transaction(db.engine) as conn:
-        query = select(func.count()).where(checkpoint_messages.c.checkpoint_id == checkpoint_id)
-        return (await conn.execute(query)).scalar_one()
+        legacy = select(func.count()).where(checkpoint_messages.c.checkpoint_id == checkpoint_id)
+        assert (await conn.execute(legacy)).scalar_one() == 0
+        c = checkpoints.c
+        row = (await conn.execute(select(c.messages, c.kept, c.count).where(c.id == checkpoint_id))).one()
+    unpacked = unpack_messages(
+        row.messages, checkpoint_id=checkpoint_id, first_index=row.kept, count=row.count - row.kept
+    )
+    return len(unpacked)
 
 
 @pytest.mark.parametrize(
@@ -259,14 +267,14 @@ async def test_commit_writes_only_new_messages(db: Any) -> None:
     )
     assert (first.kept, first.count, await _row_count(db, first.id)) == (0, 3, 3)
     base = await _load(db, first.id)
+    packed = select(checkpoints.c.messages).where(checkpoints.c.id == first.id)
     async with read_transaction(db.engine) as conn:
-        before = (await conn.execute(select(checkpoint_messages).order_by(checkpoint_messages.c.index))).all()
+        before = (await conn.execute(packed)).scalar_one()
     grown = HarnessState(schema_version="1", thread_id=thread_id, message_history=tuple(history + step(2)))
     second = await _commit(db, thread_id, run_id, 2, base, grown)
     assert (second.kept, second.count, await _row_count(db, second.id)) == (3, 5, 2)
     async with read_transaction(db.engine) as conn:
-        query = select(checkpoint_messages).where(checkpoint_messages.c.checkpoint_id == first.id)
-        assert (await conn.execute(query.order_by(checkpoint_messages.c.index))).all() == before
+        assert (await conn.execute(packed)).scalar_one() == before
     assert (await _load(db, second.id)).state.model_dump_json() == grown.model_dump_json()
 
 
@@ -395,7 +403,8 @@ async def test_imported_history_is_checkpoint_zero(db: Any) -> None:
 
 
 async def test_tampered_rows_are_detected(db: Any) -> None:
-    """S-46 (store part): a body or envelope that no longer matches its digest raises CheckpointCorrupt."""
+    """S-46 (store part): a packed body or an envelope that no longer matches its digest, or a packed value that
+    lost a message, raises CheckpointCorrupt."""
     _, thread_id, run_id = await _thread_and_run(db)
     state = HarnessState(schema_version="1", thread_id=thread_id, message_history=(prompt("a"), *step(1)))
     first = await _commit(db, thread_id, run_id, 1, None, state)
@@ -407,15 +416,12 @@ async def test_tampered_rows_are_detected(db: Any) -> None:
         await _load(db, first.id),
         HarnessState(schema_version="1", thread_id=thread_id, message_history=(*state._history_ref(), *step(2))),
     )
-    async with write_transaction(db.engine) as conn:  # rows are insert-only, so tamper by delete + insert
-        m = checkpoint_messages.c
-        row = (await conn.execute(select(checkpoint_messages).where(m.checkpoint_id == first.id, m.index == 1))).one()
-        await conn.execute(delete(checkpoint_messages).where(m.checkpoint_id == first.id, m.index == 1))
-        await conn.execute(
-            insert(checkpoint_messages).values(
-                checkpoint_id=first.id, index=1, body=row.body.replace("000001", "000009"), digest=row.digest
-            )
-        )
+    packed = select(checkpoints.c.messages).where(checkpoints.c.id == first.id)
+    async with write_transaction(db.engine) as conn:  # a body changed behind its digest, its length kept
+        original = (await conn.execute(packed)).scalar_one()
+        tampered = original.replace("000001", "000009")
+        assert tampered != original
+        await conn.execute(update(checkpoints).where(checkpoints.c.id == first.id).values(messages=tampered))
     with pytest.raises(CheckpointCorrupt) as caught:
         await _load(db, second.id)  # the corrupt row sits in the base
     assert caught.value.code == "checkpoint_corrupt"
@@ -429,9 +435,13 @@ async def test_tampered_rows_are_detected(db: Any) -> None:
         )
     with pytest.raises(CheckpointCorrupt):
         await _load(db, third.id)
-    async with write_transaction(db.engine) as conn:
-        await conn.execute(delete(checkpoint_messages).where(checkpoint_messages.c.checkpoint_id == second.id))
-    with pytest.raises(CheckpointCorrupt):  # missing rows
+    async with write_transaction(db.engine) as conn:  # the base repaired, the leaf's last message cut off
+        await conn.execute(update(checkpoints).where(checkpoints.c.id == first.id).values(messages=original))
+        leaf = (await conn.execute(select(checkpoints.c.messages).where(checkpoints.c.id == second.id))).scalar_one()
+        records = unpack_messages(leaf, checkpoint_id=second.id, first_index=3, count=2)
+        cut = pack_messages([EncodedMessage(body=body, digest=digest) for body, digest in records[:-1]])
+        await conn.execute(update(checkpoints).where(checkpoints.c.id == second.id).values(messages=cut))
+    with pytest.raises(CheckpointCorrupt):  # missing messages
         await _load(db, second.id)
     with pytest.raises(CheckpointCorrupt):
         await _load(db, "ckp_missing")

@@ -9,9 +9,17 @@ import asyncpg
 import pytest
 import sqlalchemy as sa
 from alembic import command
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from candor.service.errors import SchemaMismatch, StoreUnavailable
+from candor.service.store.checkpoints import (
+    CheckpointEnvelope,
+    encode_envelope,
+    encode_history,
+    insert_checkpoint,
+    load_state,
+)
 from candor.service.store.dialect import MIGRATION_LOCK_KEY, trigger_names
 from candor.service.store.engine import create_engine
 from candor.service.store.migrate import (
@@ -21,6 +29,7 @@ from candor.service.store.migrate import (
     migrate,
     require_current_schema,
 )
+from candor.service.store.seals import select_run_usage, sum_usage
 from candor.service.store.tables import GUARDS, metadata
 
 
@@ -60,8 +69,8 @@ async def test_upgrade_head_reproduces_tables_exactly(empty_db: str) -> None:
 async def test_concurrent_migrations_apply_each_revision_once(empty_db: str) -> None:
     """S-122: two processes migrating at the same time apply each revision exactly once."""
     first, second = await asyncio.gather(migrate(empty_db), migrate(empty_db))
-    assert sorted([first, second]) == [(), ("0001", "0002", "0003", "0004", "0005", "0006")]
-    assert head_revision() == "0006"
+    assert sorted([first, second]) == [(), ("0001", "0002", "0003", "0004", "0005", "0006", "0007")]
+    assert head_revision() == "0007"
     assert (await check_schema(empty_db)).is_current
 
 
@@ -224,7 +233,9 @@ async def test_0004_drops_the_step_tables_workspace_keys_on_postgresql_only(empt
             assert await conn.run_sync(workspace_keys) == all_three
         # At 0003 the comparison with this build reports each key PostgreSQL should no longer have.
         reported = {d for d in (await check_schema(empty_db)).differences if d.startswith("remove_fk")}
-        assert reported == ({f"remove_fk {key}" for key in all_three} if postgresql else set())
+        # (0007's keys of `checkpoints` to threads and runs are back at 0003 too, and reported the same way.)
+        step_keys = {"checkpoints.fk_checkpoints_thread_id", "checkpoints.fk_checkpoints_run_id"}
+        assert reported == ({f"remove_fk {key}" for key in all_three | step_keys} if postgresql else set())
         async with engine.begin() as conn:
             await conn.run_sync(_alembic_step("head"))
             assert await conn.run_sync(workspace_keys) == (set() if postgresql else all_three)
@@ -295,3 +306,67 @@ async def test_migration_waits_at_most_the_lock_timeout(db_kind: str, empty_db: 
         finally:
             await conn.close()
     assert (await check_schema(empty_db)).current == ()
+
+
+async def test_0007_keeps_message_rows_readable_next_to_packed_checkpoints(empty_db: str) -> None:
+    """Revision 0007 (§6 amended, S-43, S-46): a checkpoint written before it, with one
+    `checkpoint_messages` row per message and its usage in `usage_records`, still rebuilds after the upgrade, as does
+    a packed checkpoint that extends it; its usage and the new row's are summed alike (§7.10). Downgrading to 0006
+    and upgrading again leaves the schema as tables.py has it."""
+    history = [ModelRequest(parts=[UserPromptPart(content="old")]), ModelResponse(parts=[TextPart(content="hi")])]
+    encoded = encode_history(history)
+    envelope = encode_envelope(CheckpointEnvelope(thread_id="thr_1"))
+    engine = create_engine(empty_db)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_alembic_step("0006"))
+            await conn.exec_driver_sql("INSERT INTO workspaces (id, name, created_at) VALUES ('ws_1', 'w', 0)")
+            await conn.exec_driver_sql(
+                "INSERT INTO threads (id, workspace_id, origin, agent, version, created_at, updated_at) "
+                "VALUES ('thr_1', 'ws_1', 'new', 'a', 1, 0, 0)"
+            )
+            await conn.exec_driver_sql(
+                "INSERT INTO runs (id, workspace_id, thread_id, agent, principal_id, authority, options, "
+                "options_digest, trigger, lineage, status, available_at, attempts, max_attempts, checkpoint_seq, "
+                "created_at, version, tool_recovery) VALUES ('run_1', 'ws_1', 'thr_1', 'a', 'prn_1', '{}', '{}', "
+                "'d', 'input', 'root', 'accepted', 0, 0, 3, 0, 0, 1, 'declared')"
+            )
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO checkpoints (id, workspace_id, thread_id, run_id, seq, attempt, format, base_id, "
+                    "kept, count, envelope, envelope_digest, created_at) VALUES ('ckp_old', 'ws_1', 'thr_1', "
+                    "'run_1', 1, 1, 1, NULL, 0, 2, :envelope, :digest, 0)"
+                ),
+                {"envelope": envelope.text, "digest": envelope.digest},
+            )
+            for index, message in enumerate(encoded):
+                await conn.execute(
+                    sa.text(
+                        'INSERT INTO checkpoint_messages (checkpoint_id, "index", body, digest) '
+                        "VALUES ('ckp_old', :index, :body, :digest)"
+                    ),
+                    {"index": index, "body": message.body, "digest": message.digest},
+                )
+            await conn.exec_driver_sql(
+                "INSERT INTO usage_records (workspace_id, run_id, attempt_id, checkpoint_seq, usage, created_at) "
+                """VALUES ('ws_1', 'run_1', 'att_1', 1, '{"requests": 1}', 0)"""
+            )
+            await conn.run_sync(_alembic_step("head"))
+            grown = [*encoded, *encode_history([ModelRequest(parts=[UserPromptPart(content="new")])])]
+            written = await insert_checkpoint(
+                conn, thread_id="thr_1", run_id="run_1", seq=2, attempt=1, base_id="ckp_old",
+                base_encoded=encoded, new_encoded=grown, envelope=envelope, checkpoint_id="ckp_new",
+            )  # fmt: skip
+            assert (written.kept, written.count) == (2, 3)
+            await conn.execute(sa.text("""UPDATE checkpoints SET usage = '{"requests": 2}' WHERE id = 'ckp_new'"""))
+            assert (await load_state(conn, "ckp_old")).encoded == encoded
+            assert (await load_state(conn, "ckp_new")).encoded == grown
+            usage = sum_usage(row.usage for row in (await conn.execute(select_run_usage("run_1"))).all())
+            assert usage["requests"] == 3
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DELETE FROM checkpoints WHERE id = 'ckp_new'"))
+            await conn.run_sync(_alembic_step("0006", down=True))
+            await conn.run_sync(_alembic_step("head"))
+    finally:
+        await engine.dispose()
+    assert (await check_schema(empty_db)).differences == ()

@@ -20,10 +20,10 @@ from candor.service.errors import LeaseLost, StoreUnavailable
 from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history, load_state
 from candor.service.store.dialect import allocate_stream_ids, db_now
 from candor.service.store.engine import create_engine, read_transaction, write_transaction
-from candor.service.store.pg_commits import step_statement
 from candor.service.store.pg_driver import pooled_asyncpg
 from candor.service.store.runs import lock_attempt
 from candor.service.store.seals import commit_checkpoint
+from candor.service.store.step_commit import render_postgresql
 from candor.service.store.streams import NewStreamEntry
 from candor.service.store.tables import (
     checkpoint_messages,
@@ -35,18 +35,17 @@ from candor.service.store.tables import (
     threads,
     usage_records,
 )
+from candor.service.store.views import select_run
 
 from .step_commits import commit_twice_and_once_refused, first_commit_in_background, leased_run, stored_checkpoints
 from .test_checkpoints import prompt, step
 from transactions import sent_in_transactions_on_driver
 from waiting import wait_until
 
-COMMIT_STATEMENTS = {"postgresql": 1, "sqlite": 6}
-"""PostgreSQL (on asyncpg directly, `store/pg_commits.py`): one statement, its own transaction: the fence (locks,
-then the clock) and, gated on it, the checkpoint row, its new message rows, the usage record, the stream entries
-and the run pointer as CTEs. SQLite (`store/sqlite_commits.py`, one call to the connection's thread): the fence,
-the checkpoint row, the message rows, the usage record, the run pointer and the pending-steer check, one by
-one (no statement here for stream entries: the commit has none)."""
+COMMIT_STATEMENTS = {"postgresql": 1, "sqlite": 1}
+"""A plain step (store/step_commit.py) is one INSERT on both backends: the checkpoint row, its new messages packed in
+it and its usage, selected from the fence (attempt and run) and, on PostgreSQL, the step's stream entries as CTEs of
+the same statement (none here). On SQLite, without stream entries, the INSERT commits on its own."""
 
 
 @contextmanager
@@ -123,8 +122,8 @@ async def driver_statements(engine: AsyncEngine) -> AsyncIterator[list[str]]:
 
 @pytest.mark.parametrize("steps_before", [1, 40])
 async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: int) -> None:
-    """S-37, S-41, S-20: an incremental checkpoint commit with a usage record sends exactly `COMMIT_STATEMENTS`
-    statements, at a short and at a long history alike, the same ones again at the next commit of the same shape
+    """S-37, S-41, S-20: a plain step commit with usage sends exactly `COMMIT_STATEMENTS` statements (one INSERT),
+    writes no row but its checkpoint (no message rows, no usage record, `runs` untouched, S-37), at a short and at a long history alike, the same ones again at the next commit of the same shape
     (constants the driver keeps prepared), and writes what it always wrote. A regression in round trips (or in
     compilation work) per durable step fails here."""
     lease = await leased_run(db)
@@ -170,15 +169,19 @@ async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: i
             usage={"requests": 1},
         )
     assert again == sent, again  # the same constant statements, prepared once per connection by the driver
+    assert sent[0].lstrip().upper().startswith(("INSERT", "WITH")), sent
     assert (second.kept, second.count) == (len(base), len(grown))
     async with read_transaction(db.engine) as conn:
-        pointer = select(runs.c.checkpoint_id, runs.c.checkpoint_seq).where(runs.c.id == lease.run_id)
-        assert tuple((await conn.execute(pointer)).one()) == (third.checkpoint_id, 3)
-        rows = select(func.count()).where(checkpoint_messages.c.checkpoint_id == second.checkpoint_id)
-        assert (await conn.execute(rows)).scalar_one() == 2
-        usage = select(usage_records.c.checkpoint_seq, usage_records.c.usage, usage_records.c.attempt_id)
-        recorded = (await conn.execute(usage.where(usage_records.c.run_id == lease.run_id))).all()
-        assert sorted(tuple(row) for row in recorded) == [(seq, {"requests": 1}, lease.attempt_id) for seq in (1, 2, 3)]
+        stored = select(runs.c.checkpoint_id, runs.c.checkpoint_seq).where(runs.c.id == lease.run_id)
+        assert tuple((await conn.execute(stored)).one()) == (first.checkpoint_id, 1)  # plain steps leave `runs`
+        view = (await conn.execute(select_run(workspace_id=None, run_id=lease.run_id))).mappings().one()
+        assert (view["checkpoint_id"], view["checkpoint_seq"]) == (third.checkpoint_id, 3)  # derived while running
+        rows = select(func.count()).select_from(checkpoint_messages)
+        assert (await conn.execute(rows)).scalar_one() == 0  # new messages are packed in the checkpoint row
+        assert (await conn.execute(select(func.count()).select_from(usage_records))).scalar_one() == 0
+        usage = select(checkpoints.c.seq, checkpoints.c.usage, checkpoints.c.attempt)
+        recorded = (await conn.execute(usage.where(checkpoints.c.run_id == lease.run_id))).all()
+        assert sorted(tuple(row) for row in recorded) == [(seq, {"requests": 1}, 1) for seq in (1, 2, 3)]
         assert (await load_state(conn, second.checkpoint_id)).encoded == grown
         assert (await load_state(conn, third.checkpoint_id)).encoded == further
 
@@ -206,10 +209,10 @@ async def test_postgresql_plans_the_step_statement_once_per_connection(db: Any) 
                 usage={"requests": 1},
             )  # fmt: skip
             history = grown
-        plans = await _plans(engine, step_statement(engine.dialect))
+        plans = await _plans(engine, render_postgresql()[0])
     finally:
         await engine.dispose()
-    assert plans == {"custom_plans": 5, "generic_plans": 4}
+    assert plans == {"custom_plans": 5, "generic_plans": 3}  # the first commit (source entry) is not a plain step
 
 
 @pytest.mark.parametrize("db_kind", [pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -277,37 +280,34 @@ async def test_the_fence_reads_the_clock_after_waiting_for_its_locks(db: Any) ->
         assert (await conn.execute(select(func.count()).select_from(checkpoints))).scalar_one() == 0
 
 
-FIRST_COMMIT_STATEMENTS = {"postgresql": 1, "sqlite": 8}
-"""A run's first commit also consumes its source entry and then increments the thread's version: on PostgreSQL two
-more CTEs of the same statement, on SQLite two more statements."""
-
-
-async def test_a_runs_first_commit_consumes_its_source_entry_in_the_same_statement(db: Any) -> None:
-    """§7.8 step 4, §8.5, S-76, S-75, S-37: the first commit of a run takes the one-statement path too: the source
-    entry (the message that started the run, assigned to it) becomes `consumed` at seq 1 and the thread's version goes up by one, in the checkpoint's own transaction."""
+async def test_a_runs_first_commit_consumes_its_source_entry_in_the_same_transaction(db: Any) -> None:
+    """§7.8 step 4, §8.5, S-76, S-75, S-37: the first commit of a run incorporates its source entry, so it is not a
+    plain step and takes the general path: the source entry (the message that started the run, assigned to it)
+    becomes `consumed` at seq 1, the thread's version goes up by one and the run's pointer moves, in the
+    checkpoint's own transaction."""
     lease = await leased_run(db, source_entry=True)
     async with read_transaction(db.engine) as conn:
         version = select(threads.c.version).where(threads.c.id == lease.thread_id)
         before = (await conn.execute(version)).scalar_one()
-    async with driver_statements(db.engine) as sent:
-        first = await commit_checkpoint(
-            db.engine,
-            lease,
-            expected_seq=0,
-            base_id=None,
-            base_encoded=(),
-            new_encoded=encode_history([prompt("go")]),
-            envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
-            source_entry_consumed=True,
-            usage={"requests": 1},
-        )
-    assert len(sent) == FIRST_COMMIT_STATEMENTS[db.kind], "\n".join(statement[:50] for statement in sent)
+    first = await commit_checkpoint(
+        db.engine,
+        lease,
+        expected_seq=0,
+        base_id=None,
+        base_encoded=(),
+        new_encoded=encode_history([prompt("go")]),
+        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
+        source_entry_consumed=True,
+        usage={"requests": 1},
+    )
     assert first.seq == 1
     async with read_transaction(db.engine) as conn:
         entry = select(inbox_entries.c.status, inbox_entries.c.incorporated_checkpoint_seq, inbox_entries.c.finished_at)
         status, seq, finished_at = (await conn.execute(entry.where(inbox_entries.c.thread_id == lease.thread_id))).one()
         assert (status, seq) == ("consumed", 1) and finished_at is not None
         assert (await conn.execute(version)).scalar_one() == before + 1
+        stored = select(runs.c.checkpoint_id, runs.c.checkpoint_seq).where(runs.c.id == lease.run_id)
+        assert tuple((await conn.execute(stored)).one()) == (first.checkpoint_id, 1)
 
 
 async def test_a_long_first_commit_is_written_in_bounded_statements(db: Any) -> None:
@@ -410,18 +410,20 @@ async def test_a_step_connection_from_an_unreachable_server_is_unavailable() -> 
 
 
 @pytest.mark.parametrize("db_kind", [pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def test_a_step_commit_takes_no_lock_on_its_workspace_row(db: Any) -> None:
-    """§7.8, S-37 (issue 12): a step commit writes a checkpoint row, a usage record and stream entries, and locks the
-    thread, run and attempt rows it fences on, but not the workspace's row. A foreign key from those tables to
-    `workspaces` made PostgreSQL lock it `FOR KEY SHARE` at every commit of every run of the workspace, and commits
-    at the same time shared it through a MultiXact each (migration 0004 dropped those keys). A lock leaves the
-    locking transaction's id in the row's `xmax`, so the row must come out of the commit with the `xmax` it had."""
+async def test_a_step_commit_locks_only_its_attempt_row(db: Any) -> None:
+    """§7.8, S-37 (issues 12, 33): a plain step writes its checkpoint row (usage on it) and its stream entries, and
+    locks its attempt's row (`FOR SHARE`: what ends an attempt must wait for it, step_commit.py), but neither the
+    workspace's, the thread's nor the run's row: foreign keys to them made PostgreSQL lock them `FOR KEY SHARE` at
+    every commit (migrations 0004 and 0007 dropped those keys), and the old fence locked thread and run too. A lock
+    leaves the locking transaction's id in the row's `xmax`, so those rows must come out with the `xmax` they had,
+    and `runs` is not updated either (S-37)."""
     lease = await leased_run(db)
     workspace_xmax = text(
-        "SELECT w.xmax::text FROM workspaces w JOIN threads t ON t.workspace_id = w.id WHERE t.id = :thread"
+        "SELECT w.xmax::text, t.xmax::text, r.xmax::text, r.ctid::text FROM workspaces w "
+        "JOIN threads t ON t.workspace_id = w.id JOIN runs r ON r.thread_id = t.id WHERE t.id = :thread"
     )
     async with read_transaction(db.engine) as conn:
-        before = (await conn.execute(workspace_xmax, {"thread": lease.thread_id})).scalar_one()
+        before = tuple((await conn.execute(workspace_xmax, {"thread": lease.thread_id})).one())
     committed = await commit_checkpoint(
         db.engine, lease, expected_seq=0, base_id=None, base_encoded=(),
         new_encoded=encode_history([prompt("go"), *step(1)]),
@@ -430,7 +432,7 @@ async def test_a_step_commit_takes_no_lock_on_its_workspace_row(db: Any) -> None
         boundary_sequence=2,
     )  # fmt: skip
     async with read_transaction(db.engine) as conn:
-        after = (await conn.execute(workspace_xmax, {"thread": lease.thread_id})).scalar_one()
+        after = tuple((await conn.execute(workspace_xmax, {"thread": lease.thread_id})).one())
         written = (
             await conn.execute(
                 select(
@@ -439,5 +441,29 @@ async def test_a_step_commit_takes_no_lock_on_its_workspace_row(db: Any) -> None
                 )
             )
         ).one()
-    assert committed.seq == 1 and tuple(written) == (1, 2)
+    assert committed.seq == 1 and tuple(written) == (0, 2)  # the usage rides on the checkpoint row
+    # The workspace and run rows are untouched; the thread's is locked `FOR KEY SHARE` by the stream entries'
+    # foreign key only (a step without stream entries leaves it alone too, next test).
+    assert (after[0], after[2], after[3]) == (before[0], before[2], before[3])
+
+
+@pytest.mark.parametrize("db_kind", [pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def test_plain_step_without_stream_entries_locks_no_thread_run_or_workspace_row(db: Any) -> None:
+    """§7.8, S-37 (issue 33): a plain step with no stream entry writes one row and locks its attempt's row only: the
+    workspace's, thread's and run's rows keep their `xmax` and the run its tuple (`ctid`: no update of `runs`)."""
+    lease = await leased_run(db)
+    rows = text(
+        "SELECT w.xmax::text, t.xmax::text, r.xmax::text, r.ctid::text FROM workspaces w "
+        "JOIN threads t ON t.workspace_id = w.id JOIN runs r ON r.thread_id = t.id WHERE t.id = :thread"
+    )
+    async with read_transaction(db.engine) as conn:
+        before = tuple((await conn.execute(rows, {"thread": lease.thread_id})).one())
+    committed = await commit_checkpoint(
+        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(),
+        new_encoded=encode_history([prompt("go"), *step(1)]),
+        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)), usage={"requests": 1},
+    )  # fmt: skip
+    async with read_transaction(db.engine) as conn:
+        after = tuple((await conn.execute(rows, {"thread": lease.thread_id})).one())
+    assert committed.seq == 1
     assert after == before

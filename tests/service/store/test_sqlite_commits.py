@@ -1,6 +1,6 @@
-"""The SQLite step commit's connection (§7.8, issue 12): checked out of the pool and handed back by the commit
-itself (`sqlite_commits.pooled_aiosqlite`), without a rollback through the connection's thread after a commit,
-and never handed to another caller while a cancelled commit may still be running on it."""
+"""The SQLite plain step commit's connection (§7.8, issues 12 and 33): checked out of the pool and handed back by
+the commit itself (`step_commit._commit_sqlite`), through aiosqlite's public API only, and never handed to another
+caller while a cancelled commit may still be running on it."""
 
 from __future__ import annotations
 
@@ -20,23 +20,23 @@ from .test_checkpoints import prompt
 pytestmark = pytest.mark.parametrize("db_kind", ["sqlite"])
 
 
-async def test_a_step_commit_hands_its_connection_back_without_a_rollback(db: Any) -> None:
-    """S-37 (issue 12): a step commit ends its transaction itself (COMMIT, or ROLLBACK when the fence refuses), so
-    after a commit the pool takes the connection back as already reset, with no rollback sent through aiosqlite's
-    thread. After a refused commit (LeaseLost) it goes back the usual way. Either way none stays checked out, and
-    the commits that follow get a connection."""
+async def test_a_step_commit_hands_its_connection_back_outside_a_transaction(db: Any) -> None:
+    """S-37 (issue 33): a plain step commits on its own (one INSERT, or its `BEGIN IMMEDIATE` … `COMMIT` with stream
+    entries; ROLLBACK when the fence refuses), so the pool takes the connection back outside any transaction after
+    a commit and after a refused one (LeaseLost) alike; none stays checked out, and the commits that follow get a
+    connection."""
     engine = create_engine(db.url, timeout=5)
-    resets: list[bool] = []
+    in_transaction: list[bool] = []
 
-    def reset(_dbapi_connection: Any, _record: Any, state: Any) -> None:
-        resets.append(state.transaction_was_reset)
+    def checkin(dbapi_connection: Any, _record: Any) -> None:
+        in_transaction.append(bool(dbapi_connection.driver_connection.in_transaction))
 
-    event.listen(engine.sync_engine.pool, "reset", reset)
+    event.listen(engine.sync_engine.pool, "checkin", checkin)
     try:
         await commit_twice_and_once_refused(db, engine)
     finally:
         await engine.dispose()
-    assert resets == [True, False, True]
+    assert in_transaction and not any(in_transaction)
 
 
 async def test_a_cancelled_step_commit_ends_once_its_call_has_ended(db: Any) -> None:

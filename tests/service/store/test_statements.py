@@ -18,7 +18,6 @@ DIALECTS: dict[str, Dialect] = {"sqlite": sqlite.dialect(), "postgresql": postgr
 
 BUILDERS: dict[str, Callable[[], Any]] = {
     "checkpoints.insert_checkpoint_row": checkpoints.insert_checkpoint_row,
-    "checkpoints.insert_message_rows": lambda: checkpoints.insert_message_rows(0, 2),
     "checkpoints.select_checkpoint": lambda: checkpoints.select_checkpoint("ckp_x"),
     "checkpoints.select_chain": lambda: checkpoints.select_chain("ckp_x"),
     "checkpoints.select_message_ranges": lambda: checkpoints.select_message_ranges([("ckp_a", 0, 2), ("ckp_b", 2, 5)]),

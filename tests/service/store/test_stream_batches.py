@@ -10,7 +10,7 @@ from sqlalchemy import select
 from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
 from candor.service.store.seals import commit_checkpoint
 from candor.service.store.streams import NewStreamEntry, append_stream_entries, read_stream
-from candor.service.store.tables import threads, usage_records
+from candor.service.store.tables import checkpoints, threads
 
 from .step_commits import leased_run
 from .test_checkpoints import prompt
@@ -76,11 +76,10 @@ async def test_entries_riding_in_step_commits_chain_with_appends(db: Any) -> Non
         workspace_id = (
             await conn.execute(select(threads.c.workspace_id).where(threads.c.id == lease.thread_id))
         ).scalar_one()
-        usage = (
-            (await conn.execute(select(usage_records.c.checkpoint_seq).where(usage_records.c.run_id == lease.run_id)))
-            .scalars()
-            .all()
+        with_usage = select(checkpoints.c.seq).where(
+            checkpoints.c.run_id == lease.run_id, checkpoints.c.usage.is_not(None)
         )
+        usage = (await conn.execute(with_usage)).scalars().all()  # the usage rides on the checkpoint row
     stored = await read_stream(db.engine, workspace_id=workspace_id, thread_id=lease.thread_id, after=None)
     ids = [e.id for e in stored]
     assert ids == sorted(ids) and len(set(ids)) == 8 and ids[:2] == alone and ids[-1:] == after

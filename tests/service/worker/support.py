@@ -49,6 +49,7 @@ from candor.service.agents import AgentRegistry
 from candor.service.core import Service
 from candor.service.runtime import SeededEntropy
 from candor.service.settings import ServiceSettings
+from candor.service.store.current_checkpoint import run_columns
 from candor.service.store.dialect import db_now
 from candor.service.store.tables import inbox_entries, principals, run_attempts, runs, threads, workspaces
 from candor.service.worker import WorkerLoop
@@ -444,8 +445,10 @@ async def add_thread_run(
 
 
 async def run_row(engine: AsyncEngine, run_id: str) -> Any:
+    """The run as every reader sees it: a running run's checkpoint is its latest committed one
+    (`current_checkpoint.run_columns`; plain steps do not move `runs.checkpoint_seq`)."""
     async with engine.connect() as conn:
-        return (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().one()
+        return (await conn.execute(select(*run_columns()).where(runs.c.id == run_id))).mappings().one()
 
 
 async def attempt_rows(engine: AsyncEngine, run_id: str) -> list[Any]:

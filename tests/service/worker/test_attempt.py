@@ -10,6 +10,8 @@ from sqlalchemy import func, select, update
 
 from candor.service.store.checkpoints import CheckpointEnvelope, EncodedMessage, insert_checkpoint, load_state
 from candor.service.store.dialect import db_now
+from candor.service.store.packed_messages import unpack_messages
+from candor.service.store.seals import select_run_usage
 from candor.service.store.tables import (
     checkpoint_messages,
     checkpoints,
@@ -18,7 +20,6 @@ from candor.service.store.tables import (
     run_attempts,
     runs,
     threads,
-    usage_records,
 )
 from candor.service.worker import WorkerLoop
 
@@ -30,15 +31,15 @@ async def _checkpoint_rows(engine: Any, run_id: str) -> list[Any]:
     async with engine.connect() as conn:
         query = select(checkpoints).where(checkpoints.c.run_id == run_id).order_by(checkpoints.c.seq)
         rows = list((await conn.execute(query)).mappings().all())
-        counts = {}
-        for row in rows:
-            n = await conn.execute(
-                select(func.count())
-                .select_from(checkpoint_messages)
-                .where(checkpoint_messages.c.checkpoint_id == row["id"])
-            )
-            counts[row["id"]] = n.scalar_one()
-    return [dict(row) | {"rows": counts[row["id"]]} for row in rows]
+        legacy = select(func.count()).select_from(checkpoint_messages)
+        assert (await conn.execute(legacy)).scalar_one() == 0  # new messages are packed in their checkpoint's row
+    return [dict(row) | {"rows": _packed_count(row)} for row in rows]
+
+
+def _packed_count(row: Any) -> int:
+    """How many messages a checkpoint row holds itself (its new ones, packed)."""
+    first, count = row["kept"], row["count"] - row["kept"]
+    return len(unpack_messages(row["messages"], checkpoint_id=row["id"], first_index=first, count=count))
 
 
 async def test_completed_run_commits_every_boundary(db, service, tenant, control) -> None:
@@ -77,7 +78,7 @@ async def test_completed_run_commits_every_boundary(db, service, tenant, control
         loaded = await load_state(conn, run["checkpoint_id"])
         entry = (await conn.execute(select(inbox_entries).where(inbox_entries.c.id == ref.entry_id))).mappings().one()
         thread = (await conn.execute(select(threads).where(threads.c.id == ref.thread_id))).mappings().one()
-        usage = (await conn.execute(select(usage_records.c.usage).where(usage_records.c.run_id == ref.run_id))).all()
+        usage = (await conn.execute(select_run_usage(ref.run_id))).all()  # on the checkpoints and in usage_records
     history = loaded.state.message_history
     assert [type(m) for m in history] == [ModelRequest, ModelResponse, ModelRequest, ModelResponse]
     assert loaded.state.thread_id == ref.thread_id

@@ -36,7 +36,6 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "runs.lock_run": lambda: runs.lock_run("run_x"),
     "runs.lock_attempt": lambda: runs.lock_attempt("att_x"),
     "runs.lock_fenced_rows": runs.lock_fenced_rows,
-    "runs.step_fence_rows": runs.step_fence_rows,
     "runs.update_attempt_started": lambda: runs.update_attempt_started(attempt_id="att_x", harness_run_id="r", now=1.0),
     "leases.select_renewable": lambda: leases.select_renewable(
         attempt_ids=["att_x"], worker_id="w", now=1.0, lease_seconds=30
@@ -47,7 +46,6 @@ BUILDERS: dict[str, Callable[[], Any]] = {
         run_id="run_x", attempt_id="att_x", checkpoint_seq=1, usage={}
     ),
     "seals.update_checkpoint_pointer": seals.update_checkpoint_pointer,
-    "seals.insert_commit_usage_record": seals.insert_commit_usage_record,
     "seals.consume_entries": lambda: seals.consume_entries(run_id="run_x", entry_ids=["ent_x"], seq=1, now=1.0),
     "seals.select_steer_candidates": lambda: seals.select_steer_candidates("thr_x"),
     "seals.assign_entries": lambda: seals.assign_entries(run_id="run_x", entry_ids=["ent_x"]),

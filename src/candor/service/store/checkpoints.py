@@ -1,8 +1,10 @@
-"""Incremental checkpoints (spec §6): encode, write only new message rows, rebuild and verify `HarnessState`.
+"""Incremental checkpoints (spec §6): encode, write only the new messages, rebuild and verify `HarnessState`.
 
 A message is stored as its deterministic compact JSON with its SHA-256 digest (`encode_message`), the rest of the
 state as an envelope with the digest of its canonical JSON (`encode_envelope`). The history of a checkpoint `c` is
-`history(base(c))[:kept(c)] + rows(c)`; a commit writes only the rows past `kept`. `load_state()` reads the chain
+`history(base(c))[:kept(c)] + rows(c)`; a commit writes only the messages past `kept`, packed into its own row
+(`checkpoints.messages`, packed_messages.py; rows written before migration 0007 hold them as `checkpoint_messages`
+rows, and both are read). `load_state()` reads the chain
 with one recursive query and only the rows that survive, verifies every digest (`CheckpointCorrupt` on any
 mismatch, gap or broken chain) and decodes all bodies in one pass.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
@@ -19,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from pydantic_ai import ModelMessagesTypeAdapter
 from pydantic_ai.messages import BaseToolReturnPart, ModelMessage, ToolReturn
-from sqlalchemy import Insert, Select, and_, bindparam, insert, literal, or_, select, union_all
+from sqlalchemy import Insert, Select, and_, bindparam, insert, literal, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from candor.harness.state import CapabilityState, HarnessState
@@ -28,6 +30,7 @@ from ..errors import CheckpointCorrupt
 from ..protocol.canonical import canonical_json as shared_canonical_json
 from ..protocol.canonical import sha256_hex
 from .dialect import db_now
+from .packed_messages import pack_messages, unpack_messages
 from .tables import CHECKPOINT_FORMAT, checkpoint_messages, checkpoints, threads
 
 __all__ = (
@@ -51,7 +54,8 @@ __all__ = (
     "import_history",
     "load_state",
     "insert_checkpoint_row",
-    "insert_message_rows",
+    "written_bytes",
+    "read_message_ranges",
     "select_checkpoint",
     "select_chain",
     "select_message_ranges",
@@ -60,8 +64,6 @@ __all__ = (
 
 _MAX_CHAIN = 1_000_000
 _RANGES_PER_QUERY = 200
-_MESSAGE_ROWS_PER_STATEMENT = 200
-"""Message rows per INSERT: 4 bind parameters each, and `UNION ALL` terms below SQLite's limit of 500."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -234,6 +236,12 @@ def kept_count(base: Sequence[EncodedMessage], new: Sequence[EncodedMessage]) ->
     return common_prefix_length([m.digest for m in base], [m.digest for m in new])
 
 
+def written_bytes(envelope: EncodedEnvelope, fresh: Sequence[EncodedMessage]) -> int:
+    """`CheckpointWritten.bytes_written` of a commit: its new messages' bodies and digests plus the envelope and
+    its digest (S-42: what grows with the new messages only)."""
+    return len(envelope.text) + len(envelope.digest) + sum(len(m.body) + len(m.digest) for m in fresh)
+
+
 def new_checkpoint_id(token_hex: Callable[[int], str] = secrets.token_hex) -> str:
     return "ckp_" + token_hex(16)
 
@@ -246,7 +254,8 @@ def insert_checkpoint_row() -> Insert:
     """One `checkpoints` row; its workspace is the thread's, its `created_at` the database clock.
 
     Binds `ckp_id`, `ckp_thread_id`, `ckp_run_id`, `ckp_seq`, `ckp_attempt`, `ckp_base_id`, `ckp_kept`,
-    `ckp_count`, `ckp_envelope` and `ckp_envelope_digest` (`checkpoint_writes()` makes them). A constant: at
+    `ckp_count`, `ckp_envelope`, `ckp_envelope_digest`, `ckp_messages` (the new messages, packed) and `ckp_usage`
+    (`checkpoint_writes()` makes them). A constant: at
     every commit SQLAlchemy neither rebuilds it nor computes its cache key again. The prefix keeps the names
     apart from every column name, so the parameters can go to the commit's other statements too.
     """
@@ -265,30 +274,10 @@ def insert_checkpoint_row() -> Insert:
         count=bindparam("ckp_count", type_=c.count.type),
         envelope=bindparam("ckp_envelope", type_=c.envelope.type),
         envelope_digest=bindparam("ckp_envelope_digest", type_=c.envelope_digest.type),
+        messages=bindparam("ckp_messages", type_=c.messages.type),
+        usage=bindparam("ckp_usage", type_=c.usage.type),
         created_at=db_now(),
     )
-
-
-@cache
-def insert_message_rows(first: int, count: int) -> Insert:
-    """`checkpoint_messages` rows `first … first + count − 1` of the new messages of checkpoint `ckp_id`.
-
-    Binds `msg_<n>_index`, `msg_<n>_body` and `msg_<n>_digest` for each of those positions `n`. `INSERT … SELECT`
-    of one bound row per message (`UNION ALL`) rather than a multi-row `VALUES`, which SQLAlchemy cannot cache;
-    built once per `(first, count)`.
-    """
-    m = checkpoint_messages.c
-    selects = [
-        select(
-            bindparam("ckp_id", type_=m.checkpoint_id.type),
-            bindparam(f"msg_{n}_index", type_=m.index.type),
-            bindparam(f"msg_{n}_body", type_=m.body.type),
-            bindparam(f"msg_{n}_digest", type_=m.digest.type),
-        )
-        for n in range(first, first + count)
-    ]
-    columns = ["checkpoint_id", "index", "body", "digest"]
-    return insert(checkpoint_messages).from_select(columns, selects[0] if count == 1 else union_all(*selects))
 
 
 def select_checkpoint(checkpoint_id: str) -> Select[Any]:
@@ -327,6 +316,40 @@ def select_message_ranges(ranges: Sequence[tuple[str, int, int]]) -> Select[Any]
     )
 
 
+def select_packed(checkpoint_ids: Sequence[str]) -> Select[Any]:
+    """The packed messages of the checkpoints that have them (`messages` is NULL on rows written before migration
+    0006, whose messages are `checkpoint_messages` rows)."""
+    c = checkpoints.c
+    return select(c.id, c.kept, c.count, c.messages).where(c.id.in_(list(checkpoint_ids)), c.messages.is_not(None))
+
+
+async def read_message_ranges(
+    conn: AsyncConnection, ranges: Sequence[tuple[str, int, int]]
+) -> AsyncIterator[tuple[int, EncodedMessage]]:
+    """The messages `lo <= index < hi` of each `(checkpoint_id, lo, hi)` as `(index, message)`, every digest
+    verified (`CheckpointCorrupt` on a mismatch); from the packed row where the checkpoint has one, else from its
+    `checkpoint_messages` rows. Only the checkpoints named by `ranges` are read, never a whole history."""
+    for start in range(0, len(ranges), _RANGES_PER_QUERY):
+        batch = ranges[start : start + _RANGES_PER_QUERY]
+        wanted = {checkpoint_id: (lo, hi) for checkpoint_id, lo, hi in batch}
+        packed = (await conn.execute(select_packed(list(wanted)))).all()
+        for row in packed:
+            lo, hi = wanted.pop(row.id)
+            unpacked = unpack_messages(
+                row.messages, checkpoint_id=row.id, first_index=row.kept, count=row.count - row.kept, verify=(lo, hi)
+            )
+            for index in range(max(lo, row.kept), min(hi, row.count)):
+                body, digest = unpacked[index - row.kept]
+                yield index, EncodedMessage(body=body, digest=digest)
+        legacy = [(checkpoint_id, lo, hi) for checkpoint_id, (lo, hi) in wanted.items()]
+        if not legacy:
+            continue
+        for row in await conn.execute(select_message_ranges(legacy)):
+            if sha256_hex(row.body) != row.digest:
+                raise CheckpointCorrupt(f"message {row.index} of checkpoint {row.checkpoint_id} fails its digest")
+            yield row.index, EncodedMessage(body=row.body, digest=row.digest)
+
+
 # --- writes ------------------------------------------------------------------------------------------------------
 
 
@@ -341,13 +364,14 @@ def checkpoint_writes(
     new_encoded: Sequence[EncodedMessage],
     envelope: CheckpointEnvelope | EncodedEnvelope,
     checkpoint_id: str | None = None,
+    usage: Mapping[str, Any] | None = None,
 ) -> tuple[list[Insert], dict[str, Any], CheckpointWritten]:
-    """One checkpoint extending `base_id` with only its `count − kept` new message rows (S-40, S-41): the inserts,
-    their parameters and what they write.
+    """One checkpoint row extending `base_id` with only its `count − kept` new messages packed in it (S-40, S-41)
+    and the boundary's `usage`: the insert, its parameters and what it writes.
 
     `base_encoded` is the base's history in stored form as the caller last committed or restored it (§6); it is
-    not re-read. The statements are independent of each other's effects (the message rows only reference the
-    checkpoint row), so a commit may send them together with its other writes (`statements.execute_together`).
+    not re-read. The insert reads no row another write of the same commit writes, so a commit may send it
+    together with its other writes (`statements.execute_together`).
     """
     if base_id is None and base_encoded:
         raise ValueError("base_encoded must be empty when there is no base checkpoint")
@@ -367,15 +391,11 @@ def checkpoint_writes(
         "ckp_envelope": encoded_envelope.text,
         "ckp_envelope_digest": encoded_envelope.digest,
     }
-    written = len(encoded_envelope.text) + len(encoded_envelope.digest)
-    for n, message in enumerate(new_encoded[kept:]):
-        params[f"msg_{n}_index"] = kept + n
-        params[f"msg_{n}_body"] = message.body
-        params[f"msg_{n}_digest"] = message.digest
-        written += len(message.body) + len(message.digest)
+    fresh = new_encoded[kept:]
+    params["ckp_messages"] = pack_messages(fresh)
+    params["ckp_usage"] = dict(usage) if usage else None
+    written = written_bytes(encoded_envelope, fresh)
     statements = [insert_checkpoint_row()]
-    for first in range(0, count - kept, _MESSAGE_ROWS_PER_STATEMENT):
-        statements.append(insert_message_rows(first, min(_MESSAGE_ROWS_PER_STATEMENT, count - kept - first)))
     return statements, params, CheckpointWritten(id=checkpoint_id, kept=kept, count=count, bytes_written=written)
 
 
@@ -474,14 +494,10 @@ async def load_state(conn: AsyncConnection, checkpoint_id: str) -> LoadedCheckpo
     chain = [tuple(row) for row in (await conn.execute(select_chain(checkpoint_id))).all()]
     ranges = plan_ranges(chain)
     bodies: list[EncodedMessage | None] = [None] * leaf.count
-    for start in range(0, len(ranges), _RANGES_PER_QUERY):
-        result = await conn.execute(select_message_ranges(ranges[start : start + _RANGES_PER_QUERY]))
-        for row in result:
-            if sha256_hex(row.body) != row.digest:
-                raise CheckpointCorrupt(f"message {row.index} of checkpoint {row.checkpoint_id} fails its digest")
-            if bodies[row.index] is not None:
-                raise CheckpointCorrupt(f"message {row.index} of checkpoint {checkpoint_id} is stored twice")
-            bodies[row.index] = EncodedMessage(body=row.body, digest=row.digest)
+    async for index, message in read_message_ranges(conn, ranges):
+        if bodies[index] is not None:
+            raise CheckpointCorrupt(f"message {index} of checkpoint {checkpoint_id} is stored twice")
+        bodies[index] = message
     missing = [index for index, body in enumerate(bodies) if body is None]
     if missing:
         raise CheckpointCorrupt(f"checkpoint {checkpoint_id} is missing {len(missing)} message row(s)")

@@ -43,7 +43,9 @@ async def cleanup_checkpoint_page(
     A checkpoint is protected when it is any run's current or start checkpoint or a thread's imported base (S-47);
     its messages and envelope stay. For the others, message rows at or beyond the largest `kept` of any checkpoint
     based on them are unreachable and deleted (only when a later checkpoint of the same run shadows them), and the
-    envelope of every checkpoint but the run's last one is cleared.
+    envelope of every checkpoint but the run's last one is cleared. Messages packed in a checkpoint's own row
+    (migration 0007) stay with it: reclaiming the shadowed part would rewrite the row, and checkpoint messages are
+    insert-only (S-40); only a history rewrite leaves such messages unreachable.
     """
     async with write_transaction(engine) as conn:
         return await cleanup_page_locked(conn, run_id=run_id, after=after, limit=limit)

@@ -8,6 +8,7 @@ backends differ (spec §2.2). Trigger rules are declared as data in tables.py (`
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -53,7 +54,6 @@ __all__ = (
     "guard_ddl",
     "dialect_name",
     "writes_as_ctes",
-    "commits_on_driver",
     "statements_on_driver",
     "guards_decide_races",
     "has_listen_notify",
@@ -65,6 +65,7 @@ __all__ = (
     "insert_ignoring_conflicts",
     "acquire_migration_lock",
     "BEGIN_OPTION",
+    "blind_hex",
     "now_sql",
     "trigger_names",
     "existing_trigger_names",
@@ -273,12 +274,6 @@ def writes_as_ctes(bind: AsyncConnection | AsyncEngine | Any) -> bool:
     return dialect_name(bind) == "postgresql"
 
 
-def commits_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
-    """Whether a step's checkpoint commit runs on asyncpg directly as one statement (PostgreSQL, `pg_commits.py`);
-    otherwise in one call to the SQLite connection's thread (`sqlite_commits.py`)."""
-    return dialect_name(bind) == "postgresql"
-
-
 def statements_on_driver(bind: AsyncConnection | AsyncEngine | Any) -> bool:
     """Whether the hot statements go on asyncpg directly (PostgreSQL, `pg_driver.py`): a request's authentication,
     outside any transaction, and `statements.fetch_rows` inside SQLAlchemy's. On SQLite they go through SQLAlchemy
@@ -356,7 +351,7 @@ _PG_ALLOCATE_STREAM_IDS = text(
 )
 """One row per id to allocate. Rows come from `unnest` over an array of `count` slots rather than from
 `generate_series(1, :count)`: PostgreSQL estimates a series over a parameter at 1,000 rows, which made the generic
-plan look dearer than any custom one and kept the prepared statement re-planned at every call (store/pg_commits.py
+plan look dearer than any custom one and kept the prepared statement re-planned at every call (store/step_commit.py
 says the same of the step statement)."""
 _SQLITE_ALLOCATE_STREAM_IDS = text(
     "SELECT (SELECT max(id) FROM stream_entries WHERE thread_id = :thread_id) AS last, "
@@ -407,6 +402,12 @@ SqliteSynchronous = Literal["full", "normal"]
 an OS crash could then corrupt the database, not only lose its last commits."""
 
 
+def blind_hex(value: str | None) -> str | None:
+    """SHA-256 hex of `value`: how the plain step blinds a token hash and a nonce before comparing (S-21); SQLite
+    connections have it as the SQL function `candor_blind` (PostgreSQL computes the same with `sha256`)."""
+    return None if value is None else hashlib.sha256(value.encode()).hexdigest()
+
+
 def install_connection_hooks(
     engine: AsyncEngine, *, timeout: float, sqlite_synchronous: SqliteSynchronous = "full"
 ) -> None:
@@ -434,6 +435,8 @@ def install_connection_hooks(
         cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
+        # The plain step's blinded token comparison (store/step_commit.py: PostgreSQL has sha256 built in).
+        dbapi_connection.create_function("candor_blind", 1, blind_hex, deterministic=True)
 
     @event.listens_for(sync_engine, "begin")
     def _on_begin(connection: Any) -> None:

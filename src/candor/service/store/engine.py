@@ -179,7 +179,7 @@ def translate_errors(endpoint: str | None = None) -> Iterator[None]:
 
 async def check_out(engine: AsyncEngine) -> PoolProxiedConnection:
     """A connection of `engine`'s pool, checked out through the pool itself, for code that talks to the driver
-    directly (the step commits, `pg_commits.py` and `sqlite_commits.py`; the caller returns it).
+    directly (the plain step commit, `step_commit.py`; the caller returns it).
 
     `engine.connect()` would wrap it in SQLAlchemy's `Connection` and `AsyncConnection` (greenlet switches, and a
     close run in a shielded task): on a step commit's path that cost as much as the statement itself (issue 12,

@@ -2,7 +2,8 @@
 
 A run's added messages are the history of its latest checkpoint after the history it started from (its start
 checkpoint's `count` messages; none for a run without one). Only the message rows of the requested window are
-read: the checkpoint chain gives the row ranges (`plan_ranges`), cut to the window, and every body is checked
+read: the checkpoint chain gives the ranges (`plan_ranges`), cut to the window, read from the packed rows (or the
+rows of older checkpoints) of those checkpoints only, and every body is checked
 against its digest (S-46, `CheckpointCorrupt` on a mismatch or a missing row). Bodies are returned as the
 pydantic-ai message JSON they store.
 """
@@ -18,12 +19,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import CheckpointCorrupt
-from .checkpoints import plan_ranges, select_chain, select_message_ranges, sha256_hex
+from .checkpoints import plan_ranges, read_message_ranges, select_chain
 from .tables import checkpoints
 
 __all__ = ("MessagePage", "window_ranges", "read_added_messages", "iter_added_messages")
-
-_RANGES_PER_QUERY = 200
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,11 +69,8 @@ async def _read_window(conn: AsyncConnection, history: _AddedHistory, low: int, 
     """The message JSON of history indexes `[low, high)`, every body checked against its digest (S-46)."""
     window = window_ranges(history.ranges, low, high)
     bodies: list[str | None] = [None] * (high - low)
-    for first in range(0, len(window), _RANGES_PER_QUERY):
-        for row in await conn.execute(select_message_ranges(window[first : first + _RANGES_PER_QUERY])):
-            if sha256_hex(row.body) != row.digest:
-                raise CheckpointCorrupt(f"message {row.index} of checkpoint {row.checkpoint_id} fails its digest")
-            bodies[row.index - low] = row.body
+    async for index, message in read_message_ranges(conn, window):
+        bodies[index - low] = message.body
     if any(body is None for body in bodies):
         raise CheckpointCorrupt(f"checkpoint {history.checkpoint_id} is missing message rows")
     return tuple(json.loads(body) for body in bodies if body is not None)

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..metrics import RUNS_ACCEPTED, RUNS_SEALED
 from ..protocol.children import stages_child_result
 from ..protocol.webhook_filter import subscription_wants
+from .current_checkpoint import run_columns
 from .dialect import db_now, dialect_name, insert_ignoring_conflicts
 from .engine import after_commit, key_ring_of
 from .tables import outbox, run_attempts, runs, subscriptions, threads
@@ -180,7 +181,7 @@ async def _stage_run_events(
     subs = await _enabled_subscriptions(conn, workspace_id)
     if not subs:
         return 0
-    run = (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().one()
+    run = (await conn.execute(select(*run_columns()).where(runs.c.id == run_id))).mappings().one()
     staged = 0
     for event_type in event_types:
         wanted = [sub for sub in subs if subscription_wants(sub, event_type, run)]

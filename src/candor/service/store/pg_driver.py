@@ -1,7 +1,7 @@
 """Statements sent straight on asyncpg, for the few paths every step or every request takes on PostgreSQL.
 
 SQLAlchemy's `engine.connect()` and `execute()` cost the client more CPU than the round trip they wrap, so the
-hottest statements go on the pooled connection's asyncpg connection. The step commit (`pg_commits`) and request
+hottest statements go on the pooled connection's asyncpg connection. The plain step commit (`step_commit`) and request
 authentication (`auth.authenticate_request`) use this module; everything else goes through SQLAlchemy.
 
 The connection comes from the engine's own pool, so it carries the codecs SQLAlchemy's dialect set on it (JSON and

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..protocol.fencing import Lease
 from ..protocol.outcomes import RecoveryDecision, Requeue, SealAfterRecovery, recovery_decision
+from .current_checkpoint import materialize_current_checkpoint
 from .dialect import db_now
 from .engine import read_transaction, write_transaction
 from .outbox import stage_run_transition
@@ -94,6 +95,7 @@ async def recover_attempt(
             fenced = await lock_for_expiry(conn, run_id=run_id, attempt_id=attempt_id)
         if fenced is None:
             return None
+        await materialize_current_checkpoint(conn, fenced)  # before the requeue: the next attempt starts from it
         run = fenced.run
         if usage:
             await conn.execute(

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Select, and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .current_checkpoint import run_columns
 from .dialect import past_keyset
 from .tables import runs, threads
 from .views import RunRow
@@ -30,7 +31,7 @@ def select_workspace_runs(
     *, workspace_id: str, status: str | None, awaiting_resume: bool, limit: int,
     before: tuple[float, str] | None = None,
 ) -> Select[Any]:  # fmt: skip
-    query = select(runs).where(runs.c.workspace_id == workspace_id)
+    query = select(*run_columns()).where(runs.c.workspace_id == workspace_id)
     if status is not None:
         query = query.where(runs.c.status == status)
     if awaiting_resume:

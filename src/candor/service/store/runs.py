@@ -65,8 +65,6 @@ __all__ = (
     "lock_run",
     "lock_attempt",
     "lock_fenced_rows",
-    "fence_rows",
-    "step_fence_rows",
     "update_attempt_started",
     "claim_runs",
     "read_now",
@@ -159,8 +157,9 @@ class Fenced:
 
     now: float
     """Database clock, epoch seconds, read after the locks were taken."""
-    run: Mapping[str, Any]
-    """The `_FENCE_RUN_COLUMNS` of the run."""
+    run: dict[str, Any]
+    """The `_FENCE_RUN_COLUMNS` of the run (`current_checkpoint.materialize_current_checkpoint` updates its
+    checkpoint columns when it writes them to the row)."""
     thread_archived: bool
     thread_origin: ThreadOrigin | None = None
     """The thread's origin, when the fence read it (`lock_fenced`): a seal stages a child's result from it."""
@@ -286,19 +285,6 @@ def lock_fenced_rows() -> Select[Any]:
     origin = (threads.c.origin.label("thread_origin"), threads.c.origin_thread_id.label("thread_origin_thread_id"))
     fenced = _fence_query(*origin).subquery("fenced")
     return select(fenced, db_now().label("now"), workspace_has_subscriptions(fenced.c.workspace_id))
-
-
-@cache
-def step_fence_rows() -> Select[Any]:
-    """`lock_fenced_rows()` without what only a transition reads (the thread's origin, the subscriptions): the
-    fence of the step commits (`pg_commits`, `sqlite_commits`), which stage no webhook and seal nothing."""
-    return select(fence_rows().subquery("fenced"), db_now().label("now"))
-
-
-@cache
-def fence_rows() -> Select[Any]:
-    """The locking part of `step_fence_rows()` (without the clock): thread → run → attempt, one row or none."""
-    return _fence_query()
 
 
 def _fence_query(*thread_columns: Any) -> Select[Any]:
@@ -503,7 +489,7 @@ async def lock_for_expiry(conn: AsyncConnection, *, run_id: str, attempt_id: str
     now = await read_now(conn)
     if not is_expired_for_recovery(_snapshot(run, attempt), now=to_datetime(now)):
         return None
-    return Fenced(now=now, run=run, thread_archived=thread["archived_at"] is not None)
+    return Fenced(now=now, run=dict(run), thread_archived=thread["archived_at"] is not None)
 
 
 async def start_attempt(engine: AsyncEngine, lease: Lease, *, harness_run_id: str) -> None:

@@ -4,9 +4,9 @@ Every write here but `record_usage` is fenced: it starts with `runs.lock_fenced(
 the fence passed, and a failed fence raises `LeaseLost` from an empty transaction (S-20). `seal_locked()` is the
 seal itself, inside a transaction that already holds the locks (recovery.py uses it too).
 
-Usage: every `usage_records` row holds the usage an attempt incurred *since its previous record* (a delta), so the
-sum of a run's records is what the run cost across all of its attempts, lost leases included (S-51). A seal
-stores that sum as `runs.usage`.
+Usage: every commit's checkpoint row (`checkpoints.usage`) and every `usage_records` row holds the usage an attempt
+incurred *since its previous record* (a delta), so the sum of a run's deltas is what the run cost across all of
+its attempts, lost leases included (S-51). A seal stores that sum as `runs.usage`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,19 @@ from typing import Any, Final, Literal
 
 from pydantic import JsonValue, TypeAdapter
 from pydantic_ai.usage import RunUsage
-from sqlalchemy import Exists, Insert, Select, Update, bindparam, case, exists, insert, select, update
+from sqlalchemy import (
+    CompoundSelect,
+    Exists,
+    Select,
+    Update,
+    bindparam,
+    case,
+    exists,
+    insert,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .. import failpoints
@@ -30,16 +42,16 @@ from ..protocol.transitions import AttemptEnd, attempt_end
 from ..runtime import Entropy
 from ..settings import ServiceSettings
 from .checkpoints import EncodedEnvelope, EncodedMessage, checkpoint_writes
-from .dialect import commits_on_driver, db_now
+from .current_checkpoint import latest_checkpoint, materialize_current_checkpoint
+from .dialect import db_now
 from .engine import write_transaction
 from .interrupts import RUN_ENDED_MESSAGE
 from .outbox import SealedRun, stage_seal_rows
-from .pg_commits import commit_step
 from .runs import Fenced, lock_fenced
-from .sqlite_commits import commit_step_sqlite
 from .statements import execute_together
+from .step_commit import StepCommit, commit_plain_step
 from .streams import NewStreamEntry, insert_stream_entries
-from .tables import LIVE_ATTEMPT_STATUSES, inbox_entries, run_attempts, runs, threads, usage_records
+from .tables import LIVE_ATTEMPT_STATUSES, checkpoints, inbox_entries, run_attempts, runs, threads, usage_records
 from .threads import advance_thread
 
 __all__ = (
@@ -50,7 +62,6 @@ __all__ = (
     "CommitResult",
     "insert_usage_record",
     "update_checkpoint_pointer",
-    "insert_commit_usage_record",
     "consume_entries",
     "select_steer_candidates",
     "assign_entries",
@@ -179,22 +190,6 @@ def update_checkpoint_pointer() -> Update:
     return moved.returning(steer_pending(bindparam("ckp_thread_id")).label("pending_steer"))
 
 
-@cache
-def insert_commit_usage_record() -> Insert:
-    """§7.8 step 5: `insert_usage_record` of the commit's run and seq; binds `use_attempt_id` and `use_usage` and
-    the `ckp_run_id` and `ckp_seq` of `checkpoint_writes()` (built once, like the commit's other statements)."""
-    u = usage_records.c
-    workspace = select(runs.c.workspace_id).where(runs.c.id == bindparam("ckp_run_id")).scalar_subquery()
-    return insert(usage_records).values(
-        workspace_id=workspace,
-        run_id=bindparam("ckp_run_id", type_=u.run_id.type),
-        attempt_id=bindparam("use_attempt_id", type_=u.attempt_id.type),
-        checkpoint_seq=bindparam("ckp_seq", type_=u.checkpoint_seq.type),
-        usage=bindparam("use_usage", type_=u.usage.type),
-        created_at=db_now(),
-    )
-
-
 def consume_entries(*, run_id: str, entry_ids: Sequence[str], seq: int, now: float) -> Update:
     """§7.8 step 4, S-76: assigned entries of the run become `consumed` at this checkpoint's seq."""
     e = inbox_entries.c
@@ -301,8 +296,11 @@ def bump_thread_version(*, thread_id: str, now: float) -> Update:
     return update(threads).where(threads.c.id == thread_id).values(version=threads.c.version + 1, updated_at=now)
 
 
-def select_run_usage(run_id: str) -> Select[Any]:
-    return select(usage_records.c.usage).where(usage_records.c.run_id == run_id).order_by(usage_records.c.id)
+def select_run_usage(run_id: str) -> CompoundSelect[Any]:
+    """Every usage delta of the run: its commits' (on their checkpoint rows) and its `usage_records` (usage written
+    without a commit: seals, recoveries, lost leases, and commits from before migration 0007)."""
+    on_checkpoints = select(checkpoints.c.usage).where(checkpoints.c.run_id == run_id, checkpoints.c.usage.is_not(None))
+    return union_all(on_checkpoints, select(usage_records.c.usage).where(usage_records.c.run_id == run_id))
 
 
 # --- operations --------------------------------------------------------------------------------------------------
@@ -328,7 +326,9 @@ async def commit_checkpoint(
 ) -> CommitResult:
     """§7.8 steps 1–6 in one fenced transaction (S-35…S-41, S-5); nothing is visible if it rolls back (S-37).
 
-    Raises `LeaseLost` when the fence fails or `runs.checkpoint_seq` is not `expected_seq` (S-38). `seal` (status
+    Raises `LeaseLost` when the fence fails or the run's latest committed seq is not `expected_seq` (S-38). A plain
+    step (no entry incorporated, no seal, no steer entry pending) is one fenced INSERT (step_commit.py); the others
+    lock, check and write here, moving `runs.checkpoint_id`/`checkpoint_seq` too. `seal` (status
     `completed` or `waiting`) seals the run in the same transaction; otherwise compatible pending steer entries are
     assigned to the run and returned (S-66, S-67). `boundary_sequence` (the attempt's next stream sequence) writes
     §7.8 step 7's `boundary` stream entry in the same transaction, so the final, sealing commit has one too;
@@ -340,29 +340,27 @@ async def commit_checkpoint(
     entries = list(stream_entries)
     if boundary_sequence is not None:
         entries.append(NewStreamEntry(type="boundary", sequence=boundary_sequence, checkpoint_seq=expected_seq + 1))
-    if seal is None and not incorporated_keys:
-        # A step boundary (a run's first one included, which consumes its source entry): on PostgreSQL one
-        # statement on asyncpg directly (pg_commits.py), on SQLite one call to the connection's thread
-        # (sqlite_commits.py); None when a steer entry is pending, which only the path below assigns.
-        commit_step_on_driver = commit_step if commits_on_driver(engine) else commit_step_sqlite
-        step = await commit_step_on_driver(
-            engine, lease, expected_seq=expected_seq, base_id=base_id, base_encoded=base_encoded,
-            new_encoded=new_encoded, envelope=envelope, usage=usage, stream_entries=entries,
-            consume_source=source_entry_consumed,
+    if seal is None and not incorporated_keys and not source_entry_consumed:
+        # A plain step: one fenced INSERT (step_commit.py); None when a steer entry is pending, which only the path
+        # below assigns.
+        step = StepCommit.of(
+            lease, expected_seq=expected_seq, base_id=base_id, base_encoded=base_encoded, new_encoded=new_encoded,
+            envelope=envelope, usage=usage, stream_entries=entries,
         )  # fmt: skip
-        if step is not None:
-            written = step.written
+        committed = await commit_plain_step(engine, step)
+        if committed is not None:
             return CommitResult(
-                checkpoint_id=written.id,
+                checkpoint_id=committed.id,
                 seq=step.seq,
-                kept=written.kept,
-                count=written.count,
-                bytes_written=written.bytes_written,
+                kept=committed.kept,
+                count=committed.count,
+                bytes_written=committed.bytes_written,
             )
     async with write_transaction(engine) as conn:
         fenced = await lock_fenced(conn, lease)
         run = fenced.run
-        if run["checkpoint_seq"] != expected_seq:
+        latest = await latest_checkpoint(conn, lease.run_id)  # plain steps do not move `runs.checkpoint_seq`
+        if max(run["checkpoint_seq"], latest[1] if latest else 0) != expected_seq:
             raise LeaseLost("checkpoint_seq_changed")
         seq = expected_seq + 1
         writes, params, written = checkpoint_writes(
@@ -374,10 +372,8 @@ async def commit_checkpoint(
             base_encoded=base_encoded,
             new_encoded=new_encoded,
             envelope=envelope,
+            usage=usage,
         )
-        if usage:
-            writes.append(insert_commit_usage_record())
-            params.update(use_attempt_id=lease.attempt_id, use_usage=dict(usage))
         # Steps 2, 3 and 5 in one round trip on PostgreSQL: these writes do not read each other's rows.
         (moved,) = await execute_together(conn, writes, update_checkpoint_pointer(), params)
         pending_steer = bool(moved["pending_steer"])
@@ -461,6 +457,7 @@ async def seal_locked(
 ) -> None:
     """§7.10 inside a fenced transaction: attempt, run, thread pointers, entries (S-71)."""
     run_id, thread_id, now = fenced.run["id"], fenced.run["thread_id"], fenced.now
+    await materialize_current_checkpoint(conn, fenced)  # S-48: a failed or cancelled seal keeps the last commit
     if attempt_failure is None and request.status in ("failed", "cancelled"):
         attempt_failure = request.failure
     end = end or request.attempt
@@ -509,6 +506,7 @@ async def seal_run(
     """
     async with write_transaction(engine) as conn:
         fenced = await lock_fenced(conn, lease)
+        await materialize_current_checkpoint(conn, fenced)
         if usage:
             await conn.execute(
                 insert_usage_record(

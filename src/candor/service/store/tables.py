@@ -22,6 +22,8 @@ Schema decisions, the same on SQLite and PostgreSQL:
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     Boolean,
     CheckConstraint,
@@ -142,6 +144,19 @@ def _in(column: str, values: tuple[str, ...], *, nullable: bool = False) -> str:
 def _workspace(*, index: bool = True) -> Column[str]:
     """The owning workspace; `index=False` where a composite index leads with it instead."""
     return Column("workspace_id", ID, ForeignKey("workspaces.id"), nullable=False, index=index)
+
+
+def _sqlite_only(*constraints: ForeignKeyConstraint | CheckConstraint) -> tuple[Any, ...]:
+    """Constraints of `checkpoints` kept on SQLite only (migration 0007, issue 33): on PostgreSQL a plain step is one
+    fenced INSERT, and each foreign-key check there locked the referenced thread or run row at every step. The
+    fence reads both rows in the same statement, and `step_commit.StepCommit` checks the values the CHECKs did."""
+    return tuple(constraint.ddl_if(dialect="sqlite") for constraint in _limited(constraints))
+
+
+def _limited(constraints: tuple[ForeignKeyConstraint | CheckConstraint, ...]) -> tuple[Any, ...]:
+    for constraint in constraints:
+        constraint.info["dialects"] = ("sqlite",)
+    return constraints
 
 
 def _step_workspace() -> tuple[Column[str], ForeignKeyConstraint]:
@@ -348,8 +363,8 @@ checkpoints = Table(
     metadata,
     Column("id", ID, primary_key=True),
     *_step_workspace(),
-    Column("thread_id", ID, ForeignKey("threads.id"), nullable=False, index=True),
-    Column("run_id", ID, ForeignKey("runs.id")),
+    Column("thread_id", ID, nullable=False, index=True),
+    Column("run_id", ID),
     Column("seq", Integer, nullable=False),
     Column("attempt", Integer),
     Column("format", Integer, nullable=False),
@@ -358,14 +373,23 @@ checkpoints = Table(
     Column("count", Integer, nullable=False),
     Column("envelope", Text),
     Column("envelope_digest", DIGEST, nullable=False),
+    # §6 amended (issue 33): the new messages packed into the row (store/packed_messages.py); NULL on rows written
+    # before migration 0007, whose messages are `checkpoint_messages` rows.
+    Column("messages", Text),
+    # The usage the commit's boundary incurred (a delta, like a `usage_records` row); summed at seal (§7.8).
+    Column("usage", JSON_TYPE),
     Column("created_at", TIMESTAMP, nullable=False),
     UniqueConstraint("run_id", "seq"),
-    CheckConstraint("kept >= 0 AND kept <= count", name="kept"),
-    CheckConstraint("format >= 1", name="format"),
-    # §6: seq 0 without a run is a thread's imported history; run commits have seq >= 1 and an attempt number.
-    CheckConstraint(
-        "(run_id IS NULL AND seq = 0 AND attempt IS NULL) OR (run_id IS NOT NULL AND seq >= 1 AND attempt >= 1)",
-        name="seq",
+    *_sqlite_only(
+        ForeignKeyConstraint(["thread_id"], ["threads.id"]),
+        ForeignKeyConstraint(["run_id"], ["runs.id"]),
+        CheckConstraint("kept >= 0 AND kept <= count", name="kept"),
+        CheckConstraint("format >= 1", name="format"),
+        # §6: seq 0 without a run is a thread's imported history; run commits have seq >= 1 and an attempt number.
+        CheckConstraint(
+            "(run_id IS NULL AND seq = 0 AND attempt IS NULL) OR (run_id IS NOT NULL AND seq >= 1 AND attempt >= 1)",
+            name="seq",
+        ),
     ),
 )
 

@@ -18,6 +18,7 @@ from sqlalchemy import Select, and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..protocol.thread_state import ThreadState, thread_state
+from .current_checkpoint import run_columns
 from .dialect import past_keyset
 from .tables import inbox_entries, run_attempts, runs, threads
 
@@ -205,7 +206,7 @@ def select_thread(*, workspace_id: str | None, thread_id: str) -> Select[Any]:
 
 def select_run(*, workspace_id: str | None, run_id: str) -> Select[Any]:
     """The run; `workspace_id = None` reads unscoped (internal paths only)."""
-    query = select(runs).where(runs.c.id == run_id)
+    query = select(*run_columns()).where(runs.c.id == run_id)
     return query if workspace_id is None else query.where(runs.c.workspace_id == workspace_id)
 
 
@@ -217,7 +218,7 @@ def select_runs(
     *, workspace_id: str, thread_id: str, limit: int, before: tuple[float, str] | None = None
 ) -> Select[Any]:
     """A thread's runs, newest first (`created_at`, then `id`), optionally after the keyset `before`."""
-    query = select(runs).where(runs.c.thread_id == thread_id, runs.c.workspace_id == workspace_id)
+    query = select(*run_columns()).where(runs.c.thread_id == thread_id, runs.c.workspace_id == workspace_id)
     if before is not None:
         query = query.where(past_keyset(runs.c.created_at, runs.c.id, before, newest_first=True))
     return query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
