@@ -41,12 +41,19 @@ def _serve(name: str) -> Response:
     return Response(_asset(name), media_type=ASSETS[name], headers=_HEADERS)
 
 
-@router.get("/console")
+@router.api_route("/console", methods=["GET", "HEAD"])
 async def console_page() -> Response:
+    """The page; HEAD answers like GET (without the body), as link checkers and `curl -I` expect."""
     return _serve("index.html")
 
 
-@router.get("/console/{name}")
+@router.api_route("/favicon.ico", methods=["GET", "HEAD"])
+async def favicon() -> Response:
+    """204: the console ships no icon, and a browser's automatic request for one is not an error to log as 404."""
+    return Response(status_code=204, headers={"Cache-Control": "max-age=86400"})
+
+
+@router.api_route("/console/{name}", methods=["GET", "HEAD"])
 async def console_asset(name: str) -> Response:
     if name not in ASSETS or name == "index.html":
         raise HTTPException(status_code=404)  # answered as 404 `not_found`, kind `route` (S-99)
