@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from sqlalchemy.engine import make_url
 
+from .dialect import is_postgresql_url
+
 __all__ = ("database_location", "unreachable_message", "unreachable_reason")
 
 _POSTGRESQL_PORT = 5432
@@ -17,7 +19,7 @@ def database_location(url: str) -> str:
     """Where `url` points, never its password: `db.internal:5432/candor` for PostgreSQL (the default port
     spelled out), the file path for SQLite."""
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
+    if not is_postgresql_url(url):  # SQLite, the only other backend (dialect.async_url refuses the rest)
         return f"file {parsed.database}"
     host = parsed.host or "localhost"
     port = parsed.port or _POSTGRESQL_PORT

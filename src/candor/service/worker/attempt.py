@@ -80,7 +80,9 @@ def _ended(kind: Any, **fields: Any) -> _Finished:
 
 async def run_attempt(service: Service, handle: AttemptHandle) -> None:
     """Execute the claimed attempt of `handle` to its end (§7.7–§7.11)."""
-    await _Attempt(service, handle).run()
+    attempt = _Attempt(service, handle)
+    with attempt.trace.active():  # docs/telemetry.md: the attempt span, current while the attempt runs
+        await attempt.run()
 
 
 class _Attempt:
@@ -90,6 +92,7 @@ class _Attempt:
         self.claimed = handle.claimed
         self.lease = handle.claimed.lease
         self.settings = service.settings
+        self.trace = service.telemetry.attempt(handle.claimed)
         self.expected_seq = self.claimed.checkpoint_seq
         self.base_id: str | None = self.claimed.checkpoint_id or self.claimed.start_checkpoint_id
         self.base_encoded: list[EncodedMessage] = []
@@ -125,6 +128,7 @@ class _Attempt:
             reason = "deadline_cancelled"
             await self._record_usage_unfenced()
         finally:
+            self.trace.ended(status, reason, self.stream)
             duration = self.service.clock.monotonic() - self.handle.started_at
             ATTEMPT_DURATION.labels(status=attempt_status_label(status)).observe(duration)
             duration_ms = int(duration * 1000)
@@ -195,6 +199,7 @@ class _Attempt:
                     deferred_tools_supported=True,
                     model=model,
                     toolsets=[*client_toolsets(tools), *child_toolsets(self.service, claimed)],  # §8.8, §7.13
+                    capabilities=self.trace.capabilities,  # step spans (docs/telemetry.md)
                 ),
                 deferred_resume=self._resume_batch(start),
             )
@@ -393,6 +398,7 @@ class _Attempt:
 
     async def _settle(self, finished: _Finished) -> tuple[str, str]:
         decision = classify_outcome(finished.outcome, output_limit=self.settings.worker.output_bytes)
+        self.trace.decided(decision)
         if (not isinstance(decision, Seal) or not decision.final_commit) and not isinstance(decision, NoSeal):
             await self._flush_deltas()  # the final commit carries them; other settling writes do not
         failpoints.hit(failpoints.BEFORE_SEAL)
