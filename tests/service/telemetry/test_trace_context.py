@@ -97,3 +97,28 @@ def test_recovery_events_name_each_call_and_its_outcome() -> None:
         {"candor.tool_call.id": "c1", "candor.tool.name": "notify", "candor.recovery.outcome": "unknown"},
         {"candor.tool_call.id": "c2", "candor.tool.name": "lookup", "candor.recovery.outcome": "replayed"},
     ]
+
+
+def test_telemetry_settings_are_off_by_default_and_refuse_unknown_keys() -> None:
+    """S-124: `[telemetry]` is a settings section like the others: off by default, set by `CANDOR_TELEMETRY__*`,
+    unknown keys refused."""
+    from candor.service.errors import SettingsError
+    from candor.service.settings import ServiceSettings
+    from candor.service.telemetry import Telemetry
+
+    assert ServiceSettings.load(environ={}).telemetry.enabled is False
+    assert not Telemetry.from_settings(ServiceSettings.load(environ={}).telemetry).enabled
+    on = ServiceSettings.load(environ={"CANDOR_TELEMETRY__ENABLED": "true", "CANDOR_TELEMETRY__SERVICE_NAME": "api"})
+    assert (on.telemetry.enabled, on.telemetry.service_name) == (True, "api")
+    with pytest.raises(SettingsError, match="CANDOR_TELEMETRY__ENDPOINT"):
+        ServiceSettings.load(environ={"CANDOR_TELEMETRY__ENDPOINT": "http://x"})
+
+
+def test_telemetry_needs_the_run_span_id_generator() -> None:
+    """A provider without candor's id generator could not place run spans where their attempts point: refused."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from candor.service.telemetry import Telemetry
+
+    with pytest.raises(ValueError, match="RunSpanIdGenerator"):
+        Telemetry(TracerProvider())

@@ -206,3 +206,35 @@ async def test_recovered_calls_carry_their_outcome_on_the_recovering_attempt(db,
     assert outcomes == {"call_charge": "reconciled", "call_refund": "rerun", "call_notify": "unknown",
                         "call_lookup": "replayed"}  # fmt: skip
     assert not [event for event in dead.events if event.name == "candor.recovery"]
+
+
+async def test_a_resume_successor_records_the_resume_request_traceparent(db, tenant, exported) -> None:
+    """§8.6: the successor a resume creates records the `traceparent` of the resume request (not the waiting run's),
+    so its run span hangs under the span of the request that resumed it."""
+    telemetry, exporter = exported
+    service = support.make_service(db.url, db.engine)
+    service.telemetry = telemetry
+    async with db.engine.begin() as conn:
+        ref = await add_thread_run(conn, tenant, script="approval", trace_context=TRACEPARENT)
+    await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
+    assert (await run_row(db.engine, ref.run_id))["status"] == "waiting"
+    async with write_transaction(service.engine) as conn:
+        key = await auth.create_principal(conn, workspace_id=tenant.workspace_id, permissions=["read", "run"],
+                                          entropy=service.entropy)  # fmt: skip
+    resumed_by = f"00-{'1' * 32}-{'2' * 16}-01"
+    transport = httpx.ASGITransport(app=create_app(service, role="all"))
+    async with httpx.AsyncClient(transport=transport, base_url="http://candor.test") as client:
+        answer = {"approvals": {"call_delete": {"action": "approve"}}, "calls": {}}
+        resumed = await client.post(f"/v1/runs/{ref.run_id}/resume", json=answer, headers={
+            "Authorization": f"Bearer {key.secret}", "Idempotency-Key": "r", "traceparent": resumed_by})  # fmt: skip
+    assert resumed.status_code == 201, resumed.text
+    successor_id = resumed.json()["id"]
+    async with db.engine.connect() as conn:
+        stored = (await conn.execute(select(runs.c.trace_context).where(runs.c.id == successor_id))).scalar_one()
+    assert stored == resumed_by
+    await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
+    run_spans = {span.attributes["candor.run.id"]: span for span in exporter.get_finished_spans()
+                 if span.name == "candor.run"}  # fmt: skip
+    assert run_spans[ref.run_id].attributes["candor.run.status"] == "waiting"
+    successor = run_spans[successor_id]
+    assert (f"{successor.context.trace_id:032x}", f"{successor.parent.span_id:016x}") == ("1" * 32, "2" * 16)
