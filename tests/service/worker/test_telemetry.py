@@ -238,3 +238,30 @@ async def test_a_resume_successor_records_the_resume_request_traceparent(db, ten
     assert run_spans[ref.run_id].attributes["candor.run.status"] == "waiting"
     successor = run_spans[successor_id]
     assert (f"{successor.context.trace_id:032x}", f"{successor.parent.span_id:016x}") == ("1" * 32, "2" * 16)
+
+
+async def test_a_child_run_continues_its_parent_trace_under_the_spawning_tool_call(db, tenant, exported) -> None:
+    """§7.13: a child run started by a tool call records that call's step span as its trace context, so the child's
+    run span sits in the parent's trace under the tool call that started it."""
+    from candor.service.protocol.children import CHILD_TOOL_NAME
+
+    from .test_children import make_service as make_parent_service
+
+    telemetry, exporter = exported
+    service = make_parent_service(db)
+    service.telemetry = telemetry
+    async with db.engine.begin() as conn:
+        parent = await add_thread_run(conn, tenant, agent="parent", script="spawn", trace_context=TRACEPARENT)
+    await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
+
+    spans = exporter.get_finished_spans()
+    (spawn,) = [span for span in spans if span.name == "candor.step tool_call"
+                and span.attributes["candor.tool.name"] == CHILD_TOOL_NAME]  # fmt: skip
+    run_spans = [span for span in spans if span.name == "candor.run"]
+    (child,) = [span for span in run_spans if span.attributes["candor.run.id"] != parent.run_id]
+    assert child.context.trace_id == spawn.context.trace_id == int(TRACE, 16)
+    assert child.parent is not None and child.parent.span_id == spawn.context.span_id
+    async with db.engine.connect() as conn:
+        stored = (await conn.execute(select(runs.c.trace_context).where(
+            runs.c.id == child.attributes["candor.run.id"]))).scalar_one()  # fmt: skip
+    assert stored == f"00-{TRACE}-{spawn.context.span_id:016x}-01"
