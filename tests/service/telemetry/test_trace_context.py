@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from candor.service.protocol.outcomes import Seal, SealAfterRecovery
 from candor.service.protocol.recovered import RecoveredCall
+from candor.service.protocol.transitions import attempt_end as closing_attempt
 from candor.service.telemetry.attempts import attempt_end, recovery_event_attributes
 from candor.service.telemetry.context import (
     TraceParent,
@@ -66,25 +70,32 @@ def test_recording_traceparent_scopes_what_new_runs_record() -> None:
     assert recorded_traceparent() is None
 
 
+_SEAL = Seal(status="completed", final_commit=True)
+_FAILED_AFTER_RECOVERY = SealAfterRecovery(status="failed", failure_code="model_unavailable",
+                                           attempt=closing_attempt("failed"))  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("status", "reason", "decided_seal", "sealed", "code", "error"),
+    ("status", "reason", "decision", "sealed", "code", "run_code", "error"),
     [
-        ("completed", "sealed", True, "completed", None, None),
-        ("waiting", "sealed", True, "waiting", None, None),
-        ("failed", "agent_run_failed", True, "failed", "agent_run_failed", "agent_run_failed"),
-        ("cancelled", "cancelled", True, "cancelled", "cancelled", None),
-        ("failed", "model_unavailable", False, None, "model_unavailable", "model_unavailable"),  # retried
-        ("yielded", "handoff", False, None, None, None),
-        ("abandoned", "lease_lost:expired", True, None, None, "lease_lost:expired"),  # the seal was never written
-        ("crashed", "exception", False, None, None, "exception"),
+        ("completed", "sealed", _SEAL, "completed", None, None, None),
+        ("waiting", "sealed", _SEAL, "waiting", None, None, None),
+        ("failed", "agent_run_failed", _SEAL, "failed", "agent_run_failed", "agent_run_failed", "agent_run_failed"),
+        ("cancelled", "cancelled", _SEAL, "cancelled", "cancelled", "cancelled", None),
+        ("failed", "model_unavailable", None, None, "model_unavailable", None, "model_unavailable"),  # retried
+        ("failed", "model_unavailable", _FAILED_AFTER_RECOVERY, "failed", "model_unavailable", "model_unavailable",
+         "model_unavailable"),  # the last attempt: the recovery sealed the run failed (S-30)
+        ("yielded", "handoff", None, None, None, None, None),
+        ("abandoned", "lease_lost:expired", _SEAL, None, None, None, "lease_lost:expired"),  # seal never written
+        ("crashed", "exception", None, None, None, None, "exception"),
     ],
-)
-def test_attempt_end(status: str, reason: str, decided_seal: bool, sealed: str | None, code: str | None,
-                     error: str | None) -> None:  # fmt: skip
-    """S-22, §7.9: the attempt span carries status, reason and failure code; the run span is exported only when
-    this attempt wrote the seal."""
-    end = attempt_end(status, reason, decided_seal=decided_seal)
-    assert (end.sealed_status, end.failure_code, end.error) == (sealed, code, error)
+)  # fmt: skip
+def test_attempt_end(status: str, reason: str, decision: Any, sealed: str | None, code: str | None,
+                     run_code: str | None, error: str | None) -> None:  # fmt: skip
+    """S-22, S-30, §7.6, §7.9: the attempt span carries status, reason and failure code; the run span is exported
+    only when this attempt wrote the seal, the final commit's or the recovery's."""
+    end = attempt_end(status, reason, decision=decision)
+    assert (end.sealed_status, end.failure_code, end.run_failure_code, end.error) == (sealed, code, run_code, error)
     assert end.attributes["candor.attempt.status"] == status and end.attributes["candor.attempt.reason"] == reason
     assert end.attributes.get("candor.failure.code") == code
 

@@ -265,3 +265,22 @@ async def test_a_child_run_continues_its_parent_trace_under_the_spawning_tool_ca
         stored = (await conn.execute(select(runs.c.trace_context).where(
             runs.c.id == child.attributes["candor.run.id"]))).scalar_one()  # fmt: skip
     assert stored == f"00-{TRACE}-{spawn.context.span_id:016x}-01"
+
+
+async def test_a_run_the_recovery_seals_failed_gets_its_run_span(db, tenant, exported) -> None:
+    """S-30, §7.6: a model that stays unavailable on the run's last attempt: the recovery seals the run failed, and
+    the run span is exported with the failure code, as an error."""
+    telemetry, exporter = exported
+    service = support.make_service(db.url, db.engine)
+    service.telemetry = telemetry
+    async with db.engine.begin() as conn:
+        ref = await add_thread_run(conn, tenant, script="unavailable", max_attempts=1)
+    await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
+    assert (await run_row(db.engine, ref.run_id))["status"] == "failed"
+    spans = exporter.get_finished_spans()
+    (attempt,) = [span for span in spans if span.name == "candor.attempt"]
+    (run,) = [span for span in spans if span.name == "candor.run"]
+    assert attempt.attributes["candor.failure.code"] == "model_unavailable" and not attempt.status.is_ok
+    assert run.parent is None  # created without a trace context: the root of its own trace
+    assert run.attributes["candor.run.status"] == "failed"
+    assert run.attributes["candor.failure.code"] == "model_unavailable" and not run.status.is_ok

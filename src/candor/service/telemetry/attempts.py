@@ -19,7 +19,7 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, Sta
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from ..protocol.outcomes import Seal
+from ..protocol.outcomes import Seal, SealAfterRecovery
 from ..protocol.recovered import RecoveredCall, recovered_calls
 from .context import RunSpanIds, TraceParent, recording_traceparent, run_span_ids
 from .steps import StepSpans, traceparent_of
@@ -72,19 +72,29 @@ class AttemptEnd:
     """The run's status when this attempt sealed it; None when the run goes on (retry, handoff) or nothing was
     written (lease lost, crash)."""
     failure_code: str | None
+    """The attempt's failure code."""
+    run_failure_code: str | None
+    """The failure code of the run this attempt sealed failed or cancelled."""
 
 
-def attempt_end(status: str, reason: str, *, decided_seal: bool) -> AttemptEnd:
+def attempt_end(status: str, reason: str, *, decision: Any = None) -> AttemptEnd:
     """`status`/`reason` as the worker logs them ("Attempt ended"): a sealed run's status and `sealed` or its failure
     code; `yielded`/`failed` and `handoff` or a failure code for a recovered attempt; `abandoned` or `crashed` with
-    why. The run sealed only when the decision was a seal and the attempt got to write it."""
+    why. `decision` is the last settling decision the attempt reached: a `Seal` seals the run only if the attempt got
+    to write it (it did not end abandoned or crashed); a `SealAfterRecovery` was written when it is known (§7.6: the
+    run failed after its last attempt, or was cancelled)."""
     code = None if reason in _NOT_CODES or status not in ("failed", "cancelled") else reason
     attributes: dict[str, Any] = {"candor.attempt.status": status, "candor.attempt.reason": reason}
     if code is not None:
         attributes["candor.failure.code"] = code
     error = (code or reason) if status in _ERRORS else None
-    sealed = status if decided_seal and status in _SEALED else None
-    return AttemptEnd(attributes=attributes, error=error, sealed_status=sealed, failure_code=code)
+    sealed, run_code = None, None
+    if isinstance(decision, SealAfterRecovery):
+        sealed, run_code = decision.status, decision.failure_code
+    elif isinstance(decision, Seal) and status in _SEALED:
+        sealed, run_code = status, code
+    return AttemptEnd(attributes=attributes, error=error, sealed_status=sealed, failure_code=code,
+                      run_failure_code=run_code)  # fmt: skip
 
 
 def recovery_event_attributes(calls: Sequence[RecoveredCall]) -> list[dict[str, Any]]:
@@ -116,7 +126,8 @@ class AttemptTrace:
         yield
 
     def decided(self, decision: Any) -> None:
-        """The attempt's seal decision (`protocol.outcomes.SealDecision`), before it is written."""
+        """The attempt's seal decision (`protocol.outcomes.SealDecision`) before it is written, then, for a
+        recovery, the `RecoveryDecision` once written."""
 
     def ended(self, status: str, reason: str, stream: Any) -> None:
         """How the attempt ended (as logged), and its harness stream (None when it never started)."""
@@ -137,7 +148,7 @@ class TracedAttempt(AttemptTrace):
         self._attributes = attempt_attributes(claimed)
         self._ids = run_span_ids(claimed.lease.run_id, claimed.trace_context)
         self._span: Span | None = None
-        self._decided_seal = False
+        self._decision: Any = None
         self.capabilities = (StepSpans(tracer, self._attributes),)
 
     @contextlib.contextmanager
@@ -155,12 +166,12 @@ class TracedAttempt(AttemptTrace):
                 span.end()
 
     def decided(self, decision: Any) -> None:
-        self._decided_seal = isinstance(decision, Seal)
+        self._decision = decision
 
     def ended(self, status: str, reason: str, stream: Any) -> None:
         if self._span is None:
             return
-        end = attempt_end(status, reason, decided_seal=self._decided_seal)
+        end = attempt_end(status, reason, decision=self._decision)
         span = self._span
         span.set_attributes(end.attributes)
         if span.is_recording():
@@ -173,9 +184,9 @@ class TracedAttempt(AttemptTrace):
             attributes = {
                 key: value for key, value in self._attributes.items() if not key.startswith("candor.attempt.")
             } | {"candor.run.status": end.sealed_status, "candor.run.attempts": self._claimed.lease.attempt_number}
-            if end.failure_code is not None:
-                attributes["candor.failure.code"] = end.failure_code
-            error = end.failure_code if end.sealed_status == "failed" else None
+            if end.run_failure_code is not None:
+                attributes["candor.failure.code"] = end.run_failure_code
+            error = end.run_failure_code if end.sealed_status == "failed" else None
             self._emit_run_span(self._ids, RUN_SPAN, self._claimed.created_at, attributes, error)  # fmt: skip
 
 

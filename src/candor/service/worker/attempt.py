@@ -422,6 +422,7 @@ class _Attempt:
                     lease=self.lease,
                     usage=usage_delta(current, self.recorded),
                 )
+                self.trace.decided(result)  # a seal after recovery (§7.6) ends the run span too
                 self.recorded = current
                 if isinstance(result, Requeue) and result.wake_workers:
                     self.service.wake_workers()
