@@ -88,7 +88,8 @@ def attempt_end(status: str, reason: str, *, decision: Any = None) -> AttemptEnd
     if code is not None:
         attributes["candor.failure.code"] = code
     error = (code or reason) if status in _ERRORS else None
-    sealed, run_code = None, None
+    sealed: str | None = None
+    run_code: str | None = None
     if isinstance(decision, SealAfterRecovery):
         sealed, run_code = decision.status, decision.failure_code
     elif isinstance(decision, Seal) and status in _SEALED:
