@@ -78,7 +78,7 @@ def test_serve_exports_run_attempt_and_step_spans_over_otlp_http(tmp_path: Path,
         "CANDOR_SERVER__LISTEN": f"127.0.0.1:{port}",
         "CANDOR_TELEMETRY__ENABLED": "true",
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.server_address[1]}",
-        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "OTEL_BSP_SCHEDULE_DELAY": "600000",  # nothing leaves before the stop: the SIGTERM must flush the batch
     }
     base = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "candor.cli"]
@@ -97,6 +97,7 @@ def test_serve_exports_run_attempt_and_step_spans_over_otlp_http(tmp_path: Path,
         while httpx.get(f"{base}/v1/runs/{run_id}", headers=auth).json()["status"] != "completed":
             assert time.monotonic() < deadline, "the run did not complete"
             time.sleep(0.1)
+        assert not receiver.requests  # still batched
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:

@@ -133,3 +133,18 @@ def test_telemetry_needs_the_run_span_id_generator() -> None:
 
     with pytest.raises(ValueError, match="RunSpanIdGenerator"):
         Telemetry(TracerProvider())
+
+
+def test_telemetry_without_the_extra_is_a_settings_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S-124: `[telemetry] enabled` without the `telemetry` extra refuses to start with one line naming the fix
+    (exit 2 through the CLI), not an ImportError traceback."""
+    import sys
+
+    from candor.service.errors import SettingsError
+    from candor.service.settings import ServiceSettings
+    from candor.service.telemetry import Telemetry
+
+    monkeypatch.setitem(sys.modules, "candor.service.telemetry.sdk", None)  # as if the SDK were not installed
+    settings = ServiceSettings.load(environ={"CANDOR_TELEMETRY__ENABLED": "true"})
+    with pytest.raises(SettingsError, match=r"pip install 'candor\[telemetry\]'"):
+        Telemetry.from_settings(settings.telemetry)

@@ -10,6 +10,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from ..errors import SettingsError
 from .attempts import AttemptTrace, TracedAttempt, parent_context
 from .context import RunSpanIds
 
@@ -39,7 +40,12 @@ class Telemetry:
         (`Agent(instrument=True)`, `Agent.instrument_all()`) exports through it too."""
         if not settings.enabled:
             return cls()
-        from .sdk import otlp_provider
+        try:
+            from .sdk import otlp_provider
+        except ImportError as exc:  # the optional extra is not installed: a settings problem, said in one line
+            raise SettingsError(
+                "telemetry.enabled needs the OpenTelemetry SDK and OTLP exporter: pip install 'candor[telemetry]'"
+            ) from exc
 
         provider = otlp_provider(service_name=settings.service_name)
         trace.set_tracer_provider(provider)
