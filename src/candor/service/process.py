@@ -1,6 +1,7 @@
 """One `candor serve` process: startup checks, then the role's tasks (worker loop, sweeps, HTTP) until stopped.
 
-Startup (§3.3, §10.3): settings are checked by the caller; `control`/`all` migrate under the lock when
+Startup (§3.3, §10.3): settings are checked by the caller, which also binds `server.listen` first (listen.py: a
+port in use starts nothing); `control`/`all` migrate under the lock when
 `database.auto_migrate` is on; every role then refuses a schema that is not the build's (S-122); `worker`/`all`
 import every agent factory. Shutdown: SIGTERM or SIGINT marks the process draining (`/readyz` 503, S-52), drains
 the worker (§7.11), stops the sweeps, then stops HTTP.
