@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: install demo lint test rules bench bench-peers clean
 
 $(STAMP): pyproject.toml
+	@echo "Installing candor and its dependencies into $(VENV) (first run, or pyproject.toml changed: about a minute)..."
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'

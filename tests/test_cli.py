@@ -110,7 +110,7 @@ def _line(result: Any) -> str:
         (
             {"CANDOR_DATABASE__URL": "postgresql://postgres@127.0.0.1:1/none", "CANDOR_DATABASE__TIMEOUT": "1"},
             3,
-            "database unreachable",
+            "database unreachable at 127.0.0.1:1/none (",
         ),
         ({"CANDOR_WORKER__NOPE": "1"}, 2, "invalid settings: unknown CANDOR_ variables: CANDOR_WORKER__NOPE"),
     ],
@@ -120,8 +120,8 @@ def _line(result: Any) -> str:
 def test_every_command_fails_with_one_line_and_a_distinct_exit_code(
     tmp_path: Path, env: dict[str, str], code: int, text: str, command: list[str]
 ) -> None:
-    """S-124 (issue 14): 2 invalid settings (a bad URL too), 3 database unreachable; one clean line, no
-    traceback, never "invalid settings: invalid settings:"."""
+    """S-124 (issue 14): 2 invalid settings (a bad URL too), 3 database unreachable (naming host, port and
+    database, issue 35); one clean line, no traceback, never "invalid settings: invalid settings:"."""
     result = runner.invoke(app, command, env={**sqlite_env(tmp_path), **env})
     assert result.exit_code == code
     line = _line(result)

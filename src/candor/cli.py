@@ -4,8 +4,8 @@ Every failure is one line on stderr (`candor: …`) and a distinct exit code:
 
     0  done                         2  invalid settings or arguments (also a bad database URL)
     1  refused (a pending migration  3  the database is unreachable
-       for `migrate --check`, an
-       operator action refused)
+       for `migrate --check`, an    4  `serve` cannot listen on server.listen (in use, no permission);
+       operator action refused)        nothing was started
 
 Results are JSON on stdout; timestamps are RFC 3339 UTC strings, as in the HTTP API.
 """
@@ -29,6 +29,7 @@ T = TypeVar("T")
 EXIT_REFUSED = 1
 EXIT_INVALID_SETTINGS = 2
 EXIT_DATABASE_UNREACHABLE = 3
+EXIT_CANNOT_LISTEN = 4
 PERMISSIONS = ("read", "run", "admin")
 
 app = typer.Typer(
@@ -100,27 +101,18 @@ def is_unreachable(error: BaseException) -> bool:
     return cause is not None and cause is not error and is_unreachable(cause)
 
 
-def unreachable_reason(error: BaseException) -> str:
-    """Why the database could not be reached, in words with host and port (issue 34 item 4): the first
-    `StoreUnavailable`'s message in the chain, else the driver's or the OS's error described."""
-    from .service.protocol.db_faults import describe_database_error, fault_chain
-
-    for link in fault_chain(error):
-        if isinstance(link, StoreUnavailable):
-            return link.message.removeprefix("database unavailable: ")
-    return describe_database_error(error)
-
-
-def run_database(action: Coroutine[Any, Any, T] | Callable[[], T]) -> T:
+def run_database(action: Coroutine[Any, Any, T] | Callable[[], T], settings: ServiceSettings) -> T:
     """Run one database action (a coroutine, or a callable that runs its own event loop); a service refusal → exit 1,
-    an unreachable database → exit 3 (one line each)."""
+    an unreachable database → exit 3 (one line each, naming where the database was looked for)."""
+    from .service.store.unreachable import unreachable_message
+
     try:
         return action() if callable(action) else asyncio.run(action)
     except SettingsError as exc:
         fail(f"invalid settings: {exc.message}", EXIT_INVALID_SETTINGS)
     except Exception as exc:
         if is_unreachable(exc):
-            fail(f"database unreachable: {unreachable_reason(exc)}", EXIT_DATABASE_UNREACHABLE)
+            fail(unreachable_message(settings.database.url, exc), EXIT_DATABASE_UNREACHABLE)
         if isinstance(exc, ServiceError):
             fail(f"{exc.message} (code {exc.code})", EXIT_REFUSED)
         raise
@@ -144,14 +136,14 @@ def migrate(
     settings = load_settings(config)
     url = settings.database.url
     if check:
-        status = run_database(check_schema(url, timeout=settings.database.timeout))
+        status = run_database(check_schema(url, timeout=settings.database.timeout), settings)
         if status.is_current:
             typer.echo(f"schema is current ({status.head})", err=True)
             return
         current = ", ".join(status.current) or "no schema"
         fail(f"schema is not current: database at {current}, build at {status.head} ({len(status.differences)} "
              "difference(s)); run `candor migrate`", EXIT_REFUSED)  # fmt: skip
-    applied = run_database(apply_migrations(url, lock_timeout=settings.database.migration_lock_timeout))
+    applied = run_database(apply_migrations(url, lock_timeout=settings.database.migration_lock_timeout), settings)
     typer.echo(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}", err=True)
 
 
@@ -161,6 +153,7 @@ def serve(
     config: ConfigOption = None,
 ) -> None:
     """Run a process: control (HTTP API, sweeps), worker (executes runs) or all (both)."""
+    from .service.listen import ListenError, bind_listener
     from .service.logs import configure_logging
     from .service.operator import has_workspace, startup_lines
     from .service.process import run as run_process
@@ -175,7 +168,11 @@ def serve(
         for line in startup_lines(settings, role, agents=service.agents.names(), workspace_exists=exists):
             typer.echo(line, err=True)
 
-    run_database(lambda: run_process(settings, role, on_prepared=announce))  # type: ignore[arg-type]
+    try:
+        listener = bind_listener(settings.server.listen)  # before anything starts: a port in use starts nothing
+    except ListenError as exc:
+        fail(str(exc), EXIT_CANNOT_LISTEN)
+    run_database(lambda: run_process(settings, role, on_prepared=announce, listener=listener), settings)  # type: ignore[arg-type]
 
 
 @app.command()
@@ -183,7 +180,8 @@ def bootstrap(config: ConfigOption = None) -> None:
     """Create the first workspace and its admin key; print the secret once (refuses if any workspace exists)."""
     from .service import operator
 
-    print_json(run_database(operator.bootstrap(load_settings(config))))
+    settings = load_settings(config)
+    print_json(run_database(operator.bootstrap(settings), settings))
 
 
 workspace_app = typer.Typer(help="Manage workspaces (the tenant boundary).", no_args_is_help=True,
@@ -200,7 +198,8 @@ def workspace_create(
     """Create a workspace."""
     from .service import operator
 
-    print_json(run_database(operator.create_workspace(load_settings(config), name)))
+    settings = load_settings(config)
+    print_json(run_database(operator.create_workspace(settings, name), settings))
 
 
 @workspace_app.command("archive")
@@ -210,7 +209,8 @@ def workspace_archive(
     """Archive a workspace: immediate and irreversible; its running runs lose their authority."""
     from .service import operator
 
-    print_json(run_database(operator.archive_workspace(load_settings(config), workspace_id)))
+    settings = load_settings(config)
+    print_json(run_database(operator.archive_workspace(settings, workspace_id), settings))
 
 
 @workspace_app.command("list")
@@ -218,7 +218,8 @@ def workspace_list(config: ConfigOption = None) -> None:
     """List workspaces."""
     from .service import operator
 
-    print_json(run_database(operator.list_workspaces(load_settings(config))))
+    settings = load_settings(config)
+    print_json(run_database(operator.list_workspaces(settings), settings))
 
 
 def checked_permissions(text: str) -> list[str]:
@@ -245,7 +246,8 @@ def key_create(
     from .service import operator
 
     wanted = checked_permissions(permissions)
-    print_json(run_database(operator.create_key(load_settings(config), workspace, wanted, name=name)))
+    settings = load_settings(config)
+    print_json(run_database(operator.create_key(settings, workspace, wanted, name=name), settings))
 
 
 @key_app.command("list")
@@ -256,7 +258,8 @@ def key_list(
     """List a workspace's keys, oldest first (never a secret)."""
     from .service import operator
 
-    print_json(run_database(operator.list_keys(load_settings(config), workspace)))
+    settings = load_settings(config)
+    print_json(run_database(operator.list_keys(settings, workspace), settings))
 
 
 @key_app.command("disable")
@@ -264,7 +267,8 @@ def key_disable(key_id: Annotated[str, typer.Argument(help="Key id (key_…).")]
     """Disable an API key: its running runs fail authority_revoked at their next heartbeat."""
     from .service import operator
 
-    print_json(run_database(operator.disable_key(load_settings(config), key_id)))
+    settings = load_settings(config)
+    print_json(run_database(operator.disable_key(settings, key_id), settings))
 
 
 @key_app.command("enable")
@@ -272,7 +276,8 @@ def key_enable(key_id: Annotated[str, typer.Argument(help="Key id (key_…).")],
     """Enable a disabled API key again."""
     from .service import operator
 
-    print_json(run_database(operator.enable_key(load_settings(config), key_id)))
+    settings = load_settings(config)
+    print_json(run_database(operator.enable_key(settings, key_id), settings))
 
 
 def main() -> None:  # pragma: no cover - console entry point

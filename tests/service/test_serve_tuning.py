@@ -180,16 +180,21 @@ def test_startup_objects_are_frozen_after_collecting_startup_garbage() -> None:
 async def test_serve_freezes_its_startup_objects_before_serving_http(tmp_path: Any, monkeypatch: Any) -> None:
     """`serve` freezes once the process is prepared and its app built, before uvicorn answers a request."""
     import candor.service.process as process
+    from candor.service.listen import bind_listener
 
     seen: list[int] = []
 
-    async def serve_http(self: Any) -> None:  # the HTTP task ends at once, so `serve` stops
+    async def serve_http(self: Any, sockets: Any = None) -> None:  # the HTTP task ends at once, so `serve` stops
         seen.append(gc.get_freeze_count())
 
     monkeypatch.setattr(process._Server, "serve", serve_http)
     gc.unfreeze()
     try:
-        await process.serve(ServiceSettings(database={"url": f"sqlite:///{tmp_path / 'c.db'}"}), "control")
+        await process.serve(
+            ServiceSettings(database={"url": f"sqlite:///{tmp_path / 'c.db'}"}),
+            "control",
+            listener=bind_listener("127.0.0.1:0"),
+        )  # not the default port, which may be taken
     finally:
         gc.unfreeze()
     assert seen and seen[0] > 0
@@ -217,14 +222,19 @@ print(ModelMessagesTypeAdapter.pydantic_complete, ToolReturnPart in owner._seria
 async def test_serve_builds_the_message_schemas_before_freezing(tmp_path: Any, monkeypatch: Any) -> None:
     """`serve` builds the message schemas once prepared, before the freeze and before uvicorn answers a request."""
     import candor.service.process as process
+    from candor.service.listen import bind_listener
 
     calls: list[str] = []
     monkeypatch.setattr(process, "build_message_schemas", lambda: calls.append("build"))
     monkeypatch.setattr(process, "_freeze_startup_objects", lambda: calls.append("freeze"))
 
-    async def serve_http(self: Any) -> None:  # the HTTP task ends at once, so `serve` stops
+    async def serve_http(self: Any, sockets: Any = None) -> None:  # the HTTP task ends at once, so `serve` stops
         calls.append("http")
 
     monkeypatch.setattr(process._Server, "serve", serve_http)
-    await process.serve(ServiceSettings(database={"url": f"sqlite:///{tmp_path / 'c.db'}"}), "control")
+    await process.serve(
+        ServiceSettings(database={"url": f"sqlite:///{tmp_path / 'c.db'}"}),
+        "control",
+        listener=bind_listener("127.0.0.1:0"),
+    )  # not the default port, which may be taken
     assert calls == ["build", "freeze", "http"]

@@ -38,7 +38,7 @@ from .errors import (
     Unavailable,
     WaitTimeout,
 )
-from .models import Accepted, Page, PendingItem, Run
+from .models import Accepted, Page, PendingItem, RecoveredCall, Run
 from .sse import LiveOutput, SseParser, StreamEvent
 from .sync import CandorClient
 
@@ -50,6 +50,7 @@ __all__ = (
     "Accepted",
     "Run",
     "PendingItem",
+    "RecoveredCall",
     "Page",
     "StreamEvent",
     "SseParser",

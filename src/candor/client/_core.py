@@ -13,6 +13,7 @@ object, so it carries the same `Idempotency-Key`: the service answers the retry 
 
 from __future__ import annotations
 
+import inspect
 import random
 import secrets
 import time
@@ -37,6 +38,7 @@ __all__ = (
     "request",
     "Operations",
     "StreamPlan",
+    "method_signature",
 )
 
 T = TypeVar("T")
@@ -150,6 +152,10 @@ class Operations:
         self, agent: str, text: str | Iterable[str], *, options: Mapping[str, Any] | None = None,
         message_history: list[Any] | None = None, idempotency_key: str | None = None,
     ) -> Operation[Accepted]:  # fmt: skip
+        """Start a thread with `agent` and its first message (`text`: one string or several text parts); the
+        thread, its first entry and the run it started. `options` are the run's options (e.g. `tool_recovery`);
+        `message_history` seeds the thread with Pydantic AI messages. A retry with the same `idempotency_key`
+        (one is generated when omitted) answers the same thread."""
         body: dict[str, Any] = {"agent": agent, "input": text_input(text)}
         if options is not None:
             body["options"] = dict(options)
@@ -163,6 +169,9 @@ class Operations:
         self, thread_id: str, text: str | Iterable[str], *, steer: bool = False, agent: str | None = None,
         options: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
     ) -> Operation[Accepted]:  # fmt: skip
+        """Post a message to a thread: it starts the next run, or waits in the inbox while a run is active.
+        `steer=True` delivers it to the active run at its next safe boundary instead. `agent` and `options`
+        apply to the run it starts."""
         body: dict[str, Any] = {"input": text_input(text), "delivery": "steer" if steer else "next_run"}
         if agent is not None:
             body["agent"] = agent
@@ -174,10 +183,12 @@ class Operations:
         return Accepted.of(reply.body, created=reply.status == 201)
 
     def get_thread(self, thread_id: str) -> Operation[dict[str, Any]]:
+        """The thread as the API answers it (its state, head run and counters)."""
         reply = yield from request(Call(method="GET", path=_path("threads", thread_id)), self.retry)
         return dict(reply.body)
 
     def get_run(self, run_id: str) -> Operation[Run]:
+        """The run now, with `recovery` (the tool calls recovery closed) filled in."""
         reply = yield from request(Call(method="GET", path=_path("runs", run_id)), self.retry)
         return Run.of(reply.body)
 
@@ -205,6 +216,7 @@ class Operations:
         return Page(items=[Run.of(item) for item in reply.body["items"]], next_cursor=reply.body["next_cursor"])
 
     def interrupt_run(self, run_id: str) -> Operation[Run]:
+        """Cancel the run (it stops at its next safe boundary); the run as it is after the request."""
         # Safe to retry without a key: interrupting a cancelled run answers it unchanged (§7.12).
         reply = yield from request(Call(method="POST", path=_path("runs", run_id, "interrupt")), self.retry)
         return Run.of(reply.body)
@@ -235,6 +247,17 @@ class Operations:
                 raise WaitTimeout(run_id, run)
             yield Sleep(min(interval, left))
             interval = min(poll_max, interval * 2)
+
+
+def method_signature(op: Callable[..., Operation[Any]]) -> inspect.Signature:
+    """The signature of the client method that runs operation `op`: the same parameters, and the operation's
+    result (`Operation[Run]` → `Run`) as the return annotation, so `help()` and `inspect.signature` show what a
+    caller passes and gets instead of `(*args, **kwargs)`."""
+    signature = inspect.signature(op)
+    result = signature.return_annotation
+    if isinstance(result, str) and result.startswith("Operation[") and result.endswith("]"):
+        result = result.removeprefix("Operation[").removesuffix("]")
+    return signature.replace(return_annotation=result)
 
 
 class StreamPlan:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ("TERMINAL_STATUSES", "PendingItem", "Run", "Accepted", "Page")
+__all__ = ("TERMINAL_STATUSES", "PendingItem", "RecoveredCall", "Run", "Accepted", "Page")
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 """A run in one of these never changes again; `waiting` is sealed too but ends when a resume answers it."""
@@ -35,6 +35,22 @@ class PendingItem:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RecoveredCall:
+    """A tool call that recovery closed when an attempt continued from a checkpoint with unanswered calls.
+    `outcome`: `replayed` (a retry-safe call ran again), `reconciled` (its reconciler confirmed the effect),
+    `rerun` (its reconciler said the effect had not happened; the call ran again) or `unknown` (the call got the
+    unknown-outcome result: it may or may not have taken effect)."""
+
+    tool_call_id: str
+    tool_name: str
+    outcome: Literal["replayed", "reconciled", "rerun", "unknown"]
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> RecoveredCall:
+        return cls(tool_call_id=raw["tool_call_id"], tool_name=raw["tool_name"], outcome=raw["outcome"])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Run:
     """A RunView. `pending` lists approvals first, then calls, as the run holds them."""
 
@@ -49,6 +65,12 @@ class Run:
     output: Any
     failure: dict[str, Any] | None
     parent_run_id: str | None
+    tool_recovery: Literal["declared", "never", "always"] | None
+    """What a recovering attempt does with unanswered tool calls, fixed at acceptance (None from a server older
+    than this field)."""
+    recovery: tuple[RecoveredCall, ...] | None
+    """The calls recovery closed, in history order: filled by `get_run` and `wait_for_run`; None from a run list,
+    which does not carry them."""
     version: int
     raw: dict[str, Any]
 
@@ -70,6 +92,8 @@ class Run:
             status=raw["status"],
             wait_reason=raw.get("wait_reason"), pending=tuple(PendingItem.of(item) for item in items),
             output=raw.get("output"), failure=raw.get("failure"), parent_run_id=raw.get("parent_run_id"),
+            tool_recovery=raw.get("tool_recovery"),
+            recovery=None if raw.get("recovery") is None else tuple(RecoveredCall.of(c) for c in raw["recovery"]),
             version=raw["version"], raw=dict(raw),
         )  # fmt: skip
 

@@ -8,7 +8,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
 
-from ._core import Call, Operation, Operations, RetryPolicy, Sleep, StreamPlan
+from ._core import Call, Operation, Operations, RetryPolicy, Sleep, StreamPlan, method_signature
 from ._http import client_settings, reply_of
 from .models import Run
 from .sse import StreamEvent
@@ -23,8 +23,9 @@ def _blocking(op: Callable[Concatenate[Operations, P], Operation[T]]) -> Callabl
     def method(self: CandorClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._run(op(self._ops, *args, **kwargs))
 
-    # The operation's name and docstring, not its signature: it returns the value, not an Operation.
+    # The operation's name, docstring and parameters; it returns the operation's result, not an Operation.
     method.__name__, method.__qualname__, method.__doc__ = op.__name__, f"CandorClient.{op.__name__}", op.__doc__
+    method.__signature__ = method_signature(op)  # type: ignore[attr-defined]
     return method
 
 

@@ -16,6 +16,7 @@ from .settings import ServiceSettings
 from .signing_keys import KeyRing
 from .store.engine import Engine, bind_key_ring, create_engine
 from .store.notify import Notifier
+from .telemetry import Telemetry
 
 __all__ = ("Service", "DEFAULT_AGENTS", "agent_registry", "pool_size_for")
 
@@ -63,6 +64,8 @@ class Service:
     """In-process wake-up signal for workers (an asyncio.Event-like object), set when a run becomes due."""
     notifier: Notifier | None = None
     """Cross-process wake-ups (PostgreSQL `NOTIFY candor_wake`); workers listen in `process.serve`."""
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    """OpenTelemetry traces of runs (`[telemetry]`); `Telemetry()` traces nothing."""
     key_ring: KeyRing = field(init=False)
     """The webhook signing-secret ring of `settings.security.keys`; bound to `engine` for the store's statements."""
 
@@ -94,6 +97,7 @@ class Service:
             entropy=entropy if entropy is not None else SystemEntropy(),
             wakeups=asyncio.Event(),
             notifier=Notifier(engine),
+            telemetry=Telemetry.from_settings(settings.telemetry),
         )
 
     def wake_workers(self) -> None:
@@ -107,3 +111,4 @@ class Service:
         if self.notifier is not None:
             await self.notifier.close()
         await self.engine.dispose()
+        await asyncio.to_thread(self.telemetry.shutdown)  # flushes the batched spans: blocking, bounded

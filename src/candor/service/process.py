@@ -1,6 +1,7 @@
 """One `candor serve` process: startup checks, then the role's tasks (worker loop, sweeps, HTTP) until stopped.
 
-Startup (§3.3, §10.3): settings are checked by the caller; `control`/`all` migrate under the lock when
+Startup (§3.3, §10.3): settings are checked by the caller, which also binds `server.listen` first (listen.py: a
+port in use starts nothing); `control`/`all` migrate under the lock when
 `database.auto_migrate` is on; every role then refuses a schema that is not the build's (S-122); `worker`/`all`
 import every agent factory. Shutdown: SIGTERM or SIGINT marks the process draining (`/readyz` 503, S-52), drains
 the worker (§7.11), stops the sweeps, then stops HTTP.
@@ -13,6 +14,7 @@ import contextlib
 import gc
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Literal
 
@@ -22,6 +24,7 @@ from .control.sweeps import run_sweeps
 from .core import Service
 from .http.app import create_app
 from .http.readiness import Readiness, Role, SchemaWatch
+from .listen import bind_listener, split_listen
 from .settings import ServiceSettings
 from .store.checkpoints import build_message_schemas
 from .store.dialect import is_postgresql_url
@@ -44,12 +47,13 @@ class _Server(uvicorn.Server):
 
 
 def run(
-    settings: ServiceSettings, role: Role, *, on_prepared: Callable[[Service], Awaitable[None]] | None = None
-) -> None:
+    settings: ServiceSettings, role: Role, *, on_prepared: Callable[[Service], Awaitable[None]] | None = None,
+    listener: socket.socket | None = None,
+) -> None:  # fmt: skip
     """`serve` on the event loop `server.event_loop` names (uvloop by default): the whole process, HTTP, database
     driver, sweeps and worker, runs on it."""
     with asyncio.Runner(loop_factory=loop_factory(settings.server.event_loop)) as runner:
-        runner.run(serve(settings, role, on_prepared=on_prepared))
+        runner.run(serve(settings, role, on_prepared=on_prepared, listener=listener))
 
 
 def loop_factory(name: Literal["uvloop", "asyncio"]) -> Callable[[], asyncio.AbstractEventLoop]:
@@ -108,17 +112,25 @@ def _freeze_startup_objects() -> None:
 
 
 async def serve(
-    settings: ServiceSettings, role: Role, *, on_prepared: Callable[[Service], Awaitable[None]] | None = None
-) -> None:
+    settings: ServiceSettings, role: Role, *, on_prepared: Callable[[Service], Awaitable[None]] | None = None,
+    listener: socket.socket | None = None,
+) -> None:  # fmt: skip
     """Run until SIGTERM/SIGINT; then drain and stop. `on_prepared` runs once the startup checks passed (the CLI
-    prints its startup summary there)."""
-    readiness = Readiness()
-    service = await prepare(settings, role, schema=readiness.schema)
+    prints its startup summary there). `listener` is the bound socket of `server.listen` (the CLI binds it before
+    anything else); without one, it is bound here, first: a port in use starts nothing (`ListenError`)."""
+    if listener is None:
+        listener = bind_listener(settings.server.listen)
+    try:
+        readiness = Readiness()
+        service = await prepare(settings, role, schema=readiness.schema)
+    except BaseException:
+        listener.close()
+        raise
     if on_prepared is not None:
         await on_prepared(service)
-    host, _, port = settings.server.listen.rpartition(":")
+    host, port = split_listen(settings.server.listen)
     app = create_app(service, role=role, readiness=readiness)
-    server = _Server(http_config(app, host=host, port=int(port), http_parser=settings.server.http_parser))
+    server = _Server(http_config(app, host=host, port=port, http_parser=settings.server.http_parser))
     worker = WorkerLoop(service) if role in ("worker", "all") else None
     background: list[asyncio.Task[None]] = []
     if worker is not None:
@@ -129,7 +141,7 @@ async def serve(
     readiness.tasks_alive = lambda: all(not task.done() for task in background)
     build_message_schemas()  # not inside the first run's first boundary or request; frozen with the rest
     _freeze_startup_objects()
-    http = asyncio.create_task(server.serve(), name="http")
+    http = asyncio.create_task(server.serve(sockets=[listener]), name="http")
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

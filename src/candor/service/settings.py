@@ -36,6 +36,7 @@ from .settings_sections import (
     OutboxSettings,
     SecuritySettings,
     ServerSettings,
+    TelemetrySettings,
     WorkerSettings,
 )
 from .settings_sources import (
@@ -62,6 +63,7 @@ __all__ = (
     "SHIPPED_OUTBOX_OVERRIDES",
     "SecuritySettings",
     "LogSettings",
+    "TelemetrySettings",
     "is_client_variable",
     "AgentSettings",
     "AgentModelSettings",
@@ -90,6 +92,7 @@ class ServiceSettings(BaseSettings):
     outbox: OutboxSettings = Field(default_factory=OutboxSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
 
     @classmethod
@@ -176,6 +179,7 @@ def _section_fields() -> dict[str, type[BaseModel] | None]:
         "outbox": OutboxSettings,
         "security": SecuritySettings,
         "log": LogSettings,
+        "telemetry": TelemetrySettings,
         "agents": None,
     }
 

@@ -29,6 +29,7 @@ __all__ = (
     "OutboxSettings",
     "LogSettings",
     "SecuritySettings",
+    "TelemetrySettings",
 )
 
 KiB = 1024
@@ -217,3 +218,12 @@ class SecuritySettings(Section):
                 # The message names the position only: a key never appears in an error.
                 raise ValueError(f"key {position} is not url-safe base64 of 32 bytes (a Fernet key)")
         return value
+
+
+class TelemetrySettings(Section):
+    """`[telemetry]`: OpenTelemetry traces of runs (docs/telemetry.md), exported over OTLP/HTTP to the endpoint of
+    the standard `OTEL_EXPORTER_OTLP_*` variables. Needs the `telemetry` extra (`pip install 'candor[telemetry]'`)."""
+
+    enabled: bool = False
+    service_name: str = Field("candor", min_length=1)
+    """`service.name` of every span this process exports (`OTEL_RESOURCE_ATTRIBUTES` may add other attributes)."""

@@ -100,19 +100,31 @@ def run_session(commands: list[str], cwd: Path, env: dict[str, str], port: int) 
     """Run the blocks as one bash script; the output of each block."""
     script = "set -euo pipefail\n" + "".join(f"{block}\necho\necho {END}\n" for block in commands)
     script = script.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+    script = script.replace(".venv/bin/candor", "candor")  # the checkout's venv is the test's: on PATH
     result = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout.split(END + "\n")
 
 
-def test_http_api_page_runs_when_pasted_into_bash(served: tuple[Path, dict[str, str], int]) -> None:
-    """The page's session — bootstrap a key, start a thread, wait for the approval, manage the queued inbox,
-    resume, list, archive — pasted into bash against `candor serve` answers what the page shows."""
+def _readme_service_lines() -> list[str]:
+    """README's service snippet without its `candor serve &` line (the fixture runs the server)."""
+    (snippet,) = [body for _, body in blocks(README, ("sh",)) if "candor serve" in body]
+    return [line for line in snippet.splitlines() if "candor serve" not in line]
+
+
+@pytest.mark.parametrize("after_readme", [False, True], ids=["fresh-database", "after-readme"])
+def test_http_api_page_runs_when_pasted_into_bash(served: tuple[Path, dict[str, str], int], after_readme: bool) -> None:
+    """The page's session — get a key, start a thread, wait for the approval, manage the queued inbox, resume,
+    list, archive — pasted into bash against `candor serve` answers what the page shows: on a fresh database, and
+    (issue 35) in the shell of a reader who ran the README's snippet first, whose bootstrap already happened."""
     cwd, env, port = served
     page = blocks(DOC)
     commands = [body for lang, body in page if lang == "bash"]
     assert len(commands) >= 8 and sum(lang == "http" for lang, _ in page) >= 7
-    outputs = run_session(commands, cwd, env, port)
+    if after_readme:
+        outputs = run_session(["\n".join(_readme_service_lines()), *commands], cwd, env, port)[1:]
+    else:
+        outputs = run_session(commands, cwd, env, port)
     position = -1
     for lang, body in page:
         if lang == "bash":
@@ -125,7 +137,18 @@ def test_readme_service_snippet_runs_when_pasted_into_bash(served: tuple[Path, d
     """README's service snippet (without its first line, `candor serve &`, which the fixture runs) creates a
     thread: 201."""
     cwd, env, port = served
-    (snippet,) = [body for _, body in blocks(README, ("sh",)) if "candor serve" in body]
-    lines = [line for line in snippet.splitlines() if "candor serve" not in line]
-    output = run_session(["\n".join(lines).replace(".venv/bin/candor", "candor")], cwd, env, port)[0]
+    output = run_session(["\n".join(_readme_service_lines())], cwd, env, port)[0]
     assert '"thread"' in output and '"run"' in output, output
+
+
+def test_an_empty_key_stops_the_page_with_a_message(served: tuple[Path, dict[str, str], int]) -> None:
+    """Issue 35: when bootstrap refuses (a workspace exists) and no `$SECRET` is at hand, the page's key block
+    stops with a message instead of leaving `CANDOR_KEY` empty for 401s later."""
+    cwd, env, _ = served
+    subprocess.run([sys.executable, "-m", "candor.cli", "bootstrap"], env=env, cwd=cwd, check=True,
+                   capture_output=True)  # fmt: skip
+    key_block = next(body for lang, body in blocks(DOC) if lang == "bash")
+    script = key_block.replace(".venv/bin/candor", "candor")
+    result = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "CANDOR_KEY: is empty: a workspace exists already" in result.stderr

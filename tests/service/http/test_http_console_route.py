@@ -78,3 +78,22 @@ async def test_resume_refuses_arguments_that_are_not_an_object(api: Any) -> None
     refused = await api.client.post(f"/v1/runs/{created['run']['id']}/resume", json=answer, headers=key.headers("r"))
     assert refused.status_code == 400
     assert error_of(refused)["details"]["fields"][0]["field"].startswith("approvals.a1")
+
+
+async def test_head_console_and_favicon(api: Any) -> None:
+    """Issue 35 item 3: `HEAD /console` answers like GET without a body; `/favicon.ico` is 204, not a 404."""
+    get = await api.client.get("/console")
+    head = await api.client.head("/console")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-type"] == get.headers["content-type"]
+    assert head.headers["content-security-policy"] == get.headers["content-security-policy"]
+    assert (await api.client.head("/console/console.js")).status_code == 200
+    for method in ("GET", "HEAD"):
+        icon = await api.client.request(method, "/favicon.ico")
+        assert icon.status_code == 204 and icon.content == b""
+
+
+async def test_sign_in_form_says_how_to_get_a_key(api: Any) -> None:
+    """Issue 35 item 3: a new user reading the sign-in form learns where a key comes from."""
+    page = (await api.client.get("/console")).text
+    assert "candor bootstrap" in page and "candor key create" in page

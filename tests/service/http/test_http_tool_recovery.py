@@ -34,6 +34,7 @@ async def test_invalid_option_is_400_everywhere(api: Any, value: Any) -> None:
     assert response.status_code == 400
     error = error_of(response)
     assert error["code"] == "invalid_argument"
+    assert 'must be one of "declared", "never" or "always"' in error["message"]  # issue 35 item 3
     [problem] = error["details"]["fields"]
     assert problem["field"] == "options.tool_recovery"
     assert await count(api.service, threads) == 0 and await count(api.service, runs) == 0

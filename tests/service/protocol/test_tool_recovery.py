@@ -6,7 +6,11 @@ from typing import Any
 
 import pytest
 
-from candor.service.protocol.tool_recovery import effective_tool_recovery, tool_recovery_problem
+from candor.service.protocol.tool_recovery import (
+    effective_tool_recovery,
+    tool_recovery_message,
+    tool_recovery_problem,
+)
 
 
 @pytest.mark.parametrize(
@@ -36,3 +40,16 @@ def test_option_problem(options: Any, problem: str | None) -> None:
 def test_agent_default_must_be_a_mode() -> None:
     with pytest.raises(ValueError):
         effective_tool_recovery({}, "sometimes")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("sometimes", 'options.tool_recovery must be one of "declared", "never" or "always" (got \'sometimes\')'),
+        (None, 'options.tool_recovery must be one of "declared", "never" or "always" (got None)'),
+        ("x" * 100, 'options.tool_recovery must be one of "declared", "never" or "always" (got \'' + "x" * 38 + "…)"),
+    ],
+)
+def test_message_names_the_allowed_values(value: Any, message: str) -> None:
+    """Issue 35 item 3: the 400's message names the three modes and what was sent (bounded)."""
+    assert tool_recovery_message(value) == message

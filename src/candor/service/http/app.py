@@ -33,6 +33,7 @@ from .errors import (
 from .openapi import OPENAPI_URL, mount_docs, operation_id, shape_openapi
 from .readiness import Readiness, Role
 from .routes import console, inbox, inspection, keys, ops, run_lists, runs, subscriptions, threads
+from .trace_header import TraceHeaderMiddleware
 
 __all__ = (
     "create_app",
@@ -130,6 +131,8 @@ def create_app(service: Service, *, role: Role, readiness: Readiness | None = No
     app.add_middleware(EdgeCheckMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=service.settings.server.max_request_bytes)
     app.add_middleware(RequestMetricsMiddleware)
+    if service.settings.telemetry.enabled or service.telemetry.enabled:
+        app.add_middleware(TraceHeaderMiddleware)  # docs/telemetry.md: runs record the request's traceparent
     app.add_middleware(RequestIdMiddleware, entropy=service.entropy)
     return app
 

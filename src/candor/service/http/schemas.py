@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from ..commands.rows import AttemptRow, EntryRow, RunRow, ThreadRow
 from ..protocol.resume import ApprovalAnswer, CallAnswer, ResumeAnswers
+from ..protocol.tool_recovery import TOOL_RECOVERY_MODES
 
 __all__ = (
     "TextItem",
@@ -93,9 +94,10 @@ class RunOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     client_tools: list[ClientTool] | None = Field(None, max_length=64)
-    tool_recovery: str | None = Field(None, json_schema_extra={"enum": ["declared", "never", "always"]})
-    """What a recovering attempt does with unanswered tool calls; wins over `[agents.<name>].tool_recovery`. Checked
-    by the command (400 `invalid_argument`, reason `not_a_tool_recovery_mode`), so every route answers alike."""
+    tool_recovery: Annotated[JsonValue, WithJsonSchema({"type": "string", "enum": sorted(TOOL_RECOVERY_MODES)})] = None
+    """What a recovering attempt does with unanswered tool calls; wins over `[agents.<name>].tool_recovery`. Any JSON
+    value passes the schema and is checked by the command (400 `invalid_argument`, reason `not_a_tool_recovery_mode`,
+    a message naming the three modes), so every route and every wrong type answer alike."""
 
 
 def _options(options: RunOptions | None) -> dict[str, Any] | None:

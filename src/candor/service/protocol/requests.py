@@ -19,7 +19,7 @@ from .client_tools import ClientToolsProblem, validate_client_tools
 from .idempotency import KeyProblem, canonical_json, validate_idempotency_key
 from .pending import resume_shape_problem
 from .resume import ResumeAnswers
-from .tool_recovery import TOOL_RECOVERY_FIELD, tool_recovery_problem
+from .tool_recovery import TOOL_RECOVERY_FIELD, tool_recovery_message, tool_recovery_problem
 
 __all__ = (
     "checked_limit",
@@ -108,7 +108,7 @@ def checked_options(value: Any) -> dict[str, Any] | None:
     if isinstance(tools, ClientToolsProblem):
         raise InvalidArgument(fields=[(tools.field, tools.reason)])
     if (reason := tool_recovery_problem(value)) is not None:
-        raise InvalidArgument(fields=[(TOOL_RECOVERY_FIELD, reason)])
+        raise InvalidArgument(tool_recovery_message(value["tool_recovery"]), fields=[(TOOL_RECOVERY_FIELD, reason)])
     return dict(value)
 
 

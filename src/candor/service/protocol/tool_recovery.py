@@ -17,12 +17,14 @@ from typing import Any, Final
 from candor.harness.recovery import TOOL_RECOVERY_MODES, ToolRecovery, validate_tool_recovery
 
 __all__ = ("TOOL_RECOVERY_FIELD", "TOOL_RECOVERY_INVALID", "DEFAULT_TOOL_RECOVERY", "tool_recovery_problem",
-           "effective_tool_recovery", "TOOL_RECOVERY_MODES", "ToolRecovery")  # fmt: skip
+           "tool_recovery_message", "effective_tool_recovery", "TOOL_RECOVERY_MODES", "ToolRecovery")  # fmt: skip
 
 TOOL_RECOVERY_FIELD: Final = "options.tool_recovery"
 TOOL_RECOVERY_INVALID: Final = "not_a_tool_recovery_mode"
 """The reason of the 400 `invalid_argument` for a value other than "declared", "never" or "always"."""
 DEFAULT_TOOL_RECOVERY: Final[ToolRecovery] = "declared"
+_ECHO_LIMIT: Final = 40
+"""The longest rejected value a message repeats back (a body may hold anything)."""
 
 
 def tool_recovery_problem(options: Mapping[str, Any] | None) -> str | None:
@@ -34,6 +36,14 @@ def tool_recovery_problem(options: Mapping[str, Any] | None) -> str | None:
     except ValueError:
         return TOOL_RECOVERY_INVALID
     return None
+
+
+def tool_recovery_message(value: object) -> str:
+    """The 400's human message for a rejected `options.tool_recovery`: the allowed values, then what was sent."""
+    sent = repr(value)
+    if len(sent) > _ECHO_LIMIT:
+        sent = sent[: _ECHO_LIMIT - 1] + "…"
+    return f'{TOOL_RECOVERY_FIELD} must be one of "declared", "never" or "always" (got {sent})'
 
 
 def effective_tool_recovery(options: Mapping[str, Any] | None, agent_default: str) -> ToolRecovery:

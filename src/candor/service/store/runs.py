@@ -113,6 +113,8 @@ _CLAIM_RUN_COLUMNS = (
     runs.c.parent_run_id,
     runs.c.start_checkpoint_id,
     runs.c.available_at,
+    runs.c.created_at,
+    runs.c.trace_context,
 )
 
 
@@ -141,6 +143,10 @@ class ClaimedRun:
     cancel_requested: bool
     queue_wait_ms: int
     """Milliseconds between `available_at` and the claim ("Attempt claimed", §7.2)."""
+    created_at: float = 0.0
+    """When the run was accepted (epoch seconds): where its run span starts (docs/telemetry.md)."""
+    trace_context: str | None = None
+    """The `traceparent` the run was created in; its attempts are traced under it (docs/telemetry.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,6 +424,8 @@ def _claimed(row: Mapping[str, Any], lease: Lease, start_reason: StartReason, no
         start_checkpoint_id=row["start_checkpoint_id"],
         cancel_requested=row["cancel_requested_at"] is not None,
         queue_wait_ms=max(0, int((now - row["available_at"]) * 1000)),
+        created_at=row["created_at"],
+        trace_context=row["trace_context"],
     )
 
 

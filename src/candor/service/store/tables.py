@@ -287,6 +287,8 @@ runs = Table(
     Column("attempts", Integer, nullable=False, default=0),
     Column("max_attempts", Integer, nullable=False),
     Column("tool_recovery", CODE, nullable=False, server_default="declared"),
+    # The W3C `traceparent` of the request (or attempt) that created the run; its attempts trace under it.
+    Column("trace_context", String(128)),
     Column("start_checkpoint_id", ID),
     Column("checkpoint_id", ID),
     Column("checkpoint_seq", Integer, nullable=False, default=0),

@@ -25,6 +25,7 @@ from ..protocol.idempotency import canonical_json, sha256_hex
 from ..protocol.new_run import NewRun
 from ..runtime import Entropy, SystemEntropy
 from ..settings import ServiceSettings
+from ..telemetry.context import recorded_traceparent
 from .auth import get_workspace, new_id, read_authority
 from .dialect import db_now, violated_constraint
 from .engine import nothing_to_commit
@@ -300,6 +301,7 @@ _RUN_VALUE_COLUMNS = (
     "max_attempts",
     "tool_recovery",
     "start_checkpoint_id",
+    "trace_context",
 )
 _ACCEPTED = {"status": "accepted", "attempts": 0, "checkpoint_seq": 0, "version": 1}
 NEW_RUN_VALUES: Mapping[str, ColumnElement[Any]] = (
@@ -324,6 +326,7 @@ def new_run_params(run: NewRun, run_id: str) -> dict[str, Any]:
         "trigger": run.trigger, "lineage": run.lineage, "parent_run_id": run.parent_run_id,
         "max_attempts": run.max_attempts, "tool_recovery": run.tool_recovery,
         "start_checkpoint_id": run.start_checkpoint_id,
+        "trace_context": recorded_traceparent(),  # the request's (or attempt's) context: docs/telemetry.md
     }  # fmt: skip
     return {f"new_{name}": value for name, value in values.items()}
 

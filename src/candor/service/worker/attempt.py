@@ -75,8 +75,9 @@ def _ended(kind: Any, **fields: Any) -> _Finished:
 
 async def run_attempt(service: Service, handle: AttemptHandle) -> None:
     """Execute the claimed attempt of `handle` to its end (§7.7–§7.11)."""
-    with holding(handle):  # `lease_held()` for the agent's tools (issue 34 item 3)
-        await _Attempt(service, handle).run()
+    attempt = _Attempt(service, handle)
+    with holding(handle), attempt.trace.active():  # `lease_held()` for tools; the attempt span (telemetry)
+        await attempt.run()
 
 
 class _Attempt:
@@ -90,6 +91,7 @@ class _Attempt:
         """Every database call of the attempt, retried through a blip within the lease (issue 34)."""
         self.cause: str | None = None
         """Why the attempt failed or was abandoned, in words, for its "Attempt ended" line."""
+        self.trace = service.telemetry.attempt(handle.claimed)
         self.expected_seq = self.claimed.checkpoint_seq
         self.base_id: str | None = self.claimed.checkpoint_id or self.claimed.start_checkpoint_id
         self.base_encoded: list[EncodedMessage] = []
@@ -130,6 +132,7 @@ class _Attempt:
             reason = "deadline_cancelled"
             await self._record_usage_unfenced()
         finally:
+            self.trace.ended(status, reason, self.stream)
             duration = self.service.clock.monotonic() - self.handle.started_at
             ATTEMPT_DURATION.labels(status=attempt_status_label(status)).observe(duration)
             duration_ms = int(duration * 1000)
@@ -200,7 +203,8 @@ class _Attempt:
                     deferred_tools_supported=True,
                     model=model,
                     toolsets=[*client_toolsets(tools), *child_toolsets(self.service, claimed), *mcp_toolsets],
-                    capabilities=[LeaseCheck(handle)],  # no tool starts once the lease is not held (issue 34)
+                    # no tool starts once the lease is not held; step spans (docs/telemetry.md)
+                    capabilities=[LeaseCheck(handle), *self.trace.capabilities],
                 ),
                 deferred_resume=self._resume_batch(start),
             )
@@ -396,6 +400,7 @@ class _Attempt:
 
     async def _settle(self, finished: _Finished) -> tuple[str, str]:
         decision = classify_outcome(finished.outcome, output_limit=self.settings.worker.output_bytes)
+        self.trace.decided(decision)
         if (not isinstance(decision, Seal) or not decision.final_commit) and not isinstance(decision, NoSeal):
             await self._flush_deltas()  # the final commit carries them; other settling writes do not
         failpoints.hit(failpoints.BEFORE_SEAL)
@@ -414,6 +419,7 @@ class _Attempt:
                     failure_message=finished.message,
                     usage=usage_delta(current, self.recorded),
                 )
+                self.trace.decided(result)  # a seal after recovery (§7.6) ends the run span too
                 self.recorded = current
                 if isinstance(result, Requeue) and result.wake_workers:
                     self.service.wake_workers()

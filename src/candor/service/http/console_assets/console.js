@@ -192,15 +192,46 @@ function pendingItems(run) {
   return [...pending.approvals, ...pending.calls];
 }
 
+// A question's text is usually both an argument and a metadata entry (`CallDeferred(metadata={"question": …})`):
+// shown once, as text, and left out of the JSON blocks.
+function questionText(item) {
+  if (item.kind !== "question") return null;
+  for (const source of [item.metadata, item.arguments]) {
+    if (source && typeof source.question === "string") return source.question;
+  }
+  return null;
+}
+
+function withoutQuestion(values, question) {
+  const rest = { ...(values || {}) };
+  if (question !== null && rest.question === question) delete rest.question;
+  return rest;
+}
+
+// Metadata entries that only repeat an argument add nothing.
+function metadataBeyond(item, question) {
+  const extra = {};
+  for (const [key, value] of Object.entries(withoutQuestion(item.metadata, question))) {
+    if (JSON.stringify(value) !== JSON.stringify((item.arguments || {})[key])) extra[key] = value;
+  }
+  return extra;
+}
+
 function renderItem(item, runId) {
   const id = item.tool_call_id;
   const node = el("div", { class: "item", "data-call-id": id, "data-kind": item.kind });
   const kind = el("span", { class: "kind " + item.kind, text: item.kind });
   node.append(el("div", {}, el("span", { class: "tool", text: item.tool_name }), kind,
     el("span", { class: "meta", text: "  " + id })));
-  node.append(el("p", { class: "caption", text: "arguments" }), el("pre", { class: "arguments", text: pretty(item.arguments) }));
-  if (item.metadata && Object.keys(item.metadata).length) {
-    node.append(el("p", { class: "caption", text: "metadata" }), el("pre", { class: "metadata", text: pretty(item.metadata) }));
+  const question = questionText(item);
+  if (question !== null) node.append(el("p", { class: "question-text", text: question }));
+  const args = withoutQuestion(item.arguments, question);
+  if (question === null || Object.keys(args).length) {
+    node.append(el("p", { class: "caption", text: "arguments" }), el("pre", { class: "arguments", text: pretty(args) }));
+  }
+  const extra = metadataBeyond(item, question);
+  if (Object.keys(extra).length) {
+    node.append(el("p", { class: "caption", text: "metadata" }), el("pre", { class: "metadata", text: pretty(extra) }));
   }
   // One radio group per item of this card: call ids repeat across runs (deterministic ids, a second run of the same
   // script), and a shared name would make answering one card clear the other's choice.
@@ -322,7 +353,8 @@ function syncControls(card, run) {
 }
 
 function renderRun(run) {
-  const card = el("article", { class: "run", "data-run-id": run.id, "data-thread-id": run.thread_id });
+  const card = el("article", { class: "run", "data-run-id": run.id, "data-thread-id": run.thread_id,
+    "data-agent": run.agent });
   card.append(el("h2", { text: `Agent ${run.agent} asks for ${pendingItems(run).length} answer(s)` }));
   const since = run.sealed_at ? new Date(run.sealed_at).toLocaleString() : "";
   card.append(el("p", { class: "meta" }, document.createTextNode("agent "), el("code", { text: run.agent }),
@@ -370,6 +402,9 @@ function showOutcome(card, successor) {
   }
   if (successor.failure) box.append(el("pre", { class: "successor-failure", text: pretty(successor.failure) }));
   box.hidden = false;
+  // The heading said what the run asked for; once answered it says so (no stale count under "No run is waiting").
+  card.classList.add("answered");
+  card.querySelector("h2").textContent = `Agent ${card.dataset.agent}: answered`;
   for (const control of card.querySelectorAll("input, textarea, button")) control.disabled = true;
 }
 

@@ -42,16 +42,23 @@ def _serve(name: str) -> Response:
     return Response(_asset(name), media_type=ASSETS[name], headers=_HEADERS)
 
 
-@router.get("/console")
+@router.api_route("/console", methods=["GET", "HEAD"])
 async def console_page() -> Response:
+    """The page; HEAD answers like GET (without the body), as link checkers and `curl -I` expect."""
     return _serve("index.html")
+
+
+@router.api_route("/favicon.ico", methods=["GET", "HEAD"])
+async def favicon() -> Response:
+    """204: the console ships no icon, and a browser's automatic request for one is not an error to log as 404."""
+    return Response(status_code=204, headers={"Cache-Control": "max-age=86400"})
 
 
 # The inspector's pages are deep links (`/console/threads/{id}`, `/console/runs/{id}`): the same page, which reads
 # its path and renders the view, so a reload or a shared link opens the same view.
-@router.get("/console/threads")
-@router.get("/console/threads/{thread_id}")
-@router.get("/console/runs/{run_id}")
+@router.api_route("/console/threads", methods=["GET", "HEAD"])
+@router.api_route("/console/threads/{thread_id}", methods=["GET", "HEAD"])
+@router.api_route("/console/runs/{run_id}", methods=["GET", "HEAD"])
 async def console_deep_link() -> Response:
     return _serve("index.html")
 
@@ -63,7 +70,7 @@ def _asset_route(name: str) -> None:
     async def console_asset() -> Response:
         return _serve(name)
 
-    router.add_api_route(f"/console/{name}", console_asset, methods=["GET"], name=f"console_asset_{name}")
+    router.add_api_route(f"/console/{name}", console_asset, methods=["GET", "HEAD"], name=f"console_asset_{name}")
 
 
 for _name in ASSETS:
