@@ -73,9 +73,9 @@ def statements(engine: AsyncEngine) -> Iterator[list[tuple[str, CacheStats]]]:
 @asynccontextmanager
 async def driver_statements(engine: AsyncEngine) -> AsyncIterator[list[str]]:
     """The SQL statements `engine`'s connections send inside the block, as the driver sees them: asyncpg's query log
-    (its type introspection, once per connection, left out) or SQLite's trace callback. A step commit runs on the
-    driver directly (`store/pg_commits.py`, `store/sqlite_commits.py`), so SQLAlchemy's events (`statements`) do
-    not see it. BEGIN, COMMIT and ROLLBACK are left out (PostgreSQL's step commit has none: it is one statement).
+    (its type introspection, once per connection, left out) or SQLite's trace callback. A plain step commit runs on the
+    driver directly on PostgreSQL (`store/step_commit.py`), so SQLAlchemy's events (`statements`) do not see it.
+    BEGIN, COMMIT and ROLLBACK are left out (PostgreSQL's step commit has none: it is one statement).
     Only connections checked out inside the block are observed. asyncpg hands its log to the loggers on the event
     loop's next turn (`call_soon`), so the block ends with one."""
     sent: list[str] = []
