@@ -142,6 +142,12 @@ class Failover:
         async with self.db.service.engine.connect() as conn:
             return (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().one()
 
+    async def _committed_seq(self, run_id: str) -> int:
+        """The run's last committed checkpoint seq: plain steps insert checkpoint rows without moving `runs` (§7.8)."""
+        async with self.db.service.engine.connect() as conn:
+            query = select(func.coalesce(func.max(checkpoints.c.seq), 0)).where(checkpoints.c.run_id == run_id)
+            return int((await conn.execute(query)).scalar_one())
+
     async def _attempts(self, run_id: str) -> list[Any]:
         async with self.db.service.engine.connect() as conn:
             query = select(run_attempts).where(run_attempts.c.run_id == run_id).order_by(run_attempts.c.number)
@@ -189,7 +195,12 @@ class Failover:
             rows = [await self._run_row(run_id) for run_id in run_ids]
             if any(row["status"] in _service.SEALED for row in rows):
                 raise RuntimeError(f"round {self.rounds}: a run ended before the signal; raise --steps")
-            return True if all(r["status"] == "running" and r["checkpoint_seq"] >= self.kill_at for r in rows) else None
+            running = all(r["status"] == "running" for r in rows)
+            return (
+                True
+                if running and all([await self._committed_seq(run_id) >= self.kill_at for run_id in run_ids])
+                else None
+            )
 
         await self._poll(all_mid_run, f"checkpoint {self.kill_at} of runs {', '.join(run_ids)}", 30)
         victim, survivor = self.active, self.standby

@@ -236,7 +236,7 @@ class _locked:
             await self.conn.begin()
             await self.conn.execute(text("LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE"))
         else:  # a plain sqlite3 connection: the engine's own would begin its transaction itself
-            self.file = sqlite3.connect(self.db.url.removeprefix("sqlite:///"), isolation_level=None)
+            self.file = sqlite3.connect(self.db.url.removeprefix("sqlite:///"), isolation_level=None, timeout=30)
             self.file.execute("BEGIN IMMEDIATE")
 
     async def __aexit__(self, *exc: object) -> None:

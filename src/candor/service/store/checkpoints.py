@@ -236,10 +236,10 @@ def kept_count(base: Sequence[EncodedMessage], new: Sequence[EncodedMessage]) ->
     return common_prefix_length([m.digest for m in base], [m.digest for m in new])
 
 
-def written_bytes(envelope: EncodedEnvelope, fresh: Sequence[EncodedMessage]) -> int:
-    """`CheckpointWritten.bytes_written` of a commit: its new messages' bodies and digests plus the envelope and
-    its digest (S-42: what grows with the new messages only)."""
-    return len(envelope.text) + len(envelope.digest) + sum(len(m.body) + len(m.digest) for m in fresh)
+def written_bytes(envelope: EncodedEnvelope, packed_messages: str) -> int:
+    """`CheckpointWritten.bytes_written` of a commit: its new messages as packed in the row (bodies, digests and
+    length prefixes) plus the envelope and its digest (S-42: what grows with the new messages only)."""
+    return len(envelope.text) + len(envelope.digest) + len(packed_messages)
 
 
 def new_checkpoint_id(token_hex: Callable[[int], str] = secrets.token_hex) -> str:
@@ -392,9 +392,9 @@ def checkpoint_writes(
         "ckp_envelope_digest": encoded_envelope.digest,
     }
     fresh = new_encoded[kept:]
-    params["ckp_messages"] = pack_messages(fresh)
+    params["ckp_messages"] = packed = pack_messages(fresh)
     params["ckp_usage"] = dict(usage) if usage else None
-    written = written_bytes(encoded_envelope, fresh)
+    written = written_bytes(encoded_envelope, packed)
     statements = [insert_checkpoint_row()]
     return statements, params, CheckpointWritten(id=checkpoint_id, kept=kept, count=count, bytes_written=written)
 

@@ -123,12 +123,12 @@ class StepCommit:
         if base_id is None and base_encoded:
             raise ValueError("base_encoded must be empty when there is no base checkpoint")
         kept = kept_count(base_encoded, new_encoded)
-        fresh = new_encoded[kept:]
+        packed = pack_messages(new_encoded[kept:])
         return cls(
             lease=lease, checkpoint_id=checkpoint_id or new_checkpoint_id(), seq=expected_seq + 1, base_id=base_id,
-            kept=kept, count=len(new_encoded), messages=pack_messages(fresh), envelope=envelope,
+            kept=kept, count=len(new_encoded), messages=packed, envelope=envelope,
             usage=dict(usage) if usage else None, stream_entries=tuple(stream_entries),
-            bytes_written=written_bytes(envelope, fresh),
+            bytes_written=written_bytes(envelope, packed),
         )  # fmt: skip
 
     @property
