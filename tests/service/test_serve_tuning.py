@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
-import logging
 from typing import Any
 
 import pytest
@@ -13,36 +11,22 @@ import uvloop
 from pydantic import ValidationError
 
 from candor.service.core import Service, pool_size_for
-from candor.service.process import loop_factory, prepare
+from candor.service.process import loop_factory
 from candor.service.settings import ServiceSettings
-from candor.service.store.engine import create_engine
 
 
-def test_defaults_are_uvloop_httptools_and_a_pool_of_ten_plus_ten() -> None:
-    """The defaults a control process serves with (docs/operations.md, "Tuning a process")."""
+def test_defaults_are_uvloop_httptools_and_a_pool_of_ten_plus_five() -> None:
+    """The defaults a process serves with (docs/operations.md, "Tuning a process")."""
     settings = ServiceSettings()
     assert (settings.server.event_loop, settings.server.http_parser) == ("uvloop", "httptools")
-    assert (pool_size_for(settings, runs_worker=False), settings.database.max_overflow) == (10, 10)
+    assert (pool_size_for(settings), settings.database.max_overflow) == (10, 5)
 
 
-@pytest.mark.parametrize(
-    ("database", "slots", "runs_worker", "expected"),
-    [
-        ({}, 4, True, 12),  # one per slot plus the headroom
-        ({}, 1, True, 10),  # never below the control default
-        ({}, 16, True, 24),
-        ({}, 16, False, 10),  # a control process runs no slots
-        ({"pool_size": 5}, 16, True, 5),  # an operator's choice stands (prepare() warns when it is below the slots)
-        ({"pool_size": 40}, 4, False, 40),
-    ],
-)
-def test_pool_size_fits_the_worker_slots_unless_set(
-    database: dict[str, Any], slots: int, runs_worker: bool, expected: int
-) -> None:
-    """A worker's pool holds a connection for every slot, so busy slots never churn overflow connections (each a
-    new PostgreSQL backend); an explicit `database.pool_size` is used as it is."""
+@pytest.mark.parametrize(("database", "slots", "expected"), [({}, 1, 10), ({}, 4096, 10), ({"pool_size": 40}, 4, 40)])
+def test_pool_size_does_not_follow_the_worker_slots(database: dict[str, Any], slots: int, expected: int) -> None:
+    """§7.8.1: a process's pool is `database.pool_size` (10 when unset) whatever `worker.slots` is."""
     settings = ServiceSettings(database=database, worker={"slots": slots})
-    assert pool_size_for(settings, runs_worker=runs_worker) == expected
+    assert pool_size_for(settings) == expected
 
 
 @pytest.mark.parametrize(
@@ -107,124 +91,3 @@ async def test_postgres_engine_pool_follows_the_settings(postgres_url: str) -> N
         assert (pool.checkedin(), pool.checkedout()) == (3, 0)  # the 2 overflow connections were closed
     finally:
         await service.close()
-
-
-@pytest.mark.postgres
-async def test_a_worker_process_pool_is_sized_for_its_slots(postgres_url: str) -> None:
-    """`Service.open(runs_worker=True)` with `database.pool_size` unset keeps a connection per slot plus headroom:
-    16 slots' concurrent checkouts all go back to the pool instead of being closed as overflow."""
-    settings = ServiceSettings(database={"url": postgres_url}, worker={"slots": 16})
-    service = await Service.open(settings, runs_worker=True)
-    try:
-        pool: Any = service.engine.pool
-        assert pool.size() == 24
-        connections = [await service.engine.connect() for _ in range(16)]
-        for connection in connections:
-            await connection.close()
-        assert pool.checkedin() == 16
-    finally:
-        await service.close()
-
-
-async def test_a_worker_pool_set_below_its_slots_is_warned_about(db: Any, caplog: Any) -> None:
-    """An explicit `database.pool_size` below `worker.slots` starts the worker (the operator may mean it) but says
-    what it costs, on PostgreSQL; SQLite has no pool to size."""
-    settings = ServiceSettings(
-        database={"url": db.url, "pool_size": 2}, worker={"slots": 8},
-        agents={"demo": {"factory": "worker.support:factory"}},
-    )  # fmt: skip
-    with caplog.at_level(logging.WARNING, logger="candor.process"):
-        service = await prepare(settings, "worker")
-    await service.close()
-    warned = [record for record in caplog.records if "pool_size is below worker.slots" in record.getMessage()]
-    assert len(warned) == (1 if db.kind == "postgresql" else 0)
-
-
-def test_sqlite_engine_ignores_the_pool_settings(tmp_path: Any) -> None:
-    """SQLite has one writer; its engine keeps SQLAlchemy's own pool whatever the settings say."""
-    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}", pool_size=50, max_overflow=7)
-    assert engine.pool.size() != 50  # type: ignore[attr-defined]
-    asyncio.run(engine.dispose())
-
-
-class _Cycle:
-    """A reference cycle: only the cyclic collector frees it."""
-
-    def __init__(self) -> None:
-        self.me = self
-
-
-def test_startup_objects_are_frozen_after_collecting_startup_garbage() -> None:
-    """A process's startup objects leave the cyclic collector's generations (`gc.freeze`), so no full collection
-    walks them again (docs/control-cost.md: 95–100 ms pauses before); garbage startup left is collected first, not
-    frozen for the process's life."""
-    import weakref
-
-    from candor.service.process import _freeze_startup_objects
-
-    garbage = _Cycle()
-    collected = weakref.ref(garbage)
-    del garbage
-    kept = _Cycle()
-    frozen_before = gc.get_freeze_count()
-    try:
-        _freeze_startup_objects()
-        assert collected() is None
-        assert gc.get_freeze_count() > frozen_before
-        assert gc.get_count()[0] < 100  # the generations were emptied into the permanent one
-        del kept
-    finally:
-        gc.unfreeze()
-
-
-async def test_serve_freezes_its_startup_objects_before_serving_http(tmp_path: Any, monkeypatch: Any) -> None:
-    """`serve` freezes once the process is prepared and its app built, before uvicorn answers a request."""
-    import candor.service.process as process
-
-    seen: list[int] = []
-
-    async def serve_http(self: Any) -> None:  # the HTTP task ends at once, so `serve` stops
-        seen.append(gc.get_freeze_count())
-
-    monkeypatch.setattr(process._Server, "serve", serve_http)
-    gc.unfreeze()
-    try:
-        await process.serve(ServiceSettings(database={"url": f"sqlite:///{tmp_path / 'c.db'}"}), "control")
-    finally:
-        gc.unfreeze()
-    assert seen and seen[0] > 0
-
-
-def test_message_schemas_are_built_by_build_message_schemas_not_by_the_first_run() -> None:
-    """pydantic-ai defers its message schemas; `build_message_schemas` builds them (46–61 ms the first worker
-    boundary otherwise paid, docs/worker-cost.md). A fresh interpreter, since this one has long built them."""
-    import subprocess
-    import sys
-
-    probe = """
-from pydantic_ai import ModelMessagesTypeAdapter
-from pydantic_ai.messages import ToolReturnPart
-from candor.service.store.checkpoints import build_message_schemas
-owner = next(vars(c)["__pydantic_serializer__"] for c in ToolReturnPart.__mro__ if "__pydantic_serializer__" in vars(c))
-print(ModelMessagesTypeAdapter.pydantic_complete, ToolReturnPart in owner._serializers)
-build_message_schemas()
-print(ModelMessagesTypeAdapter.pydantic_complete, ToolReturnPart in owner._serializers)
-"""
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
-    assert done.stdout.split() == ["False", "False", "True", "True"]
-
-
-async def test_serve_builds_the_message_schemas_before_freezing(tmp_path: Any, monkeypatch: Any) -> None:
-    """`serve` builds the message schemas once prepared, before the freeze and before uvicorn answers a request."""
-    import candor.service.process as process
-
-    calls: list[str] = []
-    monkeypatch.setattr(process, "build_message_schemas", lambda: calls.append("build"))
-    monkeypatch.setattr(process, "_freeze_startup_objects", lambda: calls.append("freeze"))
-
-    async def serve_http(self: Any) -> None:  # the HTTP task ends at once, so `serve` stops
-        calls.append("http")
-
-    monkeypatch.setattr(process._Server, "serve", serve_http)
-    await process.serve(ServiceSettings(database={"url": f"sqlite:///{tmp_path / 'c.db'}"}), "control")
-    assert calls == ["build", "freeze", "http"]

@@ -7,6 +7,7 @@ user actions live in `commands/`, execution in `worker/`, and the control sweeps
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ from .agents import AgentRegistry
 from .runtime import Clock, Entropy, SystemClock, SystemEntropy
 from .settings import ServiceSettings
 from .signing_keys import KeyRing
+from .store.connections import application_name
 from .store.engine import Engine, bind_key_ring, create_engine
 from .store.notify import Notifier
 
@@ -30,25 +32,14 @@ def agent_registry(settings: ServiceSettings) -> AgentRegistry:
 
 
 DEFAULT_POOL_SIZE = 10
-WORKER_POOL_HEADROOM = 8
-"""Connections a worker process needs besides one per slot: the claim loop, the supervisor's heartbeats and lease
-renewals, the live stream's timed writes, and in an `all` process the sweeps and HTTP requests."""
+"""`database.pool_size` when unset, for every role: with the default `max_overflow` of 5 and a worker's LISTEN
+connection, a process holds at most 16 connections, and six processes fit PostgreSQL's default `max_connections`."""
 
 
-def pool_size_for(settings: ServiceSettings, *, runs_worker: bool) -> int:
-    """`database.pool_size` when set; else 10, or one connection per worker slot plus `WORKER_POOL_HEADROOM` (at
-    least 10) in a process that runs a worker (pure).
-
-    A worker whose slots outnumber its pooled connections takes overflow connections under load, and SQLAlchemy
-    closes each one when it comes back to a full pool: every such commit then pays a new PostgreSQL connection (a
-    forked backend, authentication, statements prepared again). With 16 slots on a pool of 10, 16 concurrent runs
-    opened about one new connection a second; with the pool sized for the slots, none (docs/worker-cost.md).
-    """
-    if settings.database.pool_size is not None:
-        return settings.database.pool_size
-    if runs_worker:
-        return max(DEFAULT_POOL_SIZE, settings.worker.slots + WORKER_POOL_HEADROOM)
-    return DEFAULT_POOL_SIZE
+def pool_size_for(settings: ServiceSettings) -> int:
+    """`database.pool_size`, or `DEFAULT_POOL_SIZE` when unset (pure), whatever the role and `worker.slots`: a run in
+    flight holds a connection only while one of its statements runs (§7.8.1, store/connections.py)."""
+    return settings.database.pool_size if settings.database.pool_size is not None else DEFAULT_POOL_SIZE
 
 
 @dataclass(kw_only=True)
@@ -64,6 +55,8 @@ class Service:
     """In-process wake-up signal for workers (an asyncio.Event-like object), set when a run becomes due."""
     notifier: Notifier | None = None
     """Cross-process wake-ups (PostgreSQL `NOTIFY candor_wake`); workers listen in `process.serve`."""
+    on_listening: Callable[[bool], None] = lambda connected: None
+    """Told whether the worker's LISTEN connection is up (`connections.watch_connections` sets the gauge)."""
     key_ring: KeyRing = field(init=False)
     """The webhook signing-secret ring of `settings.security.keys`; bound to `engine` for the store's statements."""
 
@@ -77,15 +70,18 @@ class Service:
         settings: ServiceSettings,
         *,
         runs_worker: bool = False,
+        role: str | None = None,
         agents: AgentRegistry | None = None,
         clock: Clock | None = None,
         entropy: Entropy | None = None,
     ) -> Service:
-        """`runs_worker`: this process runs a worker loop, so its pool is sized for the slots (`pool_size_for`)."""
+        """`runs_worker`: this process runs a worker loop. `role` names its connections on PostgreSQL
+        (`connections.application_name`; default: `worker` or `service`)."""
         engine = create_engine(
             settings.database.url, timeout=settings.database.timeout,
-            pool_size=pool_size_for(settings, runs_worker=runs_worker), max_overflow=settings.database.max_overflow,
+            pool_size=pool_size_for(settings), max_overflow=settings.database.max_overflow,
             sqlite_synchronous=settings.database.sqlite_synchronous,
+            application_name=application_name(role or ("worker" if runs_worker else "service")),
         )  # fmt: skip
         return cls(
             settings=settings,
