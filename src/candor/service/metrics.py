@@ -74,7 +74,8 @@ DB_CONNECTIONS = Gauge(
 )
 DB_CONNECTION_LIMIT = Gauge(
     "candor_db_connection_limit",
-    "The most PostgreSQL connections this process may hold: pool_size + max_overflow + its LISTEN connection.",
+    "The most PostgreSQL connections this process may hold, by role: pool (pool_size + max_overflow), listen.",
+    ["role"],
 )
 
 METRIC_NAMES: frozenset[str] = frozenset(

@@ -177,7 +177,8 @@ async def test_the_gauge_counts_the_pools_connections(postgres_url: str) -> None
         for connection in held:
             await connection.close()
         assert (gauge("pool", "in_use"), gauge("pool", "idle")) == (0.0, 2.0)
-        assert REGISTRY.get_sample_value("candor_db_connection_limit") == 4.0
+        assert REGISTRY.get_sample_value("candor_db_connection_limit", {"role": "pool"}) == 3.0
+        assert REGISTRY.get_sample_value("candor_db_connection_limit", {"role": "listen"}) == 1.0
         listening(True)
         assert gauge("listen", "in_use") == 1.0
     finally:

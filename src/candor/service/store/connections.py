@@ -34,6 +34,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..metrics import DB_CONNECTION_LIMIT, DB_CONNECTIONS
+from .dialect import is_postgresql_url
 
 __all__ = (
     "ConnectionBudget",
@@ -180,7 +181,7 @@ async def check_server_budget(engine: AsyncEngine, budget: ConnectionBudget, *, 
     """Warn (log, and return the message) when the configured processes could exceed the server's connection
     limit. `processes`: `database.processes`; None estimates it as the other candor processes connected now plus
     this one. PostgreSQL only; a failed read is logged and skipped (the check advises, it never stops a start)."""
-    if engine.dialect.name != "postgresql":
+    if not is_postgresql_url(engine.url):
         return None
     try:
         async with engine.connect() as connection:
@@ -201,12 +202,13 @@ async def check_server_budget(engine: AsyncEngine, budget: ConnectionBudget, *, 
 
 def watch_connections(engine: AsyncEngine, budget: ConnectionBudget) -> Callable[[bool], None]:
     """Export the pool's connections as `candor_db_connections{role="pool", state="in_use"|"idle"}`, read at each
-    scrape, and the budget as `candor_db_connection_limit`. Returns the setter of the listen connection's state
+    scrape, and the budget as `candor_db_connection_limit{role}`. Returns the setter of the listen connection's state
     (`role="listen"`), for the LISTEN task's `on_connected`."""
     pool: Any = engine.sync_engine.pool
     DB_CONNECTIONS.labels(role="pool", state="in_use").set_function(lambda: _count(pool, "checkedout"))
     DB_CONNECTIONS.labels(role="pool", state="idle").set_function(lambda: _count(pool, "checkedin"))
-    DB_CONNECTION_LIMIT.set(budget.total)
+    DB_CONNECTION_LIMIT.labels(role="pool").set(budget.pool + budget.overflow)
+    DB_CONNECTION_LIMIT.labels(role="listen").set(budget.listen)
     listen = DB_CONNECTIONS.labels(role="listen", state="in_use")
     listen.set(0)
 

@@ -30,6 +30,7 @@ from .dialect import (
     engine_options,
     guards_decide_races,
     install_connection_hooks,
+    is_postgresql_url,
     pool_options,
 )
 from .writer_gate import writer_turn
@@ -125,7 +126,7 @@ def create_engine(
     resolved = async_url(url)
     kwargs = engine_options(resolved, timeout=timeout)
     kwargs.update(pool_options(resolved, pool_size=pool_size, max_overflow=max_overflow))
-    if resolved.get_backend_name() == "postgresql":
+    if is_postgresql_url(resolved):
         kwargs["pool_timeout"] = timeout
         kwargs["connect_args"] = postgres_connect_args(kwargs["connect_args"], timeout=timeout, name=application_name)
     # Statement parameters hold message text and secret hashes: driver errors and logs show the SQL only.
