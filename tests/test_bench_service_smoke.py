@@ -166,3 +166,19 @@ def test_step_instructions_counts_every_system_under_callgrind(tmp_path: Path, p
     assert all(value > 0 for value in data["wait_cpu_ms_per_step"].values())
     assert data["verdicts"] == []  # it sets no targets: it explains service_steps' CPU ratios
     assert "M instructions per step" in stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_runs_in_flight_counts_the_workers_connections(tmp_path: Path, postgres_server: str) -> None:
+    """§7.8.1: every run queued before the worker starts is in flight on it at once, its connections (read from
+    pg_stat_activity by its application_name) stay within its budget (pool 10 + overflow 4 + listen + heartbeat),
+    and every run completes."""
+    stdout, data = run_service_bench("runs_in_flight", tmp_path)
+    assert data["completed"] == data["runs"] == 20 and data["failed"] == 0
+    peak = data["peak"]
+    assert peak["in_flight"] == 20
+    assert 1 <= peak["connections"] <= 16 and 0 <= peak["active"] <= peak["connections"]
+    assert 0 < peak["rss_mb"] <= 300
+    assert [v["target"].split(" ")[0] for v in data["verdicts"]] == ["worker", "worker", "runs", "attempts"]
+    assert "peak runs in flight" in stdout

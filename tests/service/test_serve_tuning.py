@@ -15,11 +15,11 @@ from candor.service.process import loop_factory
 from candor.service.settings import ServiceSettings
 
 
-def test_defaults_are_uvloop_httptools_and_a_pool_of_ten_plus_five() -> None:
+def test_defaults_are_uvloop_httptools_and_a_pool_of_ten_plus_four() -> None:
     """The defaults a process serves with (docs/operations.md, "Tuning a process")."""
     settings = ServiceSettings()
     assert (settings.server.event_loop, settings.server.http_parser) == ("uvloop", "httptools")
-    assert (pool_size_for(settings), settings.database.max_overflow) == (10, 5)
+    assert (pool_size_for(settings), settings.database.max_overflow) == (10, 4)
 
 
 @pytest.mark.parametrize(("database", "slots", "expected"), [({}, 1, 10), ({}, 4096, 10), ({"pool_size": 40}, 4, 40)])

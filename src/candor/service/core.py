@@ -16,6 +16,7 @@ from .runtime import Clock, Entropy, SystemClock, SystemEntropy
 from .settings import ServiceSettings
 from .signing_keys import KeyRing
 from .store.connections import application_name
+from .store.dialect import is_postgresql_url
 from .store.engine import Engine, bind_key_ring, create_engine
 from .store.notify import Notifier
 
@@ -32,14 +33,25 @@ def agent_registry(settings: ServiceSettings) -> AgentRegistry:
 
 
 DEFAULT_POOL_SIZE = 10
-"""`database.pool_size` when unset, for every role: with the default `max_overflow` of 5 and a worker's LISTEN
-connection, a process holds at most 16 connections, and six processes fit PostgreSQL's default `max_connections`."""
+"""`database.pool_size` when unset, for every role: with the default `max_overflow` of 4 and a worker's LISTEN and
+heartbeat connections, a process holds at most 16 connections, and six processes fit PostgreSQL's default
+`max_connections` (100, less 3 reserved for superusers)."""
 
 
 def pool_size_for(settings: ServiceSettings) -> int:
     """`database.pool_size`, or `DEFAULT_POOL_SIZE` when unset (pure), whatever the role and `worker.slots`: a run in
     flight holds a connection only while one of its statements runs (§7.8.1, store/connections.py)."""
     return settings.database.pool_size if settings.database.pool_size is not None else DEFAULT_POOL_SIZE
+
+
+def lease_engine(settings: ServiceSettings, *, role: str | None) -> Engine | None:
+    """A one-connection engine for a PostgreSQL worker's heartbeats (`Service.lease_engine`); None on SQLite."""
+    if not is_postgresql_url(settings.database.url):
+        return None
+    return create_engine(
+        settings.database.url, timeout=settings.database.timeout, pool_size=1, max_overflow=0,
+        application_name=application_name(role or "worker"),
+    )  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -55,6 +67,11 @@ class Service:
     """In-process wake-up signal for workers (an asyncio.Event-like object), set when a run becomes due."""
     notifier: Notifier | None = None
     """Cross-process wake-ups (PostgreSQL `NOTIFY candor_wake`); workers listen in `process.serve`."""
+    lease_engine: Engine | None = None
+    """A worker's own connection for its supervisor's heartbeats and lease renewals (PostgreSQL), so that they never
+    queue behind the attempts' statements for a pooled connection: a renewal starved by a busy pool would let
+    healthy leases expire and charge attempts (§7.8.1). None: they use `engine` (SQLite, where one engine keeps
+    the process's writers in turn, and processes that run no worker)."""
     on_listening: Callable[[bool], None] = lambda connected: None
     """Told whether the worker's LISTEN connection is up (`connections.watch_connections` sets the gauge)."""
     key_ring: KeyRing = field(init=False)
@@ -86,6 +103,7 @@ class Service:
         return cls(
             settings=settings,
             engine=engine,
+            lease_engine=lease_engine(settings, role=role) if runs_worker else None,
             agents=agents if agents is not None else agent_registry(settings),
             clock=clock if clock is not None else SystemClock(),
             entropy=entropy if entropy is not None else SystemEntropy(),
@@ -100,7 +118,14 @@ class Service:
         if self.notifier is not None:
             self.notifier.notify()
 
+    @property
+    def heartbeat_engine(self) -> Engine:
+        """The engine of the supervisor's heartbeats and renewals (`lease_engine` when there is one)."""
+        return self.lease_engine if self.lease_engine is not None else self.engine
+
     async def close(self) -> None:
         if self.notifier is not None:
             await self.notifier.close()
+        if self.lease_engine is not None:
+            await self.lease_engine.dispose()
         await self.engine.dispose()

@@ -69,12 +69,12 @@ SQLITE_WRITER_WAIT = Histogram(
 )
 DB_CONNECTIONS = Gauge(
     "candor_db_connections",
-    "PostgreSQL connections of this process, by role (pool, listen) and state (in_use, idle) (store/connections.py).",
+    "PostgreSQL connections of this process, by role (pool, heartbeat, listen) and state (in_use, idle).",
     ["role", "state"],
 )
 DB_CONNECTION_LIMIT = Gauge(
     "candor_db_connection_limit",
-    "The most PostgreSQL connections this process may hold, by role: pool (pool_size + max_overflow), listen.",
+    "Most PostgreSQL connections this process may hold, by role (pool: pool_size + max_overflow; heartbeat; listen).",
     ["role"],
 )
 

@@ -84,7 +84,7 @@ async def prepare(settings: ServiceSettings, role: Role, *, schema: SchemaWatch 
         pool_size=pool_size_for(settings), max_overflow=settings.database.max_overflow,
         runs_worker=runs_worker and is_postgresql_url(url),
     )  # fmt: skip
-    service.on_listening = watch_connections(service.engine, budget)
+    service.on_listening = watch_connections(service.engine, budget, heartbeat_engine=service.lease_engine)
     await check_server_budget(service.engine, budget, processes=settings.database.processes)
     return service
 

@@ -84,7 +84,7 @@ class DatabaseSettings(Section):
     pool_size: int | None = Field(None, ge=1, le=1000)
     """PostgreSQL connections each process keeps open in its pool (SQLite ignores it). Unset: 10, whatever the role
     and `worker.slots`: a run in flight holds a connection only while one of its statements runs (§7.8.1)."""
-    max_overflow: int = Field(5, ge=0, le=1000)
+    max_overflow: int = Field(4, ge=0, le=1000)
     """PostgreSQL connections a process may open beyond `pool_size` under load; each is closed again when it is
     returned while the pool is full, so a busy process that keeps needing them pays a new connection every time."""
     processes: int | None = Field(None, ge=1, le=10000)

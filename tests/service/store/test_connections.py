@@ -32,15 +32,15 @@ from candor.service.store.engine import read_transaction
 
 
 def test_the_budget_counts_the_pool_its_overflow_and_a_workers_listen_connection() -> None:
-    """§7.8.1: pool_size + max_overflow (+ 1 LISTEN connection in a process that runs a worker)."""
-    assert connection_budget(pool_size=10, max_overflow=5, runs_worker=True).total == 16
-    assert connection_budget(pool_size=10, max_overflow=5, runs_worker=False) == ConnectionBudget(10, 5, 0)
+    """§7.8.1: pool_size + max_overflow (+ the LISTEN and heartbeat connections in a process that runs a worker)."""
+    assert connection_budget(pool_size=10, max_overflow=4, runs_worker=True).total == 16
+    assert connection_budget(pool_size=10, max_overflow=4, runs_worker=False) == ConnectionBudget(10, 4, 0, 0)
 
 
 def test_the_server_check_warns_only_when_the_processes_could_exceed_what_the_server_admits() -> None:
     """§7.8.1: the ordinary roles get max_connections − superuser_reserved_connections; the message says what to
     change and where the process count came from."""
-    budget = ConnectionBudget(pool=10, overflow=5, listen=1)
+    budget = ConnectionBudget(pool=10, overflow=4, listen=1, heartbeat=1)
     fits = server_budget_warning(budget=budget, processes=6, estimated=False, max_connections=100, reserved=3)
     assert fits is None  # 96 ≤ 97
     warned = server_budget_warning(budget=budget, processes=7, estimated=True, max_connections=100, reserved=3)
@@ -149,7 +149,7 @@ async def test_the_startup_check_reads_the_servers_limit(postgres_url: str, capl
     """§7.8.1: more configured processes than the server admits log a warning naming the budget; a count that fits
     logs nothing; the estimate counts this process."""
     service = await Service.open(ServiceSettings(database={"url": postgres_url}), role="control")
-    budget = connection_budget(pool_size=10, max_overflow=5, runs_worker=False)
+    budget = connection_budget(pool_size=10, max_overflow=4, runs_worker=False)
     try:
         with caplog.at_level(logging.WARNING, logger="candor.connections"):
             assert await check_server_budget(service.engine, budget, processes=1) is None
@@ -164,9 +164,9 @@ async def test_the_startup_check_reads_the_servers_limit(postgres_url: str, capl
 async def test_the_gauge_counts_the_pools_connections(postgres_url: str) -> None:
     """`candor_db_connections{role="pool", state}` follows the pool; the limit gauge is the budget."""
     settings = ServiceSettings(database={"url": postgres_url, "pool_size": 2, "max_overflow": 1})
-    service = await Service.open(settings)
+    service = await Service.open(settings, runs_worker=True)
     budget = connection_budget(pool_size=2, max_overflow=1, runs_worker=True)
-    listening = watch_connections(service.engine, budget)
+    listening = watch_connections(service.engine, budget, heartbeat_engine=service.lease_engine)
 
     def gauge(role: str, state: str) -> float | None:
         return REGISTRY.get_sample_value("candor_db_connections", {"role": role, "state": state})
@@ -179,6 +179,11 @@ async def test_the_gauge_counts_the_pools_connections(postgres_url: str) -> None
         assert (gauge("pool", "in_use"), gauge("pool", "idle")) == (0.0, 2.0)
         assert REGISTRY.get_sample_value("candor_db_connection_limit", {"role": "pool"}) == 3.0
         assert REGISTRY.get_sample_value("candor_db_connection_limit", {"role": "listen"}) == 1.0
+        assert REGISTRY.get_sample_value("candor_db_connection_limit", {"role": "heartbeat"}) == 1.0
+        assert service.lease_engine is not None
+        async with service.heartbeat_engine.connect():
+            assert gauge("heartbeat", "in_use") == 1.0
+        assert (gauge("heartbeat", "in_use"), gauge("heartbeat", "idle")) == (0.0, 1.0)
         listening(True)
         assert gauge("listen", "in_use") == 1.0
     finally:

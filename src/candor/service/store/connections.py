@@ -4,7 +4,9 @@ A run waiting on its model or a tool holds no connection: every store function c
 for one statement or transaction and returns it. So a process's connections are bounded by configuration alone:
 
 * the pool: `database.pool_size` connections kept open, plus at most `database.max_overflow` opened under load;
-* a worker's `LISTEN candor_wake` connection (`notify.listen_for_wakeups`), outside the pool.
+* a worker's `LISTEN candor_wake` connection (`notify.listen_for_wakeups`) and its supervisor's connection for
+  heartbeats and lease renewals (`Service.lease_engine`), outside the pool, so that a busy pool never delays a
+  renewal until a healthy lease expires.
 
 When every pooled connection is busy, work waits for one (at most `database.timeout`: `pool_timeout`); when the
 server refuses a new connection because it is full (`too many clients`), starting or not accepting connections yet,
@@ -21,6 +23,7 @@ At startup `check_server_budget` compares the budget of the configured processes
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -67,17 +70,20 @@ class ConnectionBudget:
     overflow: int
     """`database.max_overflow`: opened beyond the pool under load, closed when returned to a full pool."""
     listen: int
-    """Dedicated connections outside the pool: a worker's `LISTEN` connection."""
+    """A worker's `LISTEN candor_wake` connection, outside the pool."""
+    heartbeat: int
+    """A worker's connection for heartbeats and lease renewals (`Service.lease_engine`), outside the pool."""
 
     @property
     def total(self) -> int:
-        return self.pool + self.overflow + self.listen
+        return self.pool + self.overflow + self.listen + self.heartbeat
 
 
 def connection_budget(*, pool_size: int, max_overflow: int, runs_worker: bool) -> ConnectionBudget:
     """The budget of a process with this pool that runs (or not) a worker loop (pure). `worker.slots` is not an
     input: a slot holds a connection only while one of its statements runs (§7.8.1)."""
-    return ConnectionBudget(pool=pool_size, overflow=max_overflow, listen=1 if runs_worker else 0)
+    dedicated = 1 if runs_worker else 0
+    return ConnectionBudget(pool=pool_size, overflow=max_overflow, listen=dedicated, heartbeat=dedicated)
 
 
 def application_name(role: str, *, pid: int | None = None, host: str | None = None) -> str:
@@ -103,7 +109,8 @@ def server_budget_warning(
     source = "estimated from the candor processes connected now" if estimated else "database.processes"
     return (
         f"{processes} candor processes ({source}) may open up to {needed} PostgreSQL connections "
-        f"({processes} x (pool {budget.pool} + overflow {budget.overflow} + listen {budget.listen})), more than "
+        f"({processes} x (pool {budget.pool} + overflow {budget.overflow} + listen {budget.listen} + heartbeat "
+        f"{budget.heartbeat})), more than "
         f"the {admitted} the server admits (max_connections {max_connections} - superuser_reserved_connections "
         f"{reserved}): lower database.pool_size or database.max_overflow, or raise max_connections "
         f"(docs/operations.md, connection budgets)"
@@ -200,15 +207,21 @@ async def check_server_budget(engine: AsyncEngine, budget: ConnectionBudget, *, 
     return message
 
 
-def watch_connections(engine: AsyncEngine, budget: ConnectionBudget) -> Callable[[bool], None]:
-    """Export the pool's connections as `candor_db_connections{role="pool", state="in_use"|"idle"}`, read at each
-    scrape, and the budget as `candor_db_connection_limit{role}`. Returns the setter of the listen connection's state
-    (`role="listen"`), for the LISTEN task's `on_connected`."""
-    pool: Any = engine.sync_engine.pool
-    DB_CONNECTIONS.labels(role="pool", state="in_use").set_function(lambda: _count(pool, "checkedout"))
-    DB_CONNECTIONS.labels(role="pool", state="idle").set_function(lambda: _count(pool, "checkedin"))
-    DB_CONNECTION_LIMIT.labels(role="pool").set(budget.pool + budget.overflow)
-    DB_CONNECTION_LIMIT.labels(role="listen").set(budget.listen)
+def watch_connections(
+    engine: AsyncEngine, budget: ConnectionBudget, *, heartbeat_engine: AsyncEngine | None = None
+) -> Callable[[bool], None]:
+    """Export the connections as `candor_db_connections{role="pool"|"heartbeat", state="in_use"|"idle"}`, read
+    from the pools at each scrape, and the budget as `candor_db_connection_limit{role}`. Returns the setter of the
+    LISTEN connection's state (`role="listen"`), for the LISTEN task's `on_connected`."""
+    for role, watched in (("pool", engine), ("heartbeat", heartbeat_engine)):
+        if watched is None:
+            continue
+        pool: Any = watched.sync_engine.pool
+        DB_CONNECTIONS.labels(role=role, state="in_use").set_function(functools.partial(_count, pool, "checkedout"))
+        DB_CONNECTIONS.labels(role=role, state="idle").set_function(functools.partial(_count, pool, "checkedin"))
+    limits = {"pool": budget.pool + budget.overflow, "listen": budget.listen, "heartbeat": budget.heartbeat}
+    for role, limit in limits.items():
+        DB_CONNECTION_LIMIT.labels(role=role).set(limit)
     listen = DB_CONNECTIONS.labels(role="listen", state="in_use")
     listen.set(0)
 
