@@ -10,7 +10,8 @@ its fault, waits for every run to seal and returns a `FaultReport`:
 * `blackhole`: the worker reaches the database through a `FreezableProxy`, frozen for `freeze_seconds`;
 * `sqlite_full`: the SQLite database lives on a small tmpfs that is filled for `hold_seconds`, then freed;
 * `sigstop`: the worker that is calling the model for a run is frozen (SIGSTOP) until another worker has completed
-  the run (well past the lease), then continued (SIGCONT); it must not run the tool the model then asks for.
+  the run (well past the lease), then continued (SIGCONT); it must not run the tool the model then asks for;
+* `sigstop_in_tool`: the same while the worker runs a long tool that asks `lease_held()` before its effect.
 
 The first four are shorter than the lease (8 s): they must cost no charged attempt, no unknown outcome and no run.
 """
@@ -130,6 +131,7 @@ async def scene(
     settings: Mapping[str, Any] = SETTINGS,
     model_seconds: float = 0.3,
     steps: int = 3,
+    tool_seconds: float = 0.0,
     worker_url: str | None = None,
 ) -> AsyncIterator[Scene]:
     """Processes on `url` (the workers on `worker_url` if given, e.g. a proxy), `runs` submitted runs."""
@@ -147,7 +149,13 @@ async def scene(
         current = Scene(db=db, workdir=workdir, workers=started)
         for index in range(runs):
             tag = f"fault-{index}"
-            options = {"tag": tag, "workdir": str(workdir), "steps": steps, "model_seconds": model_seconds}
+            options = {
+                "tag": tag,
+                "workdir": str(workdir),
+                "steps": steps,
+                "model_seconds": model_seconds,
+                "tool_seconds": tool_seconds,
+            }
             run_id = await retrying(lambda options=options, tag=tag: _submit(db, options, tag))
             current.tags[run_id] = tag
         yield current
@@ -245,8 +253,9 @@ async def pg_restart(*, runs: int = 4) -> FaultReport:
 
 async def connection_exhaustion(*, runs: int = 6, hold_seconds: float = 1.5) -> FaultReport:
     """Every connection the private server (max_connections 30) still admits is held for `hold_seconds` while the
-    runs go on; the processes' pools (3 + 3 overflow each) would need more than what is left."""
-    pools = {"pool_size": 3, "max_overflow": 3}
+    runs go on. Each process keeps 1 pooled connection and opens up to 5 more under load, closing each when it comes
+    back, so the processes keep asking the full server for new connections."""
+    pools = {"pool_size": 1, "max_overflow": 5}  # overflow connections are closed when returned: new ones all along
     settings = {**SETTINGS, "database": {**SETTINGS["database"], **pools}}
     async with (
         _faults.private_postgres(max_connections=30) as server,
@@ -265,7 +274,7 @@ async def connection_exhaustion(*, runs: int = 6, hold_seconds: float = 1.5) -> 
         )
 
 
-async def blackhole(url: str, *, runs: int = 4, freeze_seconds: float = 2.0) -> FaultReport:
+async def blackhole(url: str, *, runs: int = 4, freeze_seconds: float = 3.0) -> FaultReport:
     """The worker's database traffic goes through a proxy that is frozen for `freeze_seconds` mid-run. `url`: an
     empty database (the control process and this process reach it directly)."""
     parts = urlsplit(url)
@@ -304,28 +313,42 @@ async def sqlite_full(*, runs: int = 4, hold_seconds: float = 1.5, size_mb: int 
 
 async def sigstop(url: str, *, runs: int = 1) -> FaultReport:
     """The worker calling the model for the first run is frozen until the other worker has completed that run,
-    then continued; nothing it does after must run a tool. `url`: an empty PostgreSQL database."""
+    then continued; it must not run the tool its model then asks for. `url`: an empty PostgreSQL database."""
     async with scene(url, runs=runs, workers=2, settings=SIGSTOP_SETTINGS, model_seconds=1.0) as current:
-        started = time.monotonic()
-        tag, pid = await _first_model_call(current)
-        (frozen,) = [p for p in current.workers if p.pid == pid]
-        frozen.pause()
-        frozen_at = time.time()
-        run_id = next(r for r, t in current.tags.items() if t == tag)
-
-        async def sealed() -> bool:
-            from candor.service.store.tables import runs as runs_table
-
-            async with current.db.service.engine.connect() as conn:
-                status = (await conn.execute(select(runs_table.c.status).where(runs_table.c.id == run_id))).scalar()
-            return status in _service.SEALED
-
-        await until(lambda: retrying(sealed), timeout=60, what="the other worker to complete the frozen run")
-        frozen_seconds = time.time() - frozen_at
-        frozen.resume()
-        await asyncio.sleep(3.0)  # the frozen worker's model answer is due at once: give it time to act on it
-        evidence = {"frozen_pid": pid, "frozen_seconds": round(frozen_seconds, 1), "lease_seconds": 3.0}
-        return await settle(current, "sigstop", started, evidence, lost_lease=(pid, frozen_at))
+        return await _freeze_past_the_lease(current, "sigstop", _first_model_call(current))
 
 
-SCENARIOS = ("pg_restart", "connection_exhaustion", "blackhole", "sqlite_full", "sigstop")
+async def sigstop_in_tool(url: str, *, runs: int = 1) -> FaultReport:
+    """The worker running `charge` (a long tool that checks `lease_held()` before its effect) is frozen until the
+    other worker has completed the run, then continued: it must not perform the effect. The new attempt finds the
+    call interrupted and tells the model its outcome is unknown (§3.10): a true unknown, since nothing was charged."""
+    async with scene(url, runs=runs, workers=2, settings=SIGSTOP_SETTINGS, tool_seconds=1.0) as current:
+        marker = until(lambda: next(iter(_faults.read_markers(current.workdir, tool=True)), None), timeout=60,
+                       what="a long tool call")  # fmt: skip
+        return await _freeze_past_the_lease(current, "sigstop_in_tool", marker)
+
+
+async def _freeze_past_the_lease(current: Scene, fault: str, marker: Awaitable[tuple[str, int]]) -> FaultReport:
+    started = time.monotonic()
+    tag, pid = await marker
+    (frozen,) = [p for p in current.workers if p.pid == pid]
+    frozen.pause()
+    frozen_at = time.time()
+    run_id = next(r for r, t in current.tags.items() if t == tag)
+
+    async def sealed() -> bool:
+        from candor.service.store.tables import runs as runs_table
+
+        async with current.db.service.engine.connect() as conn:
+            status = (await conn.execute(select(runs_table.c.status).where(runs_table.c.id == run_id))).scalar()
+        return status in _service.SEALED
+
+    await until(lambda: retrying(sealed), timeout=60, what="the other worker to complete the frozen run")
+    frozen_seconds = time.time() - frozen_at
+    frozen.resume()
+    await asyncio.sleep(3.0)  # what the frozen worker was waiting for is due at once: give it time to act on it
+    evidence = {"frozen_pid": pid, "frozen_seconds": round(frozen_seconds, 1), "lease_seconds": 3.0}
+    return await settle(current, fault, started, evidence, lost_lease=(pid, frozen_at))
+
+
+SCENARIOS = ("pg_restart", "connection_exhaustion", "blackhole", "sqlite_full", "sigstop", "sigstop_in_tool")

@@ -17,7 +17,8 @@ The faults:
 The agent (`factory`, hosted as `FAULT_AGENT` with `tool_recovery = "declared"`): the model first calls `charge`
 (not retry-safe: every execution appends one line to a ledger file, fsynced, naming the run's tag, the call, the
 process and the time), then `steps` retry-safe `step` calls, the model sleeping `model_seconds` before each answer.
-Before its first answer it appends a marker line (tag, process id) so a test knows which worker holds the run. Its
+Before its first answer it appends a marker line (tag, process id) so a test knows which worker holds the run; with
+`tool_seconds`, `charge` marks its start too, sleeps, and asks `lease_held()` before its effect. Its
 last answer records what it was told about `charge`: its result, or the unknown-outcome result of recovery (§3.10).
 Comparing that with the ledger finds false unknown outcomes (the tool ran, yet the model was told its outcome is
 unknown), duplicate effects, and effects after a lost lease (a ledger line from a process after it lost its lease).
@@ -99,7 +100,17 @@ def _charge_result(messages: list[ModelMessage]) -> ToolReturnPart | None:
     return None
 
 
-def fault_agent(tag: str, workdir: Path, steps: int, model_seconds: float) -> Agent[None, str]:
+def _lease_held() -> bool:
+    """`candor.service.lease_held()` where this build has it (issue 34 item 3); True where it does not."""
+    import candor.service
+
+    ask = getattr(candor.service, "lease_held", None)
+    return True if ask is None else bool(ask())
+
+
+def fault_agent(
+    tag: str, workdir: Path, steps: int, model_seconds: float, tool_seconds: float = 0.0
+) -> Agent[None, str]:
     async def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         done = sum(isinstance(m, ModelResponse) for m in messages)
         if done == 0:
@@ -116,6 +127,11 @@ def fault_agent(tag: str, workdir: Path, steps: int, model_seconds: float) -> Ag
 
     async def charge(ctx: RunContext[None], amount: int) -> str:
         """Charge (an external effect; not safe to repeat)."""
+        if tool_seconds > 0:  # a long tool: its effect comes last, once it has checked that its lease is held
+            _append_line(workdir / "tool_markers.jsonl", {"tag": tag, "pid": os.getpid(), "at": time.time()})
+            await asyncio.sleep(tool_seconds)
+            if not _lease_held():
+                return "not charged: the lease was lost"
         record = {"tag": tag, "call": ctx.tool_call_id, "pid": os.getpid(), "at": time.time()}
         _append_line(workdir / "ledger.jsonl", record)
         return "charged"
@@ -128,9 +144,11 @@ def fault_agent(tag: str, workdir: Path, steps: int, model_seconds: float) -> Ag
 
 
 def factory(options: dict[str, Any]) -> Harness[Any]:
-    """`(options) -> Harness`: options `tag`, `workdir`, `steps` (default 3), `model_seconds` (default 0.2)."""
+    """`(options) -> Harness`: options `tag`, `workdir`, `steps` (default 3), `model_seconds` (default 0.2),
+    `tool_seconds` (default 0: `charge` sleeps that long, then checks its lease, before its effect)."""
     steps = int(options.get("steps", 3))
-    agent = fault_agent(str(options["tag"]), Path(options["workdir"]), steps, float(options.get("model_seconds", 0.2)))
+    model_seconds, tool_seconds = float(options.get("model_seconds", 0.2)), float(options.get("tool_seconds", 0.0))
+    agent = fault_agent(str(options["tag"]), Path(options["workdir"]), steps, model_seconds, tool_seconds)
     return Harness(agent, usage_limits=UsageLimits(request_limit=steps + 10))
 
 
@@ -162,9 +180,11 @@ def read_told(workdir: Path) -> dict[str, bool]:
     return {r["tag"]: bool(r["unknown"]) for r in _jsonl(workdir / "told.jsonl")}
 
 
-def read_markers(workdir: Path) -> list[tuple[str, int]]:
-    """`(tag, pid)` of every first model call, in order: which process was about to call `charge` for a run."""
-    return [(r["tag"], int(r["pid"])) for r in _jsonl(workdir / "markers.jsonl")]
+def read_markers(workdir: Path, *, tool: bool = False) -> list[tuple[str, int]]:
+    """`(tag, pid)` of every first model call (with `tool`: every start of a long `charge`), in order: which process
+    was about to call `charge` for a run (or is running it)."""
+    name = "tool_markers.jsonl" if tool else "markers.jsonl"
+    return [(r["tag"], int(r["pid"])) for r in _jsonl(workdir / name)]
 
 
 def duplicate_effects(ledger: list[LedgerLine]) -> dict[str, int]:

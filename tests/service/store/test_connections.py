@@ -23,6 +23,7 @@ from candor.service.store.connections import (
     check_server_budget,
     connect_retry_delays,
     connection_budget,
+    idle_transaction_limit_ms,
     is_retryable_connect_error,
     patient_connect,
     server_budget_warning,
@@ -52,6 +53,13 @@ def test_application_names_tell_processes_apart_within_postgresqls_limit() -> No
     assert application_name("worker", pid=42, host="box.example.com") == "candor-worker-box-42"
     long = application_name("control", pid=1234567, host="h" * 100)
     assert len(long) == 63 and long.endswith("-1234567") and long.startswith("candor-control-hhh")
+
+
+def test_an_idle_transaction_is_ended_after_twice_the_statement_timeout() -> None:
+    """S-24, S-25: a transaction left idle by a frozen process cannot hold its row locks (and the lease sweep) past
+    2 x database.timeout, well within the lease (3 x timeout < lease, §3.3)."""
+    assert idle_transaction_limit_ms(5.0) == "10000"
+    assert idle_transaction_limit_ms(0.9) == "1800"
 
 
 def test_connect_retries_are_bounded_by_the_budget() -> None:
@@ -128,6 +136,8 @@ async def test_a_full_pool_makes_work_wait_for_a_connection_not_fail(postgres_ur
         async with service.engine.connect() as held:
             name = (await held.execute(text("SELECT current_setting('application_name')"))).scalar_one()
             assert name == application_name("worker")
+            idle = await held.execute(text("SELECT current_setting('idle_in_transaction_session_timeout')"))
+            assert idle.scalar_one() == "1s"  # 2 x database.timeout
 
             async def read() -> int:
                 async with read_transaction(service.engine) as conn:

@@ -168,9 +168,24 @@ def patient_connect(
     return connect_patiently
 
 
+def idle_transaction_limit_ms(timeout: float) -> str:
+    """`idle_in_transaction_session_timeout` for `database.timeout` (pure): twice the statement timeout.
+
+    candor's transactions are short and never wait on anything but their own statements, so one that sits idle
+    longer belongs to a process that stopped (SIGSTOP, a paused VM) in the middle of it. Its row locks would
+    otherwise stay held until it wakes, and the sweep that expires its lease (and any writer of the same run) would
+    wait on them for as long: the server ends such a transaction instead."""
+    return str(max(1, int(timeout * 2000)))
+
+
 def postgres_connect_args(connect_args: dict[str, Any], *, timeout: float, name: str) -> dict[str, Any]:
-    """`connect_args` for an asyncpg engine with the patient connect and this process's `application_name`."""
-    server_settings = {**connect_args.get("server_settings", {}), "application_name": name}
+    """`connect_args` for an asyncpg engine: the patient connect, this process's `application_name`, and the limit
+    on an idle transaction (`idle_transaction_limit_ms`)."""
+    server_settings = {
+        **connect_args.get("server_settings", {}),
+        "application_name": name,
+        "idle_in_transaction_session_timeout": idle_transaction_limit_ms(timeout),
+    }
     return {**connect_args, "server_settings": server_settings, "async_creator_fn": patient_connect(timeout)}
 
 
