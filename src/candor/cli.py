@@ -100,6 +100,17 @@ def is_unreachable(error: BaseException) -> bool:
     return cause is not None and cause is not error and is_unreachable(cause)
 
 
+def unreachable_reason(error: BaseException) -> str:
+    """Why the database could not be reached, in words with host and port (issue 34 item 4): the first
+    `StoreUnavailable`'s message in the chain, else the driver's or the OS's error described."""
+    from .service.protocol.db_faults import describe_database_error, fault_chain
+
+    for link in fault_chain(error):
+        if isinstance(link, StoreUnavailable):
+            return link.message.removeprefix("database unavailable: ")
+    return describe_database_error(error)
+
+
 def run_database(action: Coroutine[Any, Any, T] | Callable[[], T]) -> T:
     """Run one database action (a coroutine, or a callable that runs its own event loop); a service refusal → exit 1,
     an unreachable database → exit 3 (one line each)."""
@@ -109,7 +120,7 @@ def run_database(action: Coroutine[Any, Any, T] | Callable[[], T]) -> T:
         fail(f"invalid settings: {exc.message}", EXIT_INVALID_SETTINGS)
     except Exception as exc:
         if is_unreachable(exc):
-            fail(f"database unreachable ({type(exc).__name__})", EXIT_DATABASE_UNREACHABLE)
+            fail(f"database unreachable: {unreachable_reason(exc)}", EXIT_DATABASE_UNREACHABLE)
         if isinstance(exc, ServiceError):
             fail(f"{exc.message} (code {exc.code})", EXIT_REFUSED)
         raise

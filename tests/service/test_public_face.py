@@ -16,6 +16,7 @@ import candor.service
 EXPECTED = {
     "Service": "candor.service.core",
     "AgentRegistry": "candor.service.agents",
+    "lease_held": "candor.service.worker.lease_check",  # issue 34 item 3: asked from inside a tool
     "ServiceSettings": "candor.service.settings",
     "ServerSettings": "candor.service.settings",
     "DatabaseSettings": "candor.service.settings",

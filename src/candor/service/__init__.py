@@ -7,7 +7,8 @@ The public face of the service for embedding it (the CLI, the HTTP layer, tests 
 * `ServiceSettings` and its sections – configuration, validated on construction (§3);
 * the `ServiceError` family – every error the service raises on purpose, each with a stable `code` (§12);
 * `Clock`/`Entropy` and their real implementations – the injected sources of time and randomness;
-* `AgentRegistry` – the agent name → factory table.
+* `AgentRegistry` – the agent name → factory table;
+* `lease_held()` – asked from inside a tool: whether its attempt still holds the run's lease (issue 34).
 
 Names load on first use (PEP 562), so `import candor.service` stays cheap and free of import cycles; everything
 not listed here is internal and may change.
@@ -51,11 +52,13 @@ if TYPE_CHECKING:
         ServiceSettings,
         WorkerSettings,
     )
+    from .worker.lease_check import lease_held
 
 _HOMES: dict[str, str] = {
     # the service
     "Service": "core",
     "AgentRegistry": "agents",
+    "lease_held": "worker.lease_check",
     # settings (§3)
     "ServiceSettings": "settings",
     "ServerSettings": "settings",
@@ -93,6 +96,7 @@ _HOMES: dict[str, str] = {
 __all__ = (
     "Service",
     "AgentRegistry",
+    "lease_held",
     "ServiceSettings",
     "ServerSettings",
     "DatabaseSettings",

@@ -304,20 +304,26 @@ async def test_errors_never_echo_unbounded_ids(world: World) -> None:
 
 
 async def test_message_larger_than_the_inbox_is_413(db: Any) -> None:
-    """S-73 refined by issue 14: one message larger than `control.inbox_bytes` can never fit → 413 (not 429
-    forever), on a post, a thread create and an edit; nothing is written."""
+    """S-73 refined by issues 14 and 34: one message larger than `control.inbox_bytes` can never fit → 413 (not 429
+    forever), on a post, a thread create, a fork of a completed run and an edit; nothing is written."""
     service = make_service(db, control={"inbox_bytes": 70 * 1024}, worker={"output_bytes": 4096}, security=SIGNING_KEYS)
     async with client_for(create_app(service, role="all")) as client:
         key = await new_key(service)
-        thread = (await create_thread(client, key, idempotency_key="t")).json()["thread"]["id"]
+        created = (await create_thread(client, key, idempotency_key="t")).json()
+        thread, run = created["thread"]["id"], created["run"]["id"]
+        await seal_run(service, run, "completed")
         before = await snapshot(service)
         big = {"input": text("x" * 80 * 1024)}
-        for path, body in (("/v1/threads", big | {"agent": "demo"}), (f"/v1/threads/{thread}/inbox", big)):
+        routes = (("/v1/threads", big | {"agent": "demo"}), (f"/v1/threads/{thread}/inbox", big),
+                  (f"/v1/runs/{run}/fork", big))  # fmt: skip
+        for path, body in routes:
             response = await client.post(path, json=body, headers=key.headers("big"))
             assert response.status_code == 413, response.text
             error = error_of(response)
             assert error["code"] == "payload_too_large" and error["details"]["bytes_limit"] == 70 * 1024
         assert await snapshot(service) == before
+        fits = await client.post(f"/v1/runs/{run}/fork", json={"input": text("x" * 1024)}, headers=key.headers("ok"))
+        assert fits.status_code == 201, fits.text  # the same run forks with a message that fits
 
 
 def test_edge_decisions() -> None:

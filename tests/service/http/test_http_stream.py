@@ -278,23 +278,25 @@ async def test_trim_streams_is_a_control_sweep(api: Any) -> None:
 
 async def test_reset_after_a_recovered_attempt_end_to_end(api: Any, monkeypatch: Any) -> None:
     """S-103 through the worker: attempt 1 writes entries, then its third checkpoint commit finds the database
-    unavailable (transient: recovered as a failed attempt); the stream shows `reset` for the run right before
-    attempt 2's first entry."""
+    unavailable with a fault that is not passing (a refused password: not retried inside the attempt, issue 34;
+    recovered as a failed attempt); the stream shows `reset` for the run right before attempt 2's first entry."""
+    import asyncpg
+
     from candor.service.errors import StoreUnavailable
-    from candor.service.worker import attempt as attempt_module
+    from candor.service.worker import attempt_store
 
     from worker import support
 
     support.reset_control()
-    real_commit, calls = attempt_module.commit_checkpoint, []
+    real_commit, calls = attempt_store.commit_checkpoint, []
 
     async def flaky_commit(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 3:
-            raise StoreUnavailable("scripted outage")
+            raise StoreUnavailable("scripted outage") from asyncpg.InvalidPasswordError("scripted")
         return await real_commit(*args, **kwargs)
 
-    monkeypatch.setattr(attempt_module, "commit_checkpoint", flaky_commit)
+    monkeypatch.setattr(attempt_store, "commit_checkpoint", flaky_commit)
     api.service.agents = AgentRegistry({"demo": support.FACTORY})
     key = await api.key()
     created = await create_thread(api.client, key, options={"script": "step"})

@@ -28,6 +28,7 @@ from .acceptance import (
     woken,
 )
 from .edited_arguments import edited_argument_problems
+from .threads import check_entry_fits
 
 __all__ = ("fork_run", "resume_run", "interrupt_run")
 
@@ -51,6 +52,7 @@ async def fork_run(
     require(principal, "run")
     key = checked_key(key)
     payload, checked = checked_input(input), checked_options(options)
+    check_entry_fits(service, threads.payload_size(payload))  # 413 like creating a thread or posting (issue 34)
     digest = request_digest("fork", run_id, with_optional({"input": payload}, options=checked))
 
     async def attempt() -> Accepted:

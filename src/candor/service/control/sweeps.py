@@ -21,6 +21,7 @@ from typing import Any
 from ..core import Service
 from ..metrics import SWEEP_PASSES
 from ..outbox.delivery import DeliveryLoop
+from ..protocol.db_faults import describe_database_error
 from ..protocol.outcomes import Requeue
 from ..runtime import Clock
 from ..settings import OUTBOX_KINDS
@@ -180,7 +181,10 @@ async def run_sweep(sweep: Sweep, *, clock: Clock, rng: random.Random) -> None:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - S-125: logged, retried at the next period
-                log.warning("Sweep failed", extra={"sweep": sweep.name, "error_type": type(exc).__name__})
+                cause = describe_database_error(exc)
+                log.warning(
+                    "Sweep failed", extra={"sweep": sweep.name, "error_type": type(exc).__name__, "cause": cause}
+                )
                 SWEEP_PASSES.labels(sweep=sweep.name, result="failed").inc()  # S-125
             else:
                 SWEEP_PASSES.labels(sweep=sweep.name, result="ok").inc()

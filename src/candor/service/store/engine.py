@@ -21,6 +21,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from ..errors import StoreUnavailable
+from ..protocol.db_faults import describe_database_error
 from ..signing_keys import NO_KEYS, KeyRing
 from .connections import postgres_connect_args
 from .dialect import (
@@ -46,6 +47,8 @@ __all__ = (
     "guarded_writes",
     "read_transaction",
     "translate_errors",
+    "unavailable",
+    "endpoint_of",
     "is_unavailable",
     "check_out",
     "DEFAULT_TIMEOUT",
@@ -151,16 +154,34 @@ def is_unavailable(error: BaseException) -> bool:
     return isinstance(error, (OSError, asyncio.TimeoutError, TimeoutError))
 
 
+def endpoint_of(engine: AsyncEngine) -> str:
+    """Where `engine` connects, for messages: `host:port` of a PostgreSQL server, the file of a SQLite database."""
+    url = engine.url
+    if url.host is None:  # a database file (or a server reached by its default socket): its name says where
+        return url.database or "the database"
+    return f"{url.host}:{url.port or 5432}"  # only PostgreSQL URLs name a host; 5432 is its default port
+
+
+def unavailable(error: BaseException, endpoint: str | None = None) -> StoreUnavailable:
+    """`StoreUnavailable` for `error` whose message names the cause in words (issue 34: `too many connections`,
+    `connection refused by 127.0.0.1:5432`, `disk full`, `database is locked`); chain it with `from error`."""
+    description = describe_database_error(error, endpoint=endpoint)
+    if endpoint and endpoint not in description:
+        description = f"{description} talking to {endpoint}"
+    return StoreUnavailable(f"database unavailable: {description}")
+
+
 @contextmanager
-def translate_errors() -> Iterator[None]:
-    """Re-raise database availability failures inside the block as `StoreUnavailable` (chained)."""
+def translate_errors(endpoint: str | None = None) -> Iterator[None]:
+    """Re-raise database availability failures inside the block as `StoreUnavailable` (chained); `endpoint`
+    completes the message when the error does not say where it failed."""
     try:
         yield
     except StoreUnavailable:
         raise
     except (TimeoutError, sa_exc.SQLAlchemyError, OSError) as error:
         if is_unavailable(error):
-            raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
+            raise unavailable(error, endpoint) from error
         raise
 
 
@@ -174,11 +195,11 @@ async def check_out(engine: AsyncEngine) -> PoolProxiedConnection:
     same. Failing to check one out is `StoreUnavailable`: the pool's timeout, a refused connection, and the driver's
     own errors as SQLAlchemy's adapter raises them.
     """
-    with translate_errors():
+    with translate_errors(endpoint_of(engine)):
         try:
             return await greenlet_spawn(engine.sync_engine.raw_connection)
         except engine.dialect.loaded_dbapi.Error as error:
-            raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
+            raise unavailable(error, endpoint_of(engine)) from error
 
 
 @asynccontextmanager
@@ -188,7 +209,7 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
     Keep it short (STYLE habit 6): open, write, commit, then do slow work. On SQLite the transaction first waits
     its turn among the process's writers (`writer_gate.py`).
     """
-    with translate_errors():
+    with translate_errors(endpoint_of(engine)):
         async with writer_turn(engine), engine.connect() as connection, connection.begin() as transaction:
             connection.info.pop(_AFTER_COMMIT, None)  # left behind by a transaction that rolled back
             connection.info.pop(_NOTHING_TO_COMMIT, None)
@@ -217,7 +238,7 @@ async def guarded_writes(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         async with write_transaction(engine) as connection:
             yield connection
         return
-    with translate_errors():
+    with translate_errors(endpoint_of(engine)):
         async with engine.connect() as connection:
             connection.info.pop(_AFTER_COMMIT, None)
             yield connection
@@ -233,7 +254,7 @@ async def guarded_writes(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 @asynccontextmanager
 async def read_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A read-only transaction (deferred BEGIN on SQLite, so it takes no write lock); rolled back at the end."""
-    with translate_errors():
+    with translate_errors(endpoint_of(engine)):
         async with engine.connect() as connection:
             connection = await connection.execution_options(**{BEGIN_OPTION: "DEFERRED"})
             async with connection.begin() as transaction:

@@ -31,6 +31,7 @@ __all__ = (
     "select_supervision",
     "renew_leases",
     "read_heartbeat_facts",
+    "read_authority",
     "check_authority",
 )
 
@@ -153,10 +154,15 @@ async def read_heartbeat_facts(engine: AsyncEngine, run_ids: Collection[str]) ->
     )
 
 
+async def read_authority(engine: AsyncEngine, principal_id: str) -> AuthorityVerdict:
+    """§4.3: the `run` authority check of a run's principal; raises `StoreUnavailable` when it cannot be read."""
+    async with read_transaction(engine) as conn:
+        return await check_run_authority(conn, principal_id)
+
+
 async def check_authority(engine: AsyncEngine, principal_id: str) -> AuthorityVerdict:
     """§4.3: the `run` authority check of a run's principal; *unavailable* when the check itself fails."""
     try:
-        async with read_transaction(engine) as conn:
-            return await check_run_authority(conn, principal_id)
+        return await read_authority(engine, principal_id)
     except StoreUnavailable:
         return "unavailable"

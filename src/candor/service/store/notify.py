@@ -30,6 +30,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ..protocol.db_faults import describe_database_error
 from .dialect import has_listen_notify, is_postgresql_url, sqlite_database_file
 from .local_wake import LocalWakeups
 
@@ -133,7 +134,8 @@ async def listen_for_wakeups(
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure to listen degrades to scanning, then retries
-            log.warning("Wake-up connection unavailable", extra={"error_type": type(exc).__name__})
+            cause = describe_database_error(exc)
+            log.warning("Wake-up connection unavailable", extra={"error_type": type(exc).__name__, "cause": cause})
         finally:
             if conn is not None and not conn.is_closed():
                 with contextlib.suppress(Exception):

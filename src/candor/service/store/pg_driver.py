@@ -24,8 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.util import greenlet_spawn
 
-from ..errors import StoreUnavailable
-from .engine import UNAVAILABLE_SQLSTATE_PREFIXES, UNAVAILABLE_SQLSTATES, check_out, translate_errors
+from .engine import (
+    UNAVAILABLE_SQLSTATE_PREFIXES,
+    UNAVAILABLE_SQLSTATES,
+    check_out,
+    endpoint_of,
+    translate_errors,
+    unavailable,
+)
 
 __all__ = ("pooled_asyncpg", "driver_errors", "Prepared", "prepared_statement")
 
@@ -41,7 +47,7 @@ async def pooled_asyncpg(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connectio
     handed back. Returning it otherwise does no I/O (nothing began a transaction through SQLAlchemy, so the pool's
     reset has nothing to roll back): no await a cancellation could interrupt, so no shield is needed.
     """
-    with translate_errors(), driver_errors():
+    with translate_errors(endpoint_of(engine)), driver_errors():
         pooled = await check_out(engine)
         connection: asyncpg.Connection = pooled.driver_connection
         try:
@@ -59,7 +65,7 @@ def driver_errors() -> Iterator[None]:
         yield
     except (asyncpg.PostgresError, asyncpg.InterfaceError) as error:
         if _unavailable(error):
-            raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
+            raise unavailable(error) from error
         raise
 
 

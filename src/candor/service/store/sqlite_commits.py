@@ -40,7 +40,7 @@ from ..errors import LeaseLost, StoreUnavailable
 from ..protocol.fencing import Lease
 from .checkpoints import CheckpointWritten, EncodedEnvelope, EncodedMessage, kept_count, new_checkpoint_id
 from .dialect import now_sql
-from .engine import check_out, translate_errors
+from .engine import check_out, translate_errors, unavailable
 from .pg_commits import StepCommit
 from .runs import fenced_from_row, step_fence_rows
 from .streams import NewStreamEntry
@@ -118,7 +118,7 @@ async def commit_step_sqlite(
             try:
                 committed = await done
             except sqlite3.OperationalError as error:  # busy, locked, I/O: the database is not usable now
-                raise StoreUnavailable(f"database unavailable: {type(error).__name__}") from error
+                raise unavailable(error) from error
     if not committed:
         return None
     fresh = new_encoded[kept:]

@@ -26,6 +26,7 @@ from ..agents import AgentUnavailable
 from ..core import Service
 from ..errors import CheckpointCorrupt, LeaseLost, StoreUnavailable
 from ..metrics import ATTEMPT_DURATION, CHECKPOINT_COMMIT_BYTES, attempt_status_label
+from ..protocol.db_faults import describe_database_error
 from ..protocol.outcomes import AttemptOutcome, NoSeal, Recover, Requeue, Seal, classify_outcome
 from ..protocol.pending import PendingInvalid, build_pending, wait_reason
 from ..store.checkpoints import (
@@ -36,25 +37,16 @@ from ..store.checkpoints import (
     encode_history_reusing,
     envelope_for_state,
 )
-from ..store.leases import check_authority
-from ..store.recovery import recover_attempt
-from ..store.run_inputs import AttemptStart, load_attempt_start
-from ..store.runs import start_attempt
-from ..store.seals import (
-    CommitResult,
-    SealRequest,
-    advance_thread_after_seal,
-    commit_checkpoint,
-    failure,
-    record_usage,
-    seal_run,
-)
+from ..store.run_inputs import AttemptStart
+from ..store.seals import CommitResult, SealRequest, advance_thread_after_seal, failure, record_usage
 from ..store.streams import NewStreamEntry, append_stream_entries
+from .attempt_store import AttemptStore
 from .children import child_toolsets
 from .client_tools import CLIENT_TOOL_CONFLICT, agent_tool_names, client_tools_of, client_toolsets
 from .deltas import DeltaBuffer
 from .handle import AttemptHandle
 from .inputs import deferred_json, input_content, resume_batch, resume_input, start_state, usage_delta, usage_json
+from .lease_check import LeaseCheck, holding
 
 __all__ = ("run_attempt",)
 
@@ -70,17 +62,21 @@ class _Finished:
     """The harness `RunResult` when the stream produced one."""
     message: str | None = None
     """A people-facing failure message from the harness (SafeFailure or HarnessError), if any."""
+    cause: str | None = None
+    """For the operator's log line only (never stored): why a transient failure happened, in words."""
 
 
 def _ended(kind: Any, **fields: Any) -> _Finished:
     message = fields.pop("message", None)
     result = fields.pop("result", None)
-    return _Finished(outcome=AttemptOutcome(kind=kind, **fields), result=result, message=message)
+    cause = fields.pop("cause", None)
+    return _Finished(outcome=AttemptOutcome(kind=kind, **fields), result=result, message=message, cause=cause)
 
 
 async def run_attempt(service: Service, handle: AttemptHandle) -> None:
     """Execute the claimed attempt of `handle` to its end (§7.7–§7.11)."""
-    await _Attempt(service, handle).run()
+    with holding(handle):  # `lease_held()` for the agent's tools (issue 34 item 3)
+        await _Attempt(service, handle).run()
 
 
 class _Attempt:
@@ -90,6 +86,10 @@ class _Attempt:
         self.claimed = handle.claimed
         self.lease = handle.claimed.lease
         self.settings = service.settings
+        self.store = AttemptStore(service, handle)
+        """Every database call of the attempt, retried through a blip within the lease (issue 34)."""
+        self.cause: str | None = None
+        """Why the attempt failed or was abandoned, in words, for its "Attempt ended" line."""
         self.expected_seq = self.claimed.checkpoint_seq
         self.base_id: str | None = self.claimed.checkpoint_id or self.claimed.start_checkpoint_id
         self.base_encoded: list[EncodedMessage] = []
@@ -111,9 +111,14 @@ class _Attempt:
         status, reason = "crashed", "exception"
         try:
             finished = await self._execute()
+            self.cause = finished.cause
             status, reason = await self._settle(finished)
         except LeaseLost as exc:
+            self.handle.lease_lost = True
             status, reason = "abandoned", f"lease_lost:{exc.reason}"
+            await self._record_usage_unfenced()
+        except StoreUnavailable as exc:  # the settling write's retries ran out of lease: expiry recovers the run
+            status, reason, self.cause = "abandoned", "store_unavailable", describe_database_error(exc)
             await self._record_usage_unfenced()
         except asyncio.CancelledError:
             status, reason = "abandoned", "cancelled"
@@ -136,14 +141,13 @@ class _Attempt:
                     "status": status,
                     "reason": reason,
                     "duration_ms": duration_ms,
+                    **({"cause": self.cause} if self.cause else {}),
                 },
             )
 
     def _guard(self) -> None:
         """S-24, S-25: no fenced write too close to the local lease deadline."""
-        now = self.service.clock.monotonic()
-        if not self.handle.may_write(now, db_timeout=self.settings.database.timeout):
-            raise LeaseLost("local_deadline")
+        self.store.guard()
 
     # -- execution -----------------------------------------------------------------------------------------------
 
@@ -161,18 +165,18 @@ class _Attempt:
         handle, claimed = self.handle, self.claimed
         if (stop := self._before_harness()) is not None:
             return stop
-        verdict = await check_authority(self.service.engine, claimed.principal_id)
+        verdict = await self.store.authority(claimed.principal_id)
         if verdict == "refused":
             return _ended("authority_refused")  # S-63: the agent is never called
         if verdict == "unavailable":
-            return _ended("authority_unavailable")
+            return _ended("authority_unavailable", cause="authority check unavailable")
         try:
-            start = await load_attempt_start(self.service.engine, claimed)
+            start = await self.store.load_start(claimed)
             state = self._start_state(start)
         except CheckpointCorrupt:
             return _ended("checkpoint_corrupt")
-        except StoreUnavailable:
-            return _ended("database_unavailable")
+        except StoreUnavailable as exc:
+            return _ended("database_unavailable", cause=describe_database_error(exc))
         try:
             harness = self.service.agents.build(claimed.agent, claimed.options)
             model = self.service.agents.model(claimed.agent)  # docs/providers.md: bound per run, key never stored
@@ -195,6 +199,7 @@ class _Attempt:
                     deferred_tools_supported=True,
                     model=model,
                     toolsets=[*client_toolsets(tools), *child_toolsets(self.service, claimed)],  # §8.8, §7.13
+                    capabilities=[LeaseCheck(handle)],  # no tool starts once the lease is not held (issue 34)
                 ),
                 deferred_resume=self._resume_batch(start),
             )
@@ -204,26 +209,25 @@ class _Attempt:
             return _ended("harness_error", failure_code="deferred_results_invalid")
         if (stop := self._before_harness()) is not None:
             return stop
-        self._guard()
         try:
-            await start_attempt(self.service.engine, self.lease, harness_run_id=stream.run_id)
-        except StoreUnavailable:
-            return _ended("database_unavailable")
+            await self.store.start(stream.run_id)
+        except StoreUnavailable as exc:
+            return _ended("database_unavailable", cause=describe_database_error(exc))
         self.stream = handle.stream = stream
         try:
             finished = await self._consume(stream, start)
         except HarnessError as exc:
             _raise_if_cancelling()  # a cancelled attempt never settles, whatever the stream reported
             return _ended("harness_error", failure_code=exc.code, message=str(exc))
-        except StoreUnavailable:
+        except StoreUnavailable as exc:
             _raise_if_cancelling()
-            return _ended("database_unavailable")
+            return _ended("database_unavailable", cause=describe_database_error(exc))
         except (LeaseLost, asyncio.CancelledError):
             raise
-        except Exception:
+        except Exception as exc:
             _raise_if_cancelling()
             log.exception("Attempt failed unexpectedly", extra={"run_id": self.lease.run_id})
-            return _ended("unexpected_exception")
+            return _ended("unexpected_exception", cause=f"unexpected {type(exc).__name__}")
         _raise_if_cancelling()
         return finished
 
@@ -286,8 +290,8 @@ class _Attempt:
         try:
             self._guard()
             await append_stream_entries(self.service.engine, self.lease, entries)
-        except (LeaseLost, StoreUnavailable):
-            log.warning("Stream entries dropped", extra={"run_id": self.lease.run_id}, exc_info=True)
+        except (LeaseLost, StoreUnavailable) as exc:  # expected: one line, no traceback (issue 34)
+            _log_dropped(self.lease.run_id, exc)
 
     async def _flush_deltas(self) -> None:
         """Before a settling write that carries no stream entries (a seal, a recovery): the buffered deltas alone."""
@@ -296,10 +300,11 @@ class _Attempt:
                 self._guard()
                 try:
                     await append_stream_entries(self.service.engine, self.lease, entries)
-                except StoreUnavailable:
-                    log.warning("Stream entries dropped", extra={"run_id": self.lease.run_id}, exc_info=True)
+                except StoreUnavailable as exc:
+                    _log_dropped(self.lease.run_id, exc)
 
     async def _steer(self, stream: Any, entry_id: str, payload: dict[str, Any]) -> None:
+        self.store.offered.add(entry_id)
         content = input_content(payload)
         if content is not None:
             await stream.steer(content, key=entry_id)
@@ -344,10 +349,7 @@ class _Attempt:
         (step 5); the buffered deltas ride in its transaction (§8.7) and its `boundary` entry takes the next stream
         sequence there (step 7; the seal's is the lease's last fenced append)."""
         async with self.deltas.taken() as deltas:
-            self._guard()
-            return await commit_checkpoint(
-                self.service.engine,
-                self.lease,
+            return await self.store.commit(
                 expected_seq=self.expected_seq,
                 base_id=self.base_id,
                 base_encoded=self.base_encoded,
@@ -404,16 +406,11 @@ class _Attempt:
                 await self._seal(decision.status, decision.failure_code, finished.message)
                 return decision.status, decision.failure_code
             case Recover():
-                self._guard()
                 current = self._current_usage()
-                result = await recover_attempt(
-                    self.service.engine,
-                    run_id=self.lease.run_id,
-                    attempt_id=self.lease.attempt_id,
+                result = await self.store.recover(
                     outcome=decision.attempt_outcome,
                     failure_code=decision.failure_code,
                     failure_message=finished.message,
-                    lease=self.lease,
                     usage=usage_delta(current, self.recorded),
                 )
                 self.recorded = current
@@ -427,10 +424,9 @@ class _Attempt:
                 assert_never(decision)
 
     async def _seal(self, status: Any, code: str, message: str | None) -> None:
-        self._guard()
         request = SealRequest(status=status, failure=failure(code, message))
         current = self._current_usage()
-        await seal_run(self.service.engine, self.lease, request, usage=usage_delta(current, self.recorded))
+        await self.store.seal(request, usage=usage_delta(current, self.recorded))
         self.recorded = current
 
     async def _final_commit(self, decision: Seal, result: Any) -> tuple[str, str]:
@@ -474,6 +470,10 @@ class _Attempt:
                 agent_names=self.service.agents.names(),
                 entropy=self.service.entropy,
             )
+        except StoreUnavailable as exc:  # expected in an outage: one line (the advance sweep retries)
+            cause = describe_database_error(exc)
+            log.warning("Thread advance failed", extra={"thread_id": self.lease.thread_id, "cause": cause})
+            return
         except Exception:
             log.warning("Thread advance failed", extra={"thread_id": self.lease.thread_id}, exc_info=True)
             return
@@ -501,8 +501,18 @@ class _Attempt:
                     usage=delta,
                     checkpoint_seq=self.expected_seq or None,
                 )
+        except (StoreUnavailable, TimeoutError) as exc:  # expected in an outage: one line naming why
+            log.warning(
+                "Usage record failed", extra={"run_id": self.lease.run_id, "cause": describe_database_error(exc)}
+            )
         except Exception:
             log.warning("Usage record failed", extra={"run_id": self.lease.run_id}, exc_info=True)
+
+
+def _log_dropped(run_id: str, error: Exception) -> None:
+    """Live output lost to a lost lease or a database fault: one line naming why (the next fenced write decides)."""
+    cause = f"lease lost: {error.reason}" if isinstance(error, LeaseLost) else describe_database_error(error)
+    log.warning("Stream entries dropped", extra={"run_id": run_id, "cause": cause})
 
 
 def _raise_if_cancelling() -> None:

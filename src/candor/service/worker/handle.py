@@ -8,6 +8,8 @@ reads the flags at its boundaries and asks `may_write()` before every fenced wri
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,8 +35,12 @@ class AttemptHandle:
     stop_reason: StopReason | None = None
     handoff_requested: bool = False
     deadline_cancelled: bool = False
+    lease_lost: bool = False
+    """A fenced write found the lease gone (S-20): nothing more may run for it."""
     started_at: float = field(default=0.0)
     """Monotonic time the attempt task started (for `duration_ms`)."""
+    monotonic: Callable[[], float] = time.monotonic
+    """The clock of `sent_at` (the service's), for `lease_held()` asked from a tool."""
 
     @property
     def lease(self) -> Lease:
@@ -56,6 +62,11 @@ class AttemptHandle:
     def may_write(self, now: float, *, db_timeout: float) -> bool:
         """S-24, S-25: no fenced write after a deadline cancellation or within `database.timeout` of the deadline."""
         return not self.deadline_cancelled and may_start_fenced_write(now, self.deadline, db_timeout)
+
+    def lease_held(self, now: float) -> bool:
+        """Issue 34 item 3: whether an effect may still start under this lease: not known lost, not cancelled at
+        the deadline, and the local deadline (S-24: a third of the lease left unconfirmed) not reached."""
+        return not (self.lease_lost or self.deadline_cancelled or self.deadline_reached(now))
 
     def request_stop(self, reason: StopReason) -> None:
         """S-57, S-61: stop the attempt with this outcome; the first reason wins. Running tools are cancelled."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core import Service
 from ..metrics import ATTEMPT_QUEUE_WAIT, WORKER_SLOTS
+from ..protocol.db_faults import describe_database_error
 from ..store.runs import ClaimedRun, claim_runs
 from .attempt import run_attempt
 from .handle import AttemptHandle
@@ -131,7 +132,12 @@ class WorkerLoop:
                 randbytes=self.service.entropy.token_bytes,
             )
         except Exception as exc:  # noqa: BLE001 - S-18: log, sleep scan_seconds, repeat
-            log.warning("Claim failed", extra={"worker_id": self.worker_id, "error_type": type(exc).__name__})
+            extra = {
+                "worker_id": self.worker_id,
+                "error_type": type(exc).__name__,
+                "cause": describe_database_error(exc),
+            }
+            log.warning("Claim failed", extra=extra)
             return None
         for run in claimed:
             self._start(run, sent_at)
@@ -155,6 +161,7 @@ class WorkerLoop:
             lease_seconds=self.service.settings.worker.lease_seconds,
             sent_at=sent_at,
             started_at=self.service.clock.monotonic(),
+            monotonic=self.service.clock.monotonic,
         )
         self.handles[lease.attempt_id] = handle
         self._publish_slots()

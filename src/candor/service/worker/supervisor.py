@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from ..core import Service
 from ..errors import StoreUnavailable
+from ..protocol.db_faults import describe_database_error
 from ..protocol.fencing import renewal_due_locally
 from ..store.leases import HeartbeatFacts, read_heartbeat_facts, renew_leases
 from .handle import AttemptHandle, StopReason
@@ -58,7 +59,9 @@ class Supervisor:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failed heartbeat extends nothing; deadlines still apply
-            log.warning("Heartbeat failed", extra={"error_type": type(exc).__name__})
+            log.warning(
+                "Heartbeat failed", extra={"error_type": type(exc).__name__, "cause": describe_database_error(exc)}
+            )
         self.enforce_deadlines()
 
     async def heartbeat(self) -> set[str]:
