@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -137,15 +138,18 @@ async def scene(
     """Processes on `url` (the workers on `worker_url` if given, e.g. a proxy), `runs` submitted runs."""
     workdir = Path(tempfile.mkdtemp(prefix="candor-faults-"))
     workdir.chmod(0o777)
-    async with _service.service_database_at(url, **settings) as db:
-        await db.processes_ready(["control"])
+    async with contextlib.AsyncExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
+        db = await cleanup.enter_async_context(_service.service_database_at(url, **settings))
         env = dict(db.settings_env) if worker_url is None else {**db.settings_env, "CANDOR_DATABASE__URL": worker_url}
+        control = db.process("control")
         started = []
         for _ in range(workers):
             process = _service.ServiceProcess("worker", env, db.log_dir).start()
             db.processes.append(process)
             started.append(process)
-        await asyncio.gather(*(p.wait_ready() for p in started))
+        # All at once: a process's start-up (imports, agents) takes seconds on a loaded machine.
+        await asyncio.gather(control.wait_ready(), *(p.wait_ready() for p in started))
         current = Scene(db=db, workdir=workdir, workers=started)
         for index in range(runs):
             tag = f"fault-{index}"
@@ -314,7 +318,7 @@ async def sqlite_full(*, runs: int = 4, hold_seconds: float = 1.5, size_mb: int 
 async def sigstop(url: str, *, runs: int = 1) -> FaultReport:
     """The worker calling the model for the first run is frozen until the other worker has completed that run,
     then continued; it must not run the tool its model then asks for. `url`: an empty PostgreSQL database."""
-    async with scene(url, runs=runs, workers=2, settings=SIGSTOP_SETTINGS, model_seconds=1.0) as current:
+    async with scene(url, runs=runs, workers=2, settings=SIGSTOP_SETTINGS, model_seconds=1.0, steps=1) as current:
         return await _freeze_past_the_lease(current, "sigstop", _first_model_call(current))
 
 
@@ -322,7 +326,7 @@ async def sigstop_in_tool(url: str, *, runs: int = 1) -> FaultReport:
     """The worker running `charge` (a long tool that checks `lease_held()` before its effect) is frozen until the
     other worker has completed the run, then continued: it must not perform the effect. The new attempt finds the
     call interrupted and tells the model its outcome is unknown (§3.10): a true unknown, since nothing was charged."""
-    async with scene(url, runs=runs, workers=2, settings=SIGSTOP_SETTINGS, tool_seconds=1.0) as current:
+    async with scene(url, runs=runs, workers=2, settings=SIGSTOP_SETTINGS, tool_seconds=1.0, steps=1) as current:
         marker = until(lambda: next(iter(_faults.read_markers(current.workdir, tool=True)), None), timeout=60,
                        what="a long tool call")  # fmt: skip
         return await _freeze_past_the_lease(current, "sigstop_in_tool", marker)
@@ -346,7 +350,7 @@ async def _freeze_past_the_lease(current: Scene, fault: str, marker: Awaitable[t
     await until(lambda: retrying(sealed), timeout=60, what="the other worker to complete the frozen run")
     frozen_seconds = time.time() - frozen_at
     frozen.resume()
-    await asyncio.sleep(3.0)  # what the frozen worker was waiting for is due at once: give it time to act on it
+    await asyncio.sleep(2.0)  # what the frozen worker was waiting for is due at once: give it time to act on it
     evidence = {"frozen_pid": pid, "frozen_seconds": round(frozen_seconds, 1), "lease_seconds": 3.0}
     return await settle(current, fault, started, evidence, lost_lease=(pid, frozen_at))
 
