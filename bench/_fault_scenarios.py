@@ -1,13 +1,14 @@
 """The fault scenarios of issue 34 item 6, each through real `candor serve` processes (`bench/_faults.py`).
 
-Not a benchmark itself (private module). Each scenario starts one control and one or two worker processes on its
-database, submits a few runs of the fault agent (`_faults.factory`), waits until a model call is under way, injects
-its fault, waits for every run to seal and returns a `FaultReport`:
+Not a benchmark itself (private module). Each scenario starts one `all` process (or a control and two worker
+processes) on its database, submits a few runs of the fault agent (`_faults.factory`), waits until a model call is
+under way, injects its fault, waits for every run to seal and returns a `FaultReport`:
 
 * `pg_restart`: the (private) PostgreSQL server restarts (`pg_ctl restart -m fast`) mid-run;
 * `connection_exhaustion`: on a private server with a low `max_connections`, every connection it still admits is
   taken and held for `hold_seconds` (shorter than `database.timeout`) while the runs go on;
-* `blackhole`: the worker reaches the database through a `FreezableProxy`, frozen for `freeze_seconds`;
+* `blackhole`: the `all` process (its worker and its sweeps) reaches the database through a `FreezableProxy`, frozen
+  for `freeze_seconds`;
 * `sqlite_full`: the SQLite database lives on a small tmpfs that is filled for `hold_seconds`, then freed;
 * `sigstop`: the worker that is calling the model for a run is frozen (SIGSTOP) until another worker has completed
   the run (well past the lease), then continued (SIGCONT); it must not run the tool the model then asks for;
@@ -142,15 +143,16 @@ async def scene(
         cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
         db = await cleanup.enter_async_context(_service.service_database_at(url, **settings))
         env = dict(db.settings_env) if worker_url is None else {**db.settings_env, "CANDOR_DATABASE__URL": worker_url}
-        control = db.process("control")
+        # One worker: a single `all` process (control and worker), one start-up less on a loaded machine. Two: a
+        # control process and two workers, so that freezing one worker leaves the sweeps and the other running.
+        roles = ["all"] if workers == 1 else ["control", *(["worker"] * workers)]
         started = []
-        for _ in range(workers):
-            process = _service.ServiceProcess("worker", env, db.log_dir).start()
+        for role in roles:
+            process = _service.ServiceProcess(role, env if role != "control" else db.settings_env, db.log_dir).start()
             db.processes.append(process)
             started.append(process)
-        # All at once: a process's start-up (imports, agents) takes seconds on a loaded machine.
-        await asyncio.gather(control.wait_ready(), *(p.wait_ready() for p in started))
-        current = Scene(db=db, workdir=workdir, workers=started)
+        await asyncio.gather(*(p.wait_ready() for p in started))
+        current = Scene(db=db, workdir=workdir, workers=[p for p in started if p.role != "control"])
         for index in range(runs):
             tag = f"fault-{index}"
             options = {
