@@ -19,7 +19,14 @@ checkpoint of the run's next attempt: p50/p99), and the workers' RSS sampled eve
 bounded by `--max-seconds` per phase: submission stops there and the runs already submitted are waited for (at
 most `--settle-seconds`).
 
+Then the fault phases of issue 34 (`bench/_fault_scenarios.py`, shared with tests/service/e2e/test_faults.py), each
+with `--fault-runs` runs: a PostgreSQL restart, connection exhaustion on a server with a low `max_connections`, a
+black-holed network between a worker and the database, a full SQLite filesystem (root only), and a worker SIGSTOPped
+past its lease (in a model call, and in a long tool). Reported per fault: charged attempts, unknown outcomes (and
+false ones: the ledger shows the tool ran), duplicate effects, effects after a lost lease, lost runs.
+
     python -m bench.soak [--runs 1000] [--restart-runs 200] [--workers 3] [--kill-every 4] [--max-seconds 35]
+                         [--fault-runs 4]
 """
 
 from __future__ import annotations
@@ -36,7 +43,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +55,7 @@ from sqlalchemy import func, select
 from candor import Harness
 from candor.tools import recovery_retryable
 
-from . import _cli, _service, _store
+from . import _cli, _fault_scenarios, _faults, _service, _store
 
 FACTORY = "bench.soak:factory"  # not `__name__`: run as `-m bench.soak` this module is `__main__`
 QUICK_ARGS = [
@@ -67,8 +73,11 @@ QUICK_ARGS = [
     "60",
     "--in-flight",
     "6",
+    "--fault-runs",
+    "0",
 ]
-"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests/test_bench_smoke.py)."""
+"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests/test_bench_smoke.py). The fault phases are
+left out: tests/service/e2e/test_faults.py runs each of them."""
 SETTINGS = {"worker": {"lease_seconds": 8.0, "authority_seconds": 1.0, "scan_seconds": 0.2, "slots": 8,
                        "drain_seconds": 5.0},
             "database": {"timeout": 2.5}, "server": {"shutdown_timeout": 10.0}}  # fmt: skip
@@ -135,41 +144,6 @@ def failover_seconds(kills: list[float], recoveries: list[tuple[float, float | N
         if before and continued_at is not None:
             out.append(continued_at - before[-1])
     return out
-
-
-# ------------------------------------------------------------------------------------------------ a private server
-
-
-@contextlib.asynccontextmanager
-async def private_postgres() -> AsyncIterator[tuple[str, Any]]:
-    """A throwaway PostgreSQL server (initdb in a temporary directory, a free port) and a function restarting it."""
-    binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
-    if not binaries:
-        raise RuntimeError("no PostgreSQL binaries under /usr/lib/postgresql")
-    bin_dir = binaries[-1]
-    root = Path(tempfile.mkdtemp(prefix="candor-soak-pg-"))
-    data, port = root / "data", _service.free_port()
-    as_owner: list[str] = []
-    if os.geteuid() == 0:  # initdb and the server refuse to run as root
-        shutil.chown(root, "postgres")
-        as_owner = ["runuser", "-u", "postgres", "--"]
-    ctl = [*as_owner, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w"]
-    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-    subprocess.run([*as_owner, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"],
-                   check=True, capture_output=True)  # fmt: skip
-    subprocess.run([*ctl, "-o", options, "start"], check=True, capture_output=True)
-
-    async def restart() -> float:
-        started = time.monotonic()
-        await asyncio.to_thread(subprocess.run, [*ctl, "-m", "fast", "-o", options, "restart"], check=True,
-                                capture_output=True)  # fmt: skip
-        return time.monotonic() - started
-
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", restart
-    finally:
-        subprocess.run([*ctl, "-m", "immediate", "stop"], capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------------ one phase
@@ -392,7 +366,21 @@ def table(summary: dict[str, Any]) -> list[str]:
             f"{rss.get('by_tenth')} ({rss.get('max')}) |"
         )
     events = [f"{p['phase']}: {e}" for p in summary["phases"] for e in p["events"]]
-    return [*lines, "", *(f"Event: {e}" for e in events), ""]
+    return [*lines, "", *(f"Event: {e}" for e in events), "", *fault_table(summary.get("faults", []))]
+
+
+def fault_table(reports: list[dict[str, Any]]) -> list[str]:
+    if not reports:
+        return []
+    lines = ["| Fault | Runs | Completed | Charged attempts (reason) | Unknown outcomes (false) | Duplicate effects | "
+             "Effects after a lost lease | Seconds | Evidence |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in reports:
+        lines.append(
+            f"| {r['fault']} | {r['runs']} | {r['completed']} | {r['charged_attempts']} "
+            f"({r['charged_reasons'] or '-'}) | {r['unknown_outcomes']} ({r['false_unknowns']}) | "
+            f"{r['duplicate_effects']} | {r['effects_after_lost_lease']} | {r['seconds']} | {r['evidence']} |"
+        )
+    return [*lines, ""]
 
 
 def reading(summary: dict[str, Any]) -> list[str]:
@@ -409,6 +397,8 @@ def report(summary: dict[str, Any]) -> str:
     lines = [f"soak: {summary['settings']}"]
     for p in summary["phases"]:
         lines.append(f"  {p['phase']}: {p}")
+    for r in summary.get("faults", []):
+        lines.append(f"  fault {r['fault']}: {r}")
     return "\n".join([*lines, *_cli.target_lines(summary)])
 
 
@@ -425,13 +415,58 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                                          drain=True, restart=None, **common))  # fmt: skip
     if args.restart_runs:
         try:
-            async with private_postgres() as (url, restart):
-                summary["phases"].append(await phase("pg restart", url, runs=args.restart_runs, kill_every=None,
-                                                     drain=False, restart=restart, **common))  # fmt: skip
+            async with _faults.private_postgres() as server:
+                summary["phases"].append(await phase("pg restart", server.url, runs=args.restart_runs,
+                                                     kill_every=None, drain=False, restart=server.restart,
+                                                     **common))  # fmt: skip
         except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
             summary["skipped"]["pg restart"] = f"no private PostgreSQL server: {type(exc).__name__}: {exc}"
-    summary["verdicts"] = verdicts(summary["phases"])
+    summary["faults"] = await fault_phases(args.postgres_url, args.fault_runs, summary["skipped"])
+    summary["verdicts"] = verdicts(summary["phases"]) + fault_verdicts(summary["faults"])
     return summary
+
+
+async def fault_phases(postgres_url: str, runs: int, skipped: dict[str, str]) -> list[dict[str, Any]]:
+    """Each fault scenario of `_fault_scenarios` with `runs` runs (issue 34 item 6); none when `runs` is 0."""
+    if runs < 1:
+        return []
+    reports = []
+    for name in _fault_scenarios.SCENARIOS:
+        scenario = getattr(_fault_scenarios, name)
+        try:
+            if name in ("blackhole", "sigstop", "sigstop_in_tool"):  # on a scratch database of the given server
+                async with _store.scratch_postgres(postgres_url, prefix="candor_soak_fault") as url:
+                    report = await scenario(url, runs=1 if name.startswith("sigstop") else runs)
+            else:
+                report = await scenario(runs=runs)
+        except _faults.FaultUnsupported as why:
+            skipped[f"fault {name}"] = str(why)
+            continue
+        reports.append(report.as_dict())
+    return reports
+
+
+HARMLESS_FAULTS = ("pg_restart", "connection_exhaustion", "blackhole", "sqlite_full")
+"""Faults shorter than the lease: they must cost no charged attempt and tell no model a false unknown."""
+
+
+def fault_verdicts(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per fault: nothing lost, no duplicate effect, no effect after a lost lease; for the faults shorter than the
+    lease also no charged attempt and no unknown outcome (pure)."""
+    out = []
+    for r in reports:
+        counts = {
+            "lost runs": r["lost"],
+            "duplicate effects": r["duplicate_effects"],
+            "effects after a lost lease": r["effects_after_lost_lease"],
+            "false unknowns": r["false_unknowns"],
+        }
+        if r["fault"] in HARMLESS_FAULTS:
+            counts.update({"charged attempts": r["charged_attempts"], "unknown outcomes": r["unknown_outcomes"]})
+        value = ", ".join(f"{name} {n}" for name, n in counts.items())
+        out.append({"target": f"fault {r['fault']}: all of these = 0", "value": value,
+                    "met": not any(counts.values())})  # fmt: skip
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -462,11 +497,18 @@ def main(argv: list[str] | None = None) -> int:
         help="longest wait for the submitted runs to seal after submission ends (default: 20)",
     )
     parser.add_argument("--rss-every", type=float, default=2.0, help="RSS sampling period (default: 2)")
+    parser.add_argument(
+        "--fault-runs",
+        type=int,
+        default=4,
+        help="runs per fault phase (PostgreSQL restart, connection exhaustion, black-holed network, full SQLite "
+        "filesystem, SIGSTOP past the lease; default: 4, 0 skips them)",
+    )
     _cli.add_postgres_url(parser)
     _cli.add_json(parser)
     args = parser.parse_args(argv)
-    if min(args.runs, args.workers, args.in_flight) < 1 or args.restart_runs < 0:
-        parser.error("--runs, --workers and --in-flight must be >= 1, --restart-runs >= 0")
+    if min(args.runs, args.workers, args.in_flight) < 1 or min(args.restart_runs, args.fault_runs) < 0:
+        parser.error("--runs, --workers and --in-flight must be >= 1, --restart-runs and --fault-runs >= 0")
     summary = asyncio.run(measure(args))
     return _cli.emit(summary, report, args.json)
 

@@ -191,3 +191,19 @@ def test_production_steps_measures_systems_with_their_server_cpu(tmp_path: Path,
     assert systems["floor+postgresql"]["server_cpu_ms_per_step"] >= 0
     assert data["verdicts"] == []  # candor on PostgreSQL and LangGraph are not in the smoke run: no pair to judge
     assert "production_steps:" in stdout and "runs function tools inline" in stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_runs_in_flight_counts_the_workers_connections(tmp_path: Path, postgres_server: str) -> None:
+    """§7.8.1: every run queued before the worker starts is in flight on it at once, its connections (read from
+    pg_stat_activity by its application_name) stay within its budget (pool 10 + overflow 4 + listen + heartbeat),
+    and every run completes."""
+    stdout, data = run_service_bench("runs_in_flight", tmp_path)
+    assert data["completed"] == data["runs"] == 20 and data["failed"] == 0
+    peak = data["peak"]
+    assert peak["in_flight"] == 20
+    assert 1 <= peak["connections"] <= 16 and 0 <= peak["active"] <= peak["connections"]
+    assert 0 < peak["rss_mb"] <= 300
+    assert [v["target"].split(" ")[0] for v in data["verdicts"]] == ["worker", "worker", "runs", "attempts"]
+    assert "peak runs in flight" in stdout

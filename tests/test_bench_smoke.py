@@ -115,6 +115,8 @@ def test_harness_overhead_tiny_run_prints_a_ratio() -> None:
         ("bench.resume_latency", ("--clients", "--requests", "--warmup")),
         ("bench.service_throughput", ("--workers", "--runs", "--steps")),
         ("bench.worker_memory", ("--runs", "--steps", "--slots")),
+        ("bench.runs_in_flight", ("--runs", "--steps", "--model-seconds", "--max-seconds")),
+        ("bench.soak", ("--runs", "--restart-runs", "--fault-runs")),
         ("bench.outbox_throughput", ("--rows", "--batch", "--parallel", "--scan-seconds")),
         ("bench.step_instructions", ("--steps", "--runs", "--wait-rounds", "--backends", "--baseline-src")),
     ],
@@ -404,3 +406,30 @@ def test_service_steps_peer_server_is_told_its_shapes_and_names_why_it_exited(tm
         PeerSystem("dbos+postgresql", database, Path(sys.executable), "dbos", shapes, tmp_path)  # not in this venv
     assert last_error_line("Traceback:\n  File 'x'\nKeyError: (1, 0.02)\n\n") == "KeyError: (1, 0.02)"
     assert last_error_line("") == "(nothing on stderr)"
+
+
+def test_fault_checks_compare_the_ledger_with_what_the_models_were_told() -> None:
+    """Issue 34 item 6 (S-29): a run told `unknown` whose `charge` ran is a false unknown; two executions are a
+    duplicate; an execution by a process after it was frozen is an effect after a lost lease."""
+    from bench._faults import LedgerLine, duplicate_effects, effects_after, false_unknowns
+
+    ledger = [LedgerLine("a", "call_charge", 10, 1.0), LedgerLine("b", "call_charge", 11, 2.0),
+              LedgerLine("b", "call_charge", 12, 5.0)]  # fmt: skip
+    assert duplicate_effects(ledger) == {"b": 2}
+    assert false_unknowns({"a": True, "b": False, "c": True}, ledger) == ["a"]  # c never ran: a true unknown
+    assert effects_after(ledger, pid=12, since=4.0) == [ledger[2]]
+    assert effects_after(ledger, pid=11, since=4.0) == []
+
+
+def test_soak_fault_verdicts_spare_the_faults_longer_than_the_lease_their_charged_attempt() -> None:
+    """Issue 34 item 6: a fault shorter than the lease must cost no charged attempt; SIGSTOP past the lease may
+    (its lease did expire), but never an effect after the lost lease."""
+    from bench.soak import fault_verdicts
+
+    zero = {"lost": 0, "duplicate_effects": 0, "effects_after_lost_lease": 0, "false_unknowns": 0,
+            "unknown_outcomes": 0}  # fmt: skip
+    verdicts = fault_verdicts([{**zero, "fault": "pg_restart", "charged_attempts": 1},
+                               {**zero, "fault": "sigstop", "charged_attempts": 1},
+                               {**zero, "fault": "sigstop_in_tool", "charged_attempts": 1,
+                                "effects_after_lost_lease": 1}])  # fmt: skip
+    assert [v["met"] for v in verdicts] == [False, True, False]

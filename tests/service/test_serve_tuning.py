@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import logging
 from typing import Any
 
 import pytest
@@ -13,36 +12,23 @@ import uvloop
 from pydantic import ValidationError
 
 from candor.service.core import Service, pool_size_for
-from candor.service.process import loop_factory, prepare
+from candor.service.process import loop_factory
 from candor.service.settings import ServiceSettings
 from candor.service.store.engine import create_engine
 
 
-def test_defaults_are_uvloop_httptools_and_a_pool_of_ten_plus_ten() -> None:
-    """The defaults a control process serves with (docs/operations.md, "Tuning a process")."""
+def test_defaults_are_uvloop_httptools_and_a_pool_of_ten_plus_four() -> None:
+    """The defaults a process serves with (docs/operations.md, "Tuning a process")."""
     settings = ServiceSettings()
     assert (settings.server.event_loop, settings.server.http_parser) == ("uvloop", "httptools")
-    assert (pool_size_for(settings, runs_worker=False), settings.database.max_overflow) == (10, 10)
+    assert (pool_size_for(settings), settings.database.max_overflow) == (10, 4)
 
 
-@pytest.mark.parametrize(
-    ("database", "slots", "runs_worker", "expected"),
-    [
-        ({}, 4, True, 12),  # one per slot plus the headroom
-        ({}, 1, True, 10),  # never below the control default
-        ({}, 16, True, 24),
-        ({}, 16, False, 10),  # a control process runs no slots
-        ({"pool_size": 5}, 16, True, 5),  # an operator's choice stands (prepare() warns when it is below the slots)
-        ({"pool_size": 40}, 4, False, 40),
-    ],
-)
-def test_pool_size_fits_the_worker_slots_unless_set(
-    database: dict[str, Any], slots: int, runs_worker: bool, expected: int
-) -> None:
-    """A worker's pool holds a connection for every slot, so busy slots never churn overflow connections (each a
-    new PostgreSQL backend); an explicit `database.pool_size` is used as it is."""
+@pytest.mark.parametrize(("database", "slots", "expected"), [({}, 1, 10), ({}, 4096, 10), ({"pool_size": 40}, 4, 40)])
+def test_pool_size_does_not_follow_the_worker_slots(database: dict[str, Any], slots: int, expected: int) -> None:
+    """§7.8.1: a process's pool is `database.pool_size` (10 when unset) whatever `worker.slots` is."""
     settings = ServiceSettings(database=database, worker={"slots": slots})
-    assert pool_size_for(settings, runs_worker=runs_worker) == expected
+    assert pool_size_for(settings) == expected
 
 
 @pytest.mark.parametrize(
@@ -107,37 +93,6 @@ async def test_postgres_engine_pool_follows_the_settings(postgres_url: str) -> N
         assert (pool.checkedin(), pool.checkedout()) == (3, 0)  # the 2 overflow connections were closed
     finally:
         await service.close()
-
-
-@pytest.mark.postgres
-async def test_a_worker_process_pool_is_sized_for_its_slots(postgres_url: str) -> None:
-    """`Service.open(runs_worker=True)` with `database.pool_size` unset keeps a connection per slot plus headroom:
-    16 slots' concurrent checkouts all go back to the pool instead of being closed as overflow."""
-    settings = ServiceSettings(database={"url": postgres_url}, worker={"slots": 16})
-    service = await Service.open(settings, runs_worker=True)
-    try:
-        pool: Any = service.engine.pool
-        assert pool.size() == 24
-        connections = [await service.engine.connect() for _ in range(16)]
-        for connection in connections:
-            await connection.close()
-        assert pool.checkedin() == 16
-    finally:
-        await service.close()
-
-
-async def test_a_worker_pool_set_below_its_slots_is_warned_about(db: Any, caplog: Any) -> None:
-    """An explicit `database.pool_size` below `worker.slots` starts the worker (the operator may mean it) but says
-    what it costs, on PostgreSQL; SQLite has no pool to size."""
-    settings = ServiceSettings(
-        database={"url": db.url, "pool_size": 2}, worker={"slots": 8},
-        agents={"demo": {"factory": "worker.support:factory"}},
-    )  # fmt: skip
-    with caplog.at_level(logging.WARNING, logger="candor.process"):
-        service = await prepare(settings, "worker")
-    await service.close()
-    warned = [record for record in caplog.records if "pool_size is below worker.slots" in record.getMessage()]
-    assert len(warned) == (1 if db.kind == "postgresql" else 0)
 
 
 def test_sqlite_engine_ignores_the_pool_settings(tmp_path: Any) -> None:

@@ -41,7 +41,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.database.url == "sqlite:///candor.db"
     assert settings.database.auto_migrate is True
     assert settings.database.migration_lock_timeout == 900.0
-    assert (settings.worker.slots, settings.worker.max_attempts, settings.worker.lease_seconds) == (4, 3, 30.0)
+    assert (settings.worker.slots, settings.worker.max_attempts, settings.worker.lease_seconds) == (64, 3, 30.0)
     assert settings.worker.delivery_bytes == 256 * 1024
     assert settings.control.inbox_bytes == 2 * 1024 * 1024
     assert settings.security.keys == ()
@@ -99,7 +99,7 @@ factory = "examples.demo:build"
 
 def test_non_setting_variables_are_allowed(tmp_path: Path) -> None:
     """Failpoints and the test database are `CANDOR_` variables that are not settings."""
-    assert load(tmp_path, **{name: "x" for name in NON_SETTING_VARIABLES}).worker.slots == 4
+    assert load(tmp_path, **{name: "x" for name in NON_SETTING_VARIABLES}).worker.slots == 64
 
 
 @pytest.mark.parametrize(
@@ -153,7 +153,7 @@ def test_client_variables_are_not_settings(name: str) -> None:
     ("name", "value"),
     [
         ("CANDOR_WORKER__SLOTS", "0"),
-        ("CANDOR_WORKER__SLOTS", "129"),
+        ("CANDOR_WORKER__SLOTS", "4097"),
         ("CANDOR_WORKER__MAX_ATTEMPTS", "21"),
         ("CANDOR_WORKER__LEASE_SECONDS", "2"),
         ("CANDOR_WORKER__LEASE_SECONDS", "301"),
@@ -227,5 +227,5 @@ def test_missing_or_broken_config_file(tmp_path: Path) -> None:
 def test_direct_construction_ignores_the_environment(monkeypatch: Any) -> None:
     """Only `load()` reads variables; building settings in code uses its arguments and the defaults."""
     monkeypatch.setenv("CANDOR_WORKER__SLOTS", "9")
-    assert ServiceSettings().worker.slots == 4
+    assert ServiceSettings().worker.slots == 64
     assert ServiceSettings(worker={"slots": 2}).worker.slots == 2  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ user actions live in `commands/`, execution in `worker/`, and the control sweeps
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,8 @@ from .agents import AgentRegistry
 from .runtime import Clock, Entropy, SystemClock, SystemEntropy
 from .settings import ServiceSettings
 from .signing_keys import KeyRing
+from .store.connections import application_name
+from .store.dialect import is_postgresql_url
 from .store.engine import Engine, bind_key_ring, create_engine
 from .store.notify import Notifier
 from .telemetry import Telemetry
@@ -31,24 +34,25 @@ def agent_registry(settings: ServiceSettings) -> AgentRegistry:
 
 
 DEFAULT_POOL_SIZE = 10
-WORKER_POOL_HEADROOM = 8
-"""Connections a worker process needs besides one per slot: the claim loop, the supervisor's heartbeats and lease
-renewals, the live stream's timed writes, and in an `all` process the sweeps and HTTP requests."""
+"""`database.pool_size` when unset, for every role: with the default `max_overflow` of 4 and a worker's LISTEN and
+heartbeat connections, a process holds at most 16 connections, and six processes fit PostgreSQL's default
+`max_connections` (100, less 3 reserved for superusers)."""
 
 
-def pool_size_for(settings: ServiceSettings, *, runs_worker: bool) -> int:
-    """`database.pool_size` when set; else 10, or one connection per worker slot plus `WORKER_POOL_HEADROOM` (at
-    least 10) in a process that runs a worker (pure).
+def pool_size_for(settings: ServiceSettings) -> int:
+    """`database.pool_size`, or `DEFAULT_POOL_SIZE` when unset (pure), whatever the role and `worker.slots`: a run in
+    flight holds a connection only while one of its statements runs (§7.8.1, store/connections.py)."""
+    return settings.database.pool_size if settings.database.pool_size is not None else DEFAULT_POOL_SIZE
 
-    A worker whose slots outnumber its pooled connections takes overflow connections under load, and SQLAlchemy
-    closes each one when it comes back to a full pool: every such commit then pays a new PostgreSQL connection (a
-    forked backend, authentication, statements prepared again). A pool sized for the slots opens none.
-    """
-    if settings.database.pool_size is not None:
-        return settings.database.pool_size
-    if runs_worker:
-        return max(DEFAULT_POOL_SIZE, settings.worker.slots + WORKER_POOL_HEADROOM)
-    return DEFAULT_POOL_SIZE
+
+def lease_engine(settings: ServiceSettings, *, role: str | None) -> Engine | None:
+    """A one-connection engine for a PostgreSQL worker's heartbeats (`Service.lease_engine`); None on SQLite."""
+    if not is_postgresql_url(settings.database.url):
+        return None
+    return create_engine(
+        settings.database.url, timeout=settings.database.timeout, pool_size=1, max_overflow=0,
+        application_name=application_name(role or "worker"),
+    )  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -66,6 +70,13 @@ class Service:
     """Cross-process wake-ups (PostgreSQL `NOTIFY candor_wake`); workers listen in `process.serve`."""
     telemetry: Telemetry = field(default_factory=Telemetry)
     """OpenTelemetry traces of runs (`[telemetry]`); `Telemetry()` traces nothing."""
+    lease_engine: Engine | None = None
+    """A worker's own connection for its supervisor's heartbeats and lease renewals (PostgreSQL), so that they never
+    queue behind the attempts' statements for a pooled connection: a renewal starved by a busy pool would let
+    healthy leases expire and charge attempts (§7.8.1). None: they use `engine` (SQLite, where one engine keeps
+    the process's writers in turn, and processes that run no worker)."""
+    on_listening: Callable[[bool], None] = lambda connected: None
+    """Told whether the worker's LISTEN connection is up (`connections.watch_connections` sets the gauge)."""
     key_ring: KeyRing = field(init=False)
     """The webhook signing-secret ring of `settings.security.keys`; bound to `engine` for the store's statements."""
 
@@ -79,19 +90,23 @@ class Service:
         settings: ServiceSettings,
         *,
         runs_worker: bool = False,
+        role: str | None = None,
         agents: AgentRegistry | None = None,
         clock: Clock | None = None,
         entropy: Entropy | None = None,
     ) -> Service:
-        """`runs_worker`: this process runs a worker loop, so its pool is sized for the slots (`pool_size_for`)."""
+        """`runs_worker`: this process runs a worker loop. `role` names its connections on PostgreSQL
+        (`connections.application_name`; default: `worker` or `service`)."""
         engine = create_engine(
             settings.database.url, timeout=settings.database.timeout,
-            pool_size=pool_size_for(settings, runs_worker=runs_worker), max_overflow=settings.database.max_overflow,
+            pool_size=pool_size_for(settings), max_overflow=settings.database.max_overflow,
             sqlite_synchronous=settings.database.sqlite_synchronous,
+            application_name=application_name(role or ("worker" if runs_worker else "service")),
         )  # fmt: skip
         return cls(
             settings=settings,
             engine=engine,
+            lease_engine=lease_engine(settings, role=role) if runs_worker else None,
             agents=agents if agents is not None else agent_registry(settings),
             clock=clock if clock is not None else SystemClock(),
             entropy=entropy if entropy is not None else SystemEntropy(),
@@ -107,8 +122,15 @@ class Service:
         if self.notifier is not None:
             self.notifier.notify()
 
+    @property
+    def heartbeat_engine(self) -> Engine:
+        """The engine of the supervisor's heartbeats and renewals (`lease_engine` when there is one)."""
+        return self.lease_engine if self.lease_engine is not None else self.engine
+
     async def close(self) -> None:
         if self.notifier is not None:
             await self.notifier.close()
+        if self.lease_engine is not None:
+            await self.lease_engine.dispose()
         await self.engine.dispose()
         await asyncio.to_thread(self.telemetry.shutdown)  # flushes the batched spans: blocking, bounded

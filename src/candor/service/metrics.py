@@ -26,6 +26,8 @@ __all__ = (
     "SWEEP_PASSES",
     "HTTP_REQUEST_DURATION",
     "SQLITE_WRITER_WAIT",
+    "DB_CONNECTIONS",
+    "DB_CONNECTION_LIMIT",
     "METRIC_NAMES",
     "attempt_status_label",
 )
@@ -65,6 +67,16 @@ SQLITE_WRITER_WAIT = Histogram(
     "Time a SQLite write transaction waited for its turn among the process's writers (store/writer_gate.py).",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+DB_CONNECTIONS = Gauge(
+    "candor_db_connections",
+    "PostgreSQL connections of this process, by role (pool, heartbeat, listen) and state (in_use, idle).",
+    ["role", "state"],
+)
+DB_CONNECTION_LIMIT = Gauge(
+    "candor_db_connection_limit",
+    "Most PostgreSQL connections this process may hold, by role (pool: pool_size + max_overflow; heartbeat; listen).",
+    ["role"],
+)
 
 METRIC_NAMES: frozenset[str] = frozenset(
     {
@@ -82,10 +94,12 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "candor_sweep_passes_total",
         "candor_http_request_duration_seconds",
         "candor_sqlite_writer_wait_seconds",
+        "candor_db_connections",
+        "candor_db_connection_limit",
     }
 )
 """The §10.4 names as exposed (histograms add `_bucket`, `_sum`, `_count`), and candor's own
-`candor_sqlite_writer_wait_seconds` (docs/operations.md)."""
+`candor_sqlite_writer_wait_seconds`, `candor_db_connections` and `candor_db_connection_limit` (docs/operations.md)."""
 
 
 _SEAL_ENDINGS: frozenset[str] = frozenset(get_args(AttemptEnding))

@@ -21,12 +21,13 @@ from typing import Any, Literal
 import uvicorn
 
 from .control.sweeps import run_sweeps
-from .core import Service
+from .core import Service, pool_size_for
 from .http.app import create_app
 from .http.readiness import Readiness, Role, SchemaWatch
 from .listen import bind_listener, split_listen
 from .settings import ServiceSettings
 from .store.checkpoints import build_message_schemas
+from .store.connections import check_server_budget, connection_budget, watch_connections
 from .store.dialect import is_postgresql_url
 from .store.migrate import migrate, require_current_schema
 from .store.notify import listen_for_wakeups
@@ -74,7 +75,7 @@ async def prepare(settings: ServiceSettings, role: Role, *, schema: SchemaWatch 
     if schema is not None:
         schema.record(status)
     runs_worker = role in ("worker", "all")
-    service = await Service.open(settings, runs_worker=runs_worker)
+    service = await Service.open(settings, runs_worker=runs_worker, role=role)
     if settings.database.sqlite_synchronous == "normal" and not is_postgresql_url(url):
         log.warning(
             "database.sqlite_synchronous is normal: commits survive a crash of this process, but the last ones "
@@ -83,13 +84,12 @@ async def prepare(settings: ServiceSettings, role: Role, *, schema: SchemaWatch 
         )
     if runs_worker:
         service.agents.check_all()
-        pool_size = settings.database.pool_size
-        if pool_size is not None and pool_size < settings.worker.slots and is_postgresql_url(url):
-            log.warning(
-                "database.pool_size is below worker.slots: busy slots will take overflow connections, each a new "
-                "PostgreSQL connection; unset database.pool_size to size the pool for the slots",
-                extra={"pool_size": pool_size, "slots": settings.worker.slots},
-            )
+    budget = connection_budget(
+        pool_size=pool_size_for(settings), max_overflow=settings.database.max_overflow,
+        runs_worker=runs_worker and is_postgresql_url(url),
+    )  # fmt: skip
+    service.on_listening = watch_connections(service.engine, budget, heartbeat_engine=service.lease_engine)
+    await check_server_budget(service.engine, budget, processes=settings.database.processes)
     return service
 
 
@@ -174,6 +174,7 @@ async def _listen(service: Service, readiness: Readiness) -> None:
     """
 
     def connected(ok: bool) -> None:
+        service.on_listening(ok)
         if ok:
             readiness.degraded.discard("notify")
         else:

@@ -83,11 +83,15 @@ class DatabaseSettings(Section):
     timeout: float = Field(5.0, gt=0)
     """Statement timeout; also the safety margin before a lease deadline (S-25)."""
     pool_size: int | None = Field(None, ge=1, le=1000)
-    """PostgreSQL connections each process keeps open in its pool (SQLite ignores it). Unset: 10, and in a process
-    that runs a worker one per `worker.slots` plus 8, at least 10 (`core.pool_size_for`)."""
-    max_overflow: int = Field(10, ge=0, le=1000)
+    """PostgreSQL connections each process keeps open in its pool (SQLite ignores it). Unset: 10, whatever the role
+    and `worker.slots`: a run in flight holds a connection only while one of its statements runs (§7.8.1)."""
+    max_overflow: int = Field(4, ge=0, le=1000)
     """PostgreSQL connections a process may open beyond `pool_size` under load; each is closed again when it is
     returned while the pool is full, so a busy process that keeps needing them pays a new connection every time."""
+    processes: int | None = Field(None, ge=1, le=10000)
+    """candor processes of every role sharing this PostgreSQL database, for the startup check that their connection
+    budgets fit the server's `max_connections` (store/connections.py). Unset: estimated from the candor processes
+    connected when this one starts."""
     sqlite_synchronous: Literal["full", "normal"] = "full"
     """SQLite's `PRAGMA synchronous` (PostgreSQL ignores it). `full`: every commit is on disk before it returns, so
     a committed checkpoint, seal or accepted request survives a power failure. `normal`: a commit is safe from a
@@ -99,7 +103,8 @@ class DatabaseSettings(Section):
 class WorkerSettings(Section):
     """`[worker]`: claiming, leases, checkpoints and streams."""
 
-    slots: int = Field(4, ge=1, le=128)
+    slots: int = Field(64, ge=1, le=4096)
+    """Concurrent attempts per worker; bounded by memory, not by connections (§7.8.1)."""
     max_attempts: int = Field(3, ge=1, le=20)
     """Charged attempts per run; copied onto each run at acceptance (S-10)."""
     lease_seconds: float = Field(30.0, ge=3, le=300)

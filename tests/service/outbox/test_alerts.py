@@ -1,4 +1,4 @@
-"""docs/alerts.yml ships the §10.5 alert rules, each written against a metric declared in `service/metrics.py`."""
+"""docs/alerts.yml ships the §10.5 alert rules and candor's connection alert (§7.8.1), each written against a metric declared in `service/metrics.py`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ EXPECTED = {
     "CandorWorkersSaturated": "candor_worker_slots",
     "CandorRunFailures": "candor_runs_sealed_total",
     "CandorSweepFailing": "candor_sweep_passes_total",
+    "CandorDatabaseConnectionsExhausted": "candor_db_connections",  # candor's own (§7.8.1, docs/operations.md)
 }
 
 

@@ -23,6 +23,7 @@ from sqlalchemy.util import greenlet_spawn
 from ..errors import StoreUnavailable
 from ..protocol.db_faults import describe_database_error
 from ..signing_keys import NO_KEYS, KeyRing
+from .connections import postgres_connect_args
 from .dialect import (
     BEGIN_OPTION,
     SqliteSynchronous,
@@ -30,6 +31,7 @@ from .dialect import (
     engine_options,
     guards_decide_races,
     install_connection_hooks,
+    is_postgresql_url,
     pool_options,
 )
 from .writer_gate import writer_turn
@@ -111,6 +113,7 @@ def create_engine(
     pool_size: int | None = None,
     max_overflow: int | None = None,
     sqlite_synchronous: SqliteSynchronous = "full",
+    application_name: str = "candor",
     **options: object,
 ) -> AsyncEngine:
     """An async engine for an operator URL (`sqlite:///…` → aiosqlite, `postgresql://…` → asyncpg).
@@ -119,11 +122,16 @@ def create_engine(
     busy timeout. `pool_size`/`max_overflow` size a PostgreSQL engine's connection pool (`database.pool_size`,
     `database.max_overflow`; SQLAlchemy's 5 and 10 when not given); SQLite ignores them. `sqlite_synchronous` is
     SQLite's `PRAGMA synchronous` on every connection (`database.sqlite_synchronous`); PostgreSQL ignores it. Extra
-    `options` go to `create_async_engine`.
+    `options` go to `create_async_engine`. On PostgreSQL a checkout waits at most `timeout` for a pooled connection
+    and a connect the server refuses for now is retried within `timeout`; every connection is named
+    `application_name` (store/connections.py, §7.8.1).
     """
     resolved = async_url(url)
     kwargs = engine_options(resolved, timeout=timeout)
     kwargs.update(pool_options(resolved, pool_size=pool_size, max_overflow=max_overflow))
+    if is_postgresql_url(resolved):
+        kwargs["pool_timeout"] = timeout
+        kwargs["connect_args"] = postgres_connect_args(kwargs["connect_args"], timeout=timeout, name=application_name)
     # Statement parameters hold message text and secret hashes: driver errors and logs show the SQL only.
     kwargs["hide_parameters"] = True
     kwargs.update(options)

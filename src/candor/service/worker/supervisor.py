@@ -75,7 +75,7 @@ class Supervisor:
             return set()
         sent_at = self.service.clock.monotonic()
         try:
-            facts = await read_heartbeat_facts(self.service.engine, [h.lease.run_id for h in handles])
+            facts = await read_heartbeat_facts(self.service.heartbeat_engine, [h.lease.run_id for h in handles])
         except StoreUnavailable as error:  # the authority checks among them: S-26, stop nothing, extend nothing
             raise HeartbeatFailed("the authority checks were unavailable") from error
         for handle, reason in heartbeat_stops(handles, facts):
@@ -85,7 +85,9 @@ class Supervisor:
         if not due:
             return set()
         renewed = await renew_leases(
-            self.service.engine, [h.lease for h in due], lease_seconds=self.service.settings.worker.lease_seconds
+            self.service.heartbeat_engine,
+            [h.lease for h in due],
+            lease_seconds=self.service.settings.worker.lease_seconds,
         )
         for handle in due:
             if handle.lease.attempt_id in renewed:
