@@ -26,10 +26,14 @@ from candor.service.protocol.transitions import (
     can_transition_attempt,
     can_transition_entry,
     can_transition_outbox,
+    final_statuses,
+    initial_status,
     is_redeliverable,
     is_sealed,
+    live_statuses,
     may_update_attempt,
     may_update_run,
+    moves,
 )
 
 # §5.2, row by row.
@@ -135,7 +139,7 @@ def test_attempt_transition_table(from_status, to_status, allowed):
 @given(st.sampled_from(sorted(FINISHED_ATTEMPT_STATUSES)), st.sampled_from(ATTEMPT_STATUSES))
 def test_finished_attempts_are_immutable(finished, target):
     """S-8: a finished attempt cannot be modified at all."""
-    assert ATTEMPT_TRANSITIONS[finished] == frozenset()
+    assert ATTEMPT_TRANSITIONS[finished] == ()
     assert not may_update_attempt(finished, target)
 
 
@@ -252,4 +256,30 @@ def test_unknown_status_is_an_error(call):
 def test_every_table_has_a_row_per_status(table, statuses):
     """S-7, S-8, S-76: each table has one row per status plus creation, and targets only known statuses."""
     assert set(table) == {None, *statuses}
-    assert all(targets <= set(statuses) for targets in table.values())
+    assert all(set(targets) <= set(statuses) for targets in table.values())
+
+
+def test_table_readers_on_a_small_table():
+    """S-7: moves keep table order and skip creation; final statuses have no way out, live ones have one."""
+    table = {None: ("new",), "new": ("done", "gone"), "done": (), "gone": ()}
+    assert moves(table) == (("new", "done"), ("new", "gone"))
+    assert initial_status(table) == "new"
+    assert final_statuses(table) == ("done", "gone")
+    assert live_statuses(table) == ("new",)
+
+
+@pytest.mark.parametrize("created", [(), ("a", "b")])
+def test_initial_status_needs_exactly_one(created):
+    """S-6, S-8: a status guard creates rows in one status; a table creating rows in none or several is refused."""
+    with pytest.raises(ValueError, match="exactly one status"):
+        initial_status({None: created, "a": (), "b": ()})
+
+
+def test_run_and_attempt_tables_as_the_triggers_read_them():
+    """S-6, S-7, S-8: what the triggers are rendered from: §5.2 and §5.3 moves, creation status, final statuses."""
+    assert {(None, initial_status(RUN_TRANSITIONS)), *moves(RUN_TRANSITIONS)} == SPEC_RUN_MOVES
+    assert set(final_statuses(RUN_TRANSITIONS)) == SEALED_RUN_STATUSES
+    assert initial_status(ATTEMPT_TRANSITIONS) == "leased"
+    assert set(final_statuses(ATTEMPT_TRANSITIONS)) == FINISHED_ATTEMPT_STATUSES
+    assert ("running", "leased") not in moves(ATTEMPT_TRANSITIONS)
+    assert set(live_statuses(RUN_TRANSITIONS)) | set(final_statuses(RUN_TRANSITIONS)) == set(RUN_STATUSES)
