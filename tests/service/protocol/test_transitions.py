@@ -1,4 +1,4 @@
-"""Tables of run, attempt, inbox entry and outbox row states (spec §5.2–§5.5)."""
+"""Tables of run and attempt states (spec §5.2, §5.3), their readers, and who may redeliver (§9.7)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,7 @@ from hypothesis import strategies as st
 from candor.service.protocol.transitions import (
     ATTEMPT_STATUSES,
     ATTEMPT_TRANSITIONS,
-    ENTRY_STATUSES,
-    ENTRY_TRANSITIONS,
-    FINAL_ENTRY_STATUSES,
     FINISHED_ATTEMPT_STATUSES,
-    OUTBOX_STATUSES,
-    OUTBOX_TRANSITIONS,
     RUN_STATUSES,
     RUN_TRANSITIONS,
     SEALED_RUN_STATUSES,
@@ -24,8 +19,6 @@ from candor.service.protocol.transitions import (
     attempt_end,
     can_transition,
     can_transition_attempt,
-    can_transition_entry,
-    can_transition_outbox,
     final_statuses,
     initial_status,
     is_redeliverable,
@@ -168,53 +161,6 @@ def test_attempt_status_for_how_it_ended(ending, expected):
 
 
 @pytest.mark.parametrize(
-    ("from_status", "to_status", "allowed"),
-    [
-        (None, "pending", True),
-        (None, "assigned", True),
-        (None, "consumed", False),
-        ("pending", "assigned", True),
-        ("pending", "failed", True),
-        ("pending", "withdrawn", True),
-        ("pending", "consumed", False),
-        ("assigned", "pending", True),
-        ("assigned", "consumed", True),
-        ("assigned", "failed", True),
-        ("assigned", "withdrawn", True),
-    ],
-)
-def test_entry_transition_table(from_status, to_status, allowed):
-    """S-71, S-76: §5.4; an entry is consumed only from assigned."""
-    assert can_transition_entry(from_status, to_status) is allowed
-
-
-@given(st.sampled_from(sorted(FINAL_ENTRY_STATUSES)), st.sampled_from(ENTRY_STATUSES))
-def test_final_entries_never_change(final, target):
-    """S-76: consumed, failed and withdrawn entries never change again."""
-    assert ENTRY_TRANSITIONS[final] == frozenset()
-    assert not can_transition_entry(final, target)
-
-
-@pytest.mark.parametrize(
-    ("from_status", "to_status", "allowed"),
-    [
-        (None, "pending", True),
-        (None, "dead", True),
-        (None, "delivered", False),
-        ("pending", "delivered", True),
-        ("pending", "dead", True),
-        ("dead", "pending", True),
-        ("dead", "delivered", False),
-        ("delivered", "pending", False),
-        ("delivered", "dead", False),
-    ],
-)
-def test_outbox_transition_table(from_status, to_status, allowed):
-    """S-109, S-114: §5.5; delivered is final, dead returns to pending only through redeliver."""
-    assert can_transition_outbox(from_status, to_status) is allowed
-
-
-@pytest.mark.parametrize(
     ("kind", "status", "allowed"),
     [
         ("webhook", "dead", True),
@@ -225,7 +171,7 @@ def test_outbox_transition_table(from_status, to_status, allowed):
     ],
 )
 def test_redeliver_only_dead_webhooks(kind, status, allowed):
-    """S-114: redeliver of a row that is not dead → 409 not_dead."""
+    """S-114, §5.5: only a dead webhook row goes back to pending (redeliver); any other row → 409 not_dead."""
     assert is_redeliverable(kind, status) is allowed
 
 
@@ -235,7 +181,6 @@ def test_redeliver_only_dead_webhooks(kind, status, allowed):
         lambda: can_transition("sealed", "running"),
         lambda: can_transition("running", "paused"),
         lambda: can_transition_attempt("expired", "failed"),
-        lambda: can_transition_outbox("pending", "gone"),
     ],
 )
 def test_unknown_status_is_an_error(call):
@@ -249,12 +194,10 @@ def test_unknown_status_is_an_error(call):
     [
         (RUN_TRANSITIONS, RUN_STATUSES),
         (ATTEMPT_TRANSITIONS, ATTEMPT_STATUSES),
-        (ENTRY_TRANSITIONS, ENTRY_STATUSES),
-        (OUTBOX_TRANSITIONS, OUTBOX_STATUSES),
     ],
 )
 def test_every_table_has_a_row_per_status(table, statuses):
-    """S-7, S-8, S-76: each table has one row per status plus creation, and targets only known statuses."""
+    """S-7, S-8: each table has one row per status plus creation, and targets only known statuses."""
     assert set(table) == {None, *statuses}
     assert all(set(targets) <= set(statuses) for targets in table.values())
 

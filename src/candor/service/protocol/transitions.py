@@ -1,7 +1,7 @@
-"""Lifecycle states of runs, attempts, inbox entries and outbox rows, and the moves allowed between them.
+"""Lifecycle states of runs, attempts, inbox entries and outbox rows, and the moves allowed for runs and attempts.
 
-Each table maps a state (``None`` = the row does not exist yet) to the states it may move to. A move to the
-same state is not a transition: ``may_update_*`` says whether a row may be rewritten while keeping its state.
+The run and attempt tables map a state (``None`` = the row does not exist yet) to the states it may move to. A move
+to the same state is not a transition: ``may_update_*`` says whether a row may be rewritten while keeping its state.
 These tables are the one source of the state machines: the database triggers (store/tables.py) are rendered from
 them through ``moves``, ``initial_status`` and ``final_statuses``. Targets are tuples so that the rendered SQL keeps
 one order, and a migrated database's triggers compare equal to a fresh one's.
@@ -36,14 +36,8 @@ __all__ = (
     "attempt_end",
     "EntryStatus",
     "ENTRY_STATUSES",
-    "FINAL_ENTRY_STATUSES",
-    "ENTRY_TRANSITIONS",
-    "can_transition_entry",
     "OutboxStatus",
     "OUTBOX_STATUSES",
-    "SETTLED_OUTBOX_STATUSES",
-    "OUTBOX_TRANSITIONS",
-    "can_transition_outbox",
     "is_redeliverable",
     "moves",
     "initial_status",
@@ -191,23 +185,6 @@ def attempt_end(ending: AttemptEnding) -> AttemptEnd:
 EntryStatus = Literal["pending", "assigned", "consumed", "failed", "withdrawn"]
 
 ENTRY_STATUSES: Final[tuple[EntryStatus, ...]] = get_args(EntryStatus)
-FINAL_ENTRY_STATUSES: Final[frozenset[EntryStatus]] = frozenset({"consumed", "failed", "withdrawn"})
-
-ENTRY_TRANSITIONS: Final[Mapping[EntryStatus | None, frozenset[EntryStatus]]] = {
-    # An entry that starts a run at once (S-65) is created already assigned to it.
-    None: frozenset({"pending", "assigned"}),
-    "pending": frozenset({"assigned", "failed", "withdrawn"}),
-    "assigned": frozenset({"pending", "consumed", "failed", "withdrawn"}),
-    # S-76: consumed, failed and withdrawn entries never change again.
-    "consumed": frozenset(),
-    "failed": frozenset(),
-    "withdrawn": frozenset(),
-}
-
-
-def can_transition_entry(from_status: EntryStatus | None, to_status: EntryStatus) -> bool:
-    """S-76: whether §5.4 allows an inbox entry to move from ``from_status`` to ``to_status``."""
-    return _allowed(ENTRY_TRANSITIONS, from_status, to_status)
 
 
 # --- outbox rows (§5.5) ------------------------------------------------------------------------------------------
@@ -215,21 +192,6 @@ def can_transition_entry(from_status: EntryStatus | None, to_status: EntryStatus
 OutboxStatus = Literal["pending", "delivered", "dead"]
 
 OUTBOX_STATUSES: Final[tuple[OutboxStatus, ...]] = get_args(OutboxStatus)
-SETTLED_OUTBOX_STATUSES: Final[frozenset[OutboxStatus]] = frozenset({"delivered", "dead"})
-
-OUTBOX_TRANSITIONS: Final[Mapping[OutboxStatus | None, frozenset[OutboxStatus]]] = {
-    # §9.4: a webhook whose secret cannot be decrypted at staging time is staged directly as dead.
-    None: frozenset({"pending", "dead"}),
-    "pending": frozenset({"delivered", "dead"}),
-    "delivered": frozenset(),
-    # §9.7: dead → pending only through redeliver (webhooks; see is_redeliverable).
-    "dead": frozenset({"pending"}),
-}
-
-
-def can_transition_outbox(from_status: OutboxStatus | None, to_status: OutboxStatus) -> bool:
-    """Whether §5.5 allows an outbox row to move from ``from_status`` to ``to_status``."""
-    return _allowed(OUTBOX_TRANSITIONS, from_status, to_status)
 
 
 def is_redeliverable(kind: str, status: OutboxStatus) -> bool:

@@ -246,7 +246,7 @@ inbox_entries = Table(
     CheckConstraint(_in("kind", ("message", "child_result")), name="kind"),
     CheckConstraint(_in("delivery", ("steer", "next_run")), name="delivery"),
     CheckConstraint(_in("request_kind", ("thread", "message", "fork"), nullable=True), name="request_kind"),
-    CheckConstraint(_in("status", ("pending", "assigned", "consumed", "failed", "withdrawn")), name="status"),
+    CheckConstraint(_in("status", transitions.ENTRY_STATUSES), name="status"),
     # S-76: consumed exactly when incorporated_checkpoint_seq is set.
     CheckConstraint("(status = 'consumed') = (incorporated_checkpoint_seq IS NOT NULL)", name="consumed_seq"),
 )
@@ -456,7 +456,7 @@ outbox = Table(
     partial_index("ix_outbox_due", "kind", "available_at", "id", where="status = 'pending'"),
     partial_index("ix_outbox_settled", "kind", "status", "settled_at", where="status <> 'pending'"),
     CheckConstraint(_in("kind", ("webhook", "child_result", "checkpoint_cleanup")), name="kind"),
-    CheckConstraint(_in("status", ("pending", "delivered", "dead")), name="status"),
+    CheckConstraint(_in("status", transitions.OUTBOX_STATUSES), name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     CheckConstraint("last_error IS NULL OR length(last_error) <= 1024", name="last_error"),
 )
