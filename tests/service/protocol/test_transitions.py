@@ -1,4 +1,4 @@
-"""Tables of run, attempt, inbox entry and outbox row states (spec §5.2–§5.5)."""
+"""Tables of run and attempt states (spec §5.2, §5.3), their readers, and who may redeliver (§9.7)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,7 @@ from hypothesis import strategies as st
 from candor.service.protocol.transitions import (
     ATTEMPT_STATUSES,
     ATTEMPT_TRANSITIONS,
-    ENTRY_STATUSES,
-    ENTRY_TRANSITIONS,
-    FINAL_ENTRY_STATUSES,
     FINISHED_ATTEMPT_STATUSES,
-    OUTBOX_STATUSES,
-    OUTBOX_TRANSITIONS,
     RUN_STATUSES,
     RUN_TRANSITIONS,
     SEALED_RUN_STATUSES,
@@ -24,12 +19,14 @@ from candor.service.protocol.transitions import (
     attempt_end,
     can_transition,
     can_transition_attempt,
-    can_transition_entry,
-    can_transition_outbox,
+    final_statuses,
+    initial_status,
     is_redeliverable,
     is_sealed,
+    live_statuses,
     may_update_attempt,
     may_update_run,
+    moves,
 )
 
 # §5.2, row by row.
@@ -135,7 +132,7 @@ def test_attempt_transition_table(from_status, to_status, allowed):
 @given(st.sampled_from(sorted(FINISHED_ATTEMPT_STATUSES)), st.sampled_from(ATTEMPT_STATUSES))
 def test_finished_attempts_are_immutable(finished, target):
     """S-8: a finished attempt cannot be modified at all."""
-    assert ATTEMPT_TRANSITIONS[finished] == frozenset()
+    assert ATTEMPT_TRANSITIONS[finished] == ()
     assert not may_update_attempt(finished, target)
 
 
@@ -164,53 +161,6 @@ def test_attempt_status_for_how_it_ended(ending, expected):
 
 
 @pytest.mark.parametrize(
-    ("from_status", "to_status", "allowed"),
-    [
-        (None, "pending", True),
-        (None, "assigned", True),
-        (None, "consumed", False),
-        ("pending", "assigned", True),
-        ("pending", "failed", True),
-        ("pending", "withdrawn", True),
-        ("pending", "consumed", False),
-        ("assigned", "pending", True),
-        ("assigned", "consumed", True),
-        ("assigned", "failed", True),
-        ("assigned", "withdrawn", True),
-    ],
-)
-def test_entry_transition_table(from_status, to_status, allowed):
-    """S-71, S-76: §5.4; an entry is consumed only from assigned."""
-    assert can_transition_entry(from_status, to_status) is allowed
-
-
-@given(st.sampled_from(sorted(FINAL_ENTRY_STATUSES)), st.sampled_from(ENTRY_STATUSES))
-def test_final_entries_never_change(final, target):
-    """S-76: consumed, failed and withdrawn entries never change again."""
-    assert ENTRY_TRANSITIONS[final] == frozenset()
-    assert not can_transition_entry(final, target)
-
-
-@pytest.mark.parametrize(
-    ("from_status", "to_status", "allowed"),
-    [
-        (None, "pending", True),
-        (None, "dead", True),
-        (None, "delivered", False),
-        ("pending", "delivered", True),
-        ("pending", "dead", True),
-        ("dead", "pending", True),
-        ("dead", "delivered", False),
-        ("delivered", "pending", False),
-        ("delivered", "dead", False),
-    ],
-)
-def test_outbox_transition_table(from_status, to_status, allowed):
-    """S-109, S-114: §5.5; delivered is final, dead returns to pending only through redeliver."""
-    assert can_transition_outbox(from_status, to_status) is allowed
-
-
-@pytest.mark.parametrize(
     ("kind", "status", "allowed"),
     [
         ("webhook", "dead", True),
@@ -221,7 +171,7 @@ def test_outbox_transition_table(from_status, to_status, allowed):
     ],
 )
 def test_redeliver_only_dead_webhooks(kind, status, allowed):
-    """S-114: redeliver of a row that is not dead → 409 not_dead."""
+    """S-114, §5.5: only a dead webhook row goes back to pending (redeliver); any other row → 409 not_dead."""
     assert is_redeliverable(kind, status) is allowed
 
 
@@ -231,7 +181,6 @@ def test_redeliver_only_dead_webhooks(kind, status, allowed):
         lambda: can_transition("sealed", "running"),
         lambda: can_transition("running", "paused"),
         lambda: can_transition_attempt("expired", "failed"),
-        lambda: can_transition_outbox("pending", "gone"),
     ],
 )
 def test_unknown_status_is_an_error(call):
@@ -245,11 +194,35 @@ def test_unknown_status_is_an_error(call):
     [
         (RUN_TRANSITIONS, RUN_STATUSES),
         (ATTEMPT_TRANSITIONS, ATTEMPT_STATUSES),
-        (ENTRY_TRANSITIONS, ENTRY_STATUSES),
-        (OUTBOX_TRANSITIONS, OUTBOX_STATUSES),
     ],
 )
 def test_every_table_has_a_row_per_status(table, statuses):
-    """S-7, S-8, S-76: each table has one row per status plus creation, and targets only known statuses."""
+    """S-7, S-8: each table has one row per status plus creation, and targets only known statuses."""
     assert set(table) == {None, *statuses}
-    assert all(targets <= set(statuses) for targets in table.values())
+    assert all(set(targets) <= set(statuses) for targets in table.values())
+
+
+def test_table_readers_on_a_small_table():
+    """S-7: moves keep table order and skip creation; final statuses have no way out, live ones have one."""
+    table = {None: ("new",), "new": ("done", "gone"), "done": (), "gone": ()}
+    assert moves(table) == (("new", "done"), ("new", "gone"))
+    assert initial_status(table) == "new"
+    assert final_statuses(table) == ("done", "gone")
+    assert live_statuses(table) == ("new",)
+
+
+@pytest.mark.parametrize("created", [(), ("a", "b")])
+def test_initial_status_needs_exactly_one(created):
+    """S-6, S-8: a status guard creates rows in one status; a table creating rows in none or several is refused."""
+    with pytest.raises(ValueError, match="exactly one status"):
+        initial_status({None: created, "a": (), "b": ()})
+
+
+def test_run_and_attempt_tables_as_the_triggers_read_them():
+    """S-6, S-7, S-8: what the triggers are rendered from: §5.2 and §5.3 moves, creation status, final statuses."""
+    assert {(None, initial_status(RUN_TRANSITIONS)), *moves(RUN_TRANSITIONS)} == SPEC_RUN_MOVES
+    assert set(final_statuses(RUN_TRANSITIONS)) == SEALED_RUN_STATUSES
+    assert initial_status(ATTEMPT_TRANSITIONS) == "leased"
+    assert set(final_statuses(ATTEMPT_TRANSITIONS)) == FINISHED_ATTEMPT_STATUSES
+    assert ("running", "leased") not in moves(ATTEMPT_TRANSITIONS)
+    assert set(live_statuses(RUN_TRANSITIONS)) | set(final_statuses(RUN_TRANSITIONS)) == set(RUN_STATUSES)

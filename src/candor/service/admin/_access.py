@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from ..errors import Disabled, Forbidden
-from ..protocol.authority import Principal
+from ..protocol.authority import Principal, key_allows
 from ..store import auth
 
 __all__ = ("recheck_admin", "audit")
@@ -21,7 +21,7 @@ async def recheck_admin(conn: Any, principal: Principal, *, refuse_archived: boo
     facts = await auth.read_authority(conn, principal.id)
     if refuse_archived and facts.workspace_archived:
         raise Disabled(principal.workspace_id)
-    if not facts.principal_exists or facts.principal_disabled or "admin" not in facts.permissions:
+    if not key_allows(facts, "admin"):
         raise Forbidden("admin")
 
 

@@ -15,12 +15,12 @@ from ..errors import CheckpointCorrupt, InvalidArgument, NotFound
 from ..protocol.authority import Principal
 from ..protocol.recovered import RecoveredCall, recovered_calls, with_basis
 from ..protocol.requests import checked_limit, require
+from ..protocol.transitions import ENTRY_STATUSES
 from ..store import auth, checkpoints, inbox, messages, views
 from ..store.engine import read_transaction
 from ..store.views import AttemptRow, EntryRow, RunRow, ThreadRow
 
 __all__ = (
-    "ENTRY_STATUSES",
     "authenticate",
     "get_thread",
     "get_run",
@@ -32,9 +32,6 @@ __all__ = (
     "list_run_messages_page",
     "get_run_with_recovery",
 )
-
-ENTRY_STATUSES = ("pending", "assigned", "consumed", "failed", "withdrawn")
-"""§5.4: the statuses an inbox list may be filtered by."""
 
 
 async def _thread_in_workspace(conn: Any, principal: Principal, thread_id: str) -> ThreadRow:

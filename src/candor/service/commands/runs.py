@@ -7,7 +7,7 @@ from typing import Any
 
 from ..core import Service
 from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
-from ..protocol.authority import Principal
+from ..protocol.authority import Principal, key_allows
 from ..protocol.idempotency import replay_or_conflict, request_digest, resume_digest
 from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
 from ..protocol.resume import ResumeAnswers, resume_refusal, successor_of
@@ -156,7 +156,7 @@ async def interrupt_run(service: Service, principal: Principal, run_id: str) -> 
         if run is None:
             raise NotFound("run", run_id)
         facts = await auth.read_authority(conn, principal.id)
-        if not facts.principal_exists or facts.principal_disabled or "run" not in facts.permissions:
+        if not key_allows(facts, "run"):
             raise Forbidden("run")
         await threads.lock_thread(conn, thread_id=run.thread_id, workspace_id=None)
         run = await interrupts.lock_run(conn, run_id=run_id)

@@ -135,7 +135,8 @@ def should_renew(now: datetime, lease_expires_at: datetime, lease_seconds: float
 
 
 def is_renewable(snapshot: FenceSnapshot, *, now: datetime, lease_seconds: float) -> bool:
-    """S-23: the attempt is live, unexpired and current for a running run, and due for renewal."""
+    """S-23: the attempt is live, unexpired and current for a running run, and due for renewal (the rule that
+    ``store.leases.select_renewable`` runs in SQL; a test holds the two equal)."""
     return (
         snapshot.run_status == "running"
         and snapshot.run_current_attempt_id == snapshot.attempt_id

@@ -1,12 +1,15 @@
-"""Lifecycle states of runs, attempts, inbox entries and outbox rows, and the moves allowed between them.
+"""Lifecycle states of runs, attempts, inbox entries and outbox rows, and the moves allowed for runs and attempts.
 
-Each table maps a state (``None`` = the row does not exist yet) to the states it may move to. A move to the
-same state is not a transition: ``may_update_*`` says whether a row may be rewritten while keeping its state.
+The run and attempt tables map a state (``None`` = the row does not exist yet) to the states it may move to. A move
+to the same state is not a transition: ``may_update_*`` says whether a row may be rewritten while keeping its state.
+These tables are the one source of the state machines: the database triggers (store/tables.py) are rendered from
+them through ``moves``, ``initial_status`` and ``final_statuses``. Targets are tuples so that the rendered SQL keeps
+one order, and a migrated database's triggers compare equal to a fresh one's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, TypeVar, assert_never, get_args
 
@@ -33,18 +36,43 @@ __all__ = (
     "attempt_end",
     "EntryStatus",
     "ENTRY_STATUSES",
-    "FINAL_ENTRY_STATUSES",
-    "ENTRY_TRANSITIONS",
-    "can_transition_entry",
     "OutboxStatus",
     "OUTBOX_STATUSES",
-    "SETTLED_OUTBOX_STATUSES",
-    "OUTBOX_TRANSITIONS",
-    "can_transition_outbox",
     "is_redeliverable",
+    "moves",
+    "initial_status",
+    "final_statuses",
+    "live_statuses",
 )
 
 S = TypeVar("S", bound=str)
+
+# --- reading a table (the database triggers are rendered from these) ----------------------------------------------
+
+
+def moves(table: Mapping[S | None, Collection[S]]) -> tuple[tuple[S, S], ...]:
+    """The status changes an existing row may make, as ``(from, to)`` pairs in table order (creation excluded)."""
+    return tuple((source, target) for source, targets in table.items() if source is not None for target in targets)
+
+
+def initial_status(table: Mapping[S | None, Collection[S]]) -> S:
+    """The one status a row is created in (``ValueError`` if the table allows none or several)."""
+    match tuple(table.get(None, ())):
+        case (status,):
+            return status
+        case created:
+            raise ValueError(f"a table for one guard creates rows in exactly one status, not {created!r}")
+
+
+def final_statuses(table: Mapping[S | None, Collection[S]]) -> tuple[S, ...]:
+    """The statuses with no way out, in table order: a row in one never changes again."""
+    return tuple(status for status, targets in table.items() if status is not None and not targets)
+
+
+def live_statuses(table: Mapping[S | None, Collection[S]]) -> tuple[S, ...]:
+    """The statuses a row may still leave, in table order."""
+    return tuple(status for status, targets in table.items() if status is not None and targets)
+
 
 # --- runs (§5.2) -------------------------------------------------------------------------------------------------
 
@@ -53,18 +81,18 @@ SealedRunStatus = Literal["waiting", "completed", "failed", "cancelled"]
 
 RUN_STATUSES: Final[tuple[RunStatus, ...]] = get_args(RunStatus)
 SEALED_RUN_STATUSES: Final[frozenset[RunStatus]] = frozenset(get_args(SealedRunStatus))
-LIVE_RUN_STATUSES: Final[frozenset[RunStatus]] = frozenset({"accepted", "running"})
 
-RUN_TRANSITIONS: Final[Mapping[RunStatus | None, frozenset[RunStatus]]] = {
-    None: frozenset({"accepted"}),
-    "accepted": frozenset({"running", "cancelled", "failed"}),
-    "running": frozenset({"accepted", "completed", "waiting", "failed", "cancelled"}),
+RUN_TRANSITIONS: Final[Mapping[RunStatus | None, tuple[RunStatus, ...]]] = {
+    None: ("accepted",),
+    "accepted": ("running", "cancelled", "failed"),
+    "running": ("accepted", "completed", "waiting", "failed", "cancelled"),
     # S-6: sealed runs never change again; a waiting run is continued by a successor, not by a transition.
-    "waiting": frozenset(),
-    "completed": frozenset(),
-    "failed": frozenset(),
-    "cancelled": frozenset(),
+    "waiting": (),
+    "completed": (),
+    "failed": (),
+    "cancelled": (),
 }
+LIVE_RUN_STATUSES: Final[frozenset[RunStatus]] = frozenset(live_statuses(RUN_TRANSITIONS))
 
 
 def is_sealed(status: RunStatus) -> bool:
@@ -89,22 +117,21 @@ def may_update_run(from_status: RunStatus, to_status: RunStatus) -> bool:
 AttemptStatus = Literal["leased", "running", "succeeded", "yielded", "failed", "cancelled"]
 
 ATTEMPT_STATUSES: Final[tuple[AttemptStatus, ...]] = get_args(AttemptStatus)
-LIVE_ATTEMPT_STATUSES: Final[frozenset[AttemptStatus]] = frozenset({"leased", "running"})
-FINISHED_ATTEMPT_STATUSES: Final[frozenset[AttemptStatus]] = frozenset(ATTEMPT_STATUSES) - LIVE_ATTEMPT_STATUSES
 
-_ATTEMPT_ENDS: Final[frozenset[AttemptStatus]] = frozenset({"succeeded", "yielded", "failed", "cancelled"})
-_RUNNING: Final[frozenset[AttemptStatus]] = frozenset({"running"})
-ATTEMPT_TRANSITIONS: Final[Mapping[AttemptStatus | None, frozenset[AttemptStatus]]] = {
-    None: frozenset({"leased"}),
-    "leased": _RUNNING | _ATTEMPT_ENDS,
+_ATTEMPT_ENDS: Final[tuple[AttemptStatus, ...]] = ("succeeded", "yielded", "failed", "cancelled")
+ATTEMPT_TRANSITIONS: Final[Mapping[AttemptStatus | None, tuple[AttemptStatus, ...]]] = {
+    None: ("leased",),
+    "leased": ("running", *_ATTEMPT_ENDS),
     # S-8: running → leased is forbidden.
     "running": _ATTEMPT_ENDS,
     # S-8: finished attempts are immutable.
-    "succeeded": frozenset(),
-    "yielded": frozenset(),
-    "failed": frozenset(),
-    "cancelled": frozenset(),
+    "succeeded": (),
+    "yielded": (),
+    "failed": (),
+    "cancelled": (),
 }
+LIVE_ATTEMPT_STATUSES: Final[frozenset[AttemptStatus]] = frozenset(live_statuses(ATTEMPT_TRANSITIONS))
+FINISHED_ATTEMPT_STATUSES: Final[frozenset[AttemptStatus]] = frozenset(final_statuses(ATTEMPT_TRANSITIONS))
 
 
 def is_attempt_live(status: AttemptStatus) -> bool:
@@ -158,23 +185,6 @@ def attempt_end(ending: AttemptEnding) -> AttemptEnd:
 EntryStatus = Literal["pending", "assigned", "consumed", "failed", "withdrawn"]
 
 ENTRY_STATUSES: Final[tuple[EntryStatus, ...]] = get_args(EntryStatus)
-FINAL_ENTRY_STATUSES: Final[frozenset[EntryStatus]] = frozenset({"consumed", "failed", "withdrawn"})
-
-ENTRY_TRANSITIONS: Final[Mapping[EntryStatus | None, frozenset[EntryStatus]]] = {
-    # An entry that starts a run at once (S-65) is created already assigned to it.
-    None: frozenset({"pending", "assigned"}),
-    "pending": frozenset({"assigned", "failed", "withdrawn"}),
-    "assigned": frozenset({"pending", "consumed", "failed", "withdrawn"}),
-    # S-76: consumed, failed and withdrawn entries never change again.
-    "consumed": frozenset(),
-    "failed": frozenset(),
-    "withdrawn": frozenset(),
-}
-
-
-def can_transition_entry(from_status: EntryStatus | None, to_status: EntryStatus) -> bool:
-    """S-76: whether §5.4 allows an inbox entry to move from ``from_status`` to ``to_status``."""
-    return _allowed(ENTRY_TRANSITIONS, from_status, to_status)
 
 
 # --- outbox rows (§5.5) ------------------------------------------------------------------------------------------
@@ -182,21 +192,6 @@ def can_transition_entry(from_status: EntryStatus | None, to_status: EntryStatus
 OutboxStatus = Literal["pending", "delivered", "dead"]
 
 OUTBOX_STATUSES: Final[tuple[OutboxStatus, ...]] = get_args(OutboxStatus)
-SETTLED_OUTBOX_STATUSES: Final[frozenset[OutboxStatus]] = frozenset({"delivered", "dead"})
-
-OUTBOX_TRANSITIONS: Final[Mapping[OutboxStatus | None, frozenset[OutboxStatus]]] = {
-    # §9.4: a webhook whose secret cannot be decrypted at staging time is staged directly as dead.
-    None: frozenset({"pending", "dead"}),
-    "pending": frozenset({"delivered", "dead"}),
-    "delivered": frozenset(),
-    # §9.7: dead → pending only through redeliver (webhooks; see is_redeliverable).
-    "dead": frozenset({"pending"}),
-}
-
-
-def can_transition_outbox(from_status: OutboxStatus | None, to_status: OutboxStatus) -> bool:
-    """Whether §5.5 allows an outbox row to move from ``from_status`` to ``to_status``."""
-    return _allowed(OUTBOX_TRANSITIONS, from_status, to_status)
 
 
 def is_redeliverable(kind: str, status: OutboxStatus) -> bool:
@@ -204,7 +199,7 @@ def is_redeliverable(kind: str, status: OutboxStatus) -> bool:
     return kind == "webhook" and status == "dead"
 
 
-def _allowed(table: Mapping[S | None, frozenset[S]], from_status: S | None, to_status: S) -> bool:
+def _allowed(table: Mapping[S | None, Collection[S]], from_status: S | None, to_status: S) -> bool:
     try:
         targets = table[from_status]
     except KeyError:

@@ -140,12 +140,7 @@ class AuthorityFacts:
     workspace_archived: bool
 
     def verdict(self) -> AuthorityVerdict:
-        return decide_authority(
-            principal_exists=self.principal_exists,
-            principal_disabled=self.principal_disabled,
-            permissions=self.permissions,
-            workspace_archived=self.workspace_archived,
-        )
+        return decide_authority(self, workspace_archived=self.workspace_archived)
 
 
 _MISSING = AuthorityFacts(

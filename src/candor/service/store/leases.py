@@ -58,7 +58,9 @@ class HeartbeatFacts:
 def select_renewable(*, attempt_ids: Collection[str], worker_id: str, now: float, lease_seconds: float) -> Select[Any]:
     """S-23: this worker's live, unexpired attempts that are current for a running run and have ≤ 2/3 remaining.
 
-    `SKIP LOCKED`: an attempt row locked by a commit or a sweep waits for the next heartbeat (§7.4 step 2).
+    `SKIP LOCKED`: an attempt row locked by a commit or a sweep waits for the next heartbeat (§7.4 step 2). The
+    filter is `protocol.fencing.is_renewable` in SQL (it must run in the database to lock only the due rows);
+    tests/service/store/test_leases.py holds the two equal.
     """
     a = run_attempts.c
     return (

@@ -9,6 +9,7 @@ from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..errors import Conflict, NotFound
+from ..protocol.transitions import is_redeliverable
 from .dialect import db_now
 from .engine import key_ring_of, nothing_to_commit, read_transaction, write_transaction
 from .tables import outbox, runs
@@ -74,9 +75,9 @@ async def redeliver(conn: AsyncConnection, row_id: str, *, workspace_id: str | N
     row = (await conn.execute(query.with_for_update())).mappings().one_or_none()
     if row is None or (workspace_id is not None and row["workspace_id"] != workspace_id):
         raise NotFound("delivery", row_id)
-    if row["status"] != "dead":
+    if not is_redeliverable(row["kind"], row["status"]):
         raise Conflict("not_dead", kind="delivery", id=row_id)
-    if row["kind"] == "webhook" and key_ring_of(conn).decrypt_secret(row["signing_secret"]) is None:
+    if key_ring_of(conn).decrypt_secret(row["signing_secret"]) is None:
         raise Conflict("signing_secret_unavailable", kind="delivery", id=row_id)
     await conn.execute(
         update(outbox)

@@ -15,14 +15,16 @@ Schema decisions, the same on SQLite and PostgreSQL:
   carry no foreign key, so the schema has no cycles. SQLite enforces foreign keys (`PRAGMA foreign_keys = ON`).
   One difference between the dialects: the rows a step commit inserts (`checkpoints`, `usage_records`,
   `stream_entries`) reference their workspace by a foreign key on SQLite only (`_step_workspace_key`).
-* **Triggers** (S-6, S-7, S-8, S-9, S-40) are declared below as data (`StatusGuard`, `LeaseGuard`, `InsertOnly`),
+* **Triggers** (S-6, S-7, S-8, S-9, S-40) are declared below as data (`StatusGuard`, `LeaseGuard`, `InsertOnly`;
+  the status guards generated from the transition tables of protocol/transitions.py),
   rendered per dialect by dialect.py and created by `after_create` events of their tables; migration 0001 creates
   the same triggers. Violations surface as `sqlalchemy.exc.IntegrityError`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -40,6 +42,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from ..protocol import transitions
 from .dialect import (
     ID_INTEGER,
     JSON_TYPE,
@@ -93,39 +96,28 @@ CODE = String(32)
 DIGEST = String(64)
 KEY = String(512)
 
-LIVE_RUN_STATUSES = ("accepted", "running")
-SEALED_RUN_STATUSES = ("waiting", "completed", "failed", "cancelled")
-RUN_STATUSES = LIVE_RUN_STATUSES + SEALED_RUN_STATUSES
-LIVE_ATTEMPT_STATUSES = ("leased", "running")
-FINISHED_ATTEMPT_STATUSES = ("succeeded", "yielded", "failed", "cancelled")
+# The status lists and the status guards are read from protocol/transitions.py, the one source of §5.2 and §5.3.
+RUN_STATUSES = transitions.RUN_STATUSES
+LIVE_RUN_STATUSES = transitions.live_statuses(transitions.RUN_TRANSITIONS)
+SEALED_RUN_STATUSES = transitions.final_statuses(transitions.RUN_TRANSITIONS)
+ATTEMPT_STATUSES = transitions.ATTEMPT_STATUSES
+LIVE_ATTEMPT_STATUSES = transitions.live_statuses(transitions.ATTEMPT_TRANSITIONS)
+FINISHED_ATTEMPT_STATUSES = transitions.final_statuses(transitions.ATTEMPT_TRANSITIONS)
 CHECKPOINT_FORMAT = 1
 
-RUN_GUARD = StatusGuard(
-    table="runs",
-    initial="accepted",
-    final=SEALED_RUN_STATUSES,
-    moves=(  # §5.2
-        ("accepted", "running"),
-        ("accepted", "cancelled"),
-        ("accepted", "failed"),
-        ("running", "accepted"),
-        ("running", "completed"),
-        ("running", "waiting"),
-        ("running", "failed"),
-        ("running", "cancelled"),
-    ),
-    rules="S-6, S-7",
-)
-ATTEMPT_GUARD = StatusGuard(
-    table="run_attempts",
-    initial="leased",
-    final=FINISHED_ATTEMPT_STATUSES,
-    moves=(
-        ("leased", "running"),  # §5.3; running -> leased is absent on purpose
-        *((live, end) for live in LIVE_ATTEMPT_STATUSES for end in FINISHED_ATTEMPT_STATUSES),
-    ),
-    rules="S-8",
-)
+
+Status = TypeVar("Status", bound=str)
+
+
+def status_guard(table: str, moves_of: Mapping[Status | None, Collection[Status]], *, rules: str) -> StatusGuard:
+    """The triggers enforcing a protocol transition table on the `status` column of `table`."""
+    final: tuple[Status, ...] = transitions.final_statuses(moves_of)
+    moves: tuple[tuple[Status, Status], ...] = transitions.moves(moves_of)
+    return StatusGuard(table=table, initial=transitions.initial_status(moves_of), final=final, moves=moves, rules=rules)
+
+
+RUN_GUARD = status_guard("runs", transitions.RUN_TRANSITIONS, rules="S-6, S-7")
+ATTEMPT_GUARD = status_guard("run_attempts", transitions.ATTEMPT_TRANSITIONS, rules="S-8")
 LEASE_GUARD = LeaseGuard(table="run_attempts", column="lease_expires_at", rules="S-9")
 GUARDS = (
     RUN_GUARD,
@@ -254,7 +246,7 @@ inbox_entries = Table(
     CheckConstraint(_in("kind", ("message", "child_result")), name="kind"),
     CheckConstraint(_in("delivery", ("steer", "next_run")), name="delivery"),
     CheckConstraint(_in("request_kind", ("thread", "message", "fork"), nullable=True), name="request_kind"),
-    CheckConstraint(_in("status", ("pending", "assigned", "consumed", "failed", "withdrawn")), name="status"),
+    CheckConstraint(_in("status", transitions.ENTRY_STATUSES), name="status"),
     # S-76: consumed exactly when incorporated_checkpoint_seq is set.
     CheckConstraint("(status = 'consumed') = (incorporated_checkpoint_seq IS NOT NULL)", name="consumed_seq"),
 )
@@ -354,7 +346,7 @@ run_attempts = Table(
     partial_index("uq_run_attempts_live_run", "run_id", where=_in("status", LIVE_ATTEMPT_STATUSES), unique=True),
     partial_index("ix_run_attempts_live_lease", "lease_expires_at", "id", where=_in("status", LIVE_ATTEMPT_STATUSES)),
     CheckConstraint("number >= 1", name="number"),
-    CheckConstraint(_in("status", LIVE_ATTEMPT_STATUSES + FINISHED_ATTEMPT_STATUSES), name="status"),
+    CheckConstraint(_in("status", ATTEMPT_STATUSES), name="status"),
     CheckConstraint(_in("start_reason", ("initial", "recovery", "handoff")), name="start_reason"),
     CheckConstraint(_in("yield_reason", ("handoff",), nullable=True), name="yield_reason"),
 )
@@ -464,7 +456,7 @@ outbox = Table(
     partial_index("ix_outbox_due", "kind", "available_at", "id", where="status = 'pending'"),
     partial_index("ix_outbox_settled", "kind", "status", "settled_at", where="status <> 'pending'"),
     CheckConstraint(_in("kind", ("webhook", "child_result", "checkpoint_cleanup")), name="kind"),
-    CheckConstraint(_in("status", ("pending", "delivered", "dead")), name="status"),
+    CheckConstraint(_in("status", transitions.OUTBOX_STATUSES), name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     CheckConstraint("last_error IS NULL OR length(last_error) <= 1024", name="last_error"),
 )
