@@ -1,7 +1,7 @@
 """Service throughput: completed 5-step runs per second with 1, 2 and 4 worker processes (issue 8, item 5).
 
 On a fresh PostgreSQL database for each worker count: one `candor serve --role control` process and N
-`candor serve --role worker` processes (service defaults: `worker.slots` = 4, `worker.lease_seconds` = 30,
+`candor serve --role worker` processes (service defaults: `worker.slots` = 64, `worker.lease_seconds` = 30,
 `worker.scan_seconds` = 1, workers woken by PostgreSQL NOTIFY). After a warm-up of one run per slot, the benchmark
 submits `--runs` scripted runs (`--steps` instant tool calls each) through the command layer of `POST /v1/threads`,
 closed loop: it keeps at most two runs per slot submitted but not sealed, so the workers are always busy but the
