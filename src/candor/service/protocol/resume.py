@@ -15,13 +15,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.exceptions import ToolFailed
 
 from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, ServiceError
 from .new_run import NewRun
 from .pending import Pending, coverage_mismatch
+from .tool_recovery import ToolRecovery
 
 __all__ = (
     "Approve",
@@ -31,6 +32,8 @@ __all__ = (
     "ApprovalAnswer",
     "CallAnswer",
     "ResumeAnswers",
+    "StoredResume",
+    "parse_stored_resume",
     "ResumeLookup",
     "split_resume_lookup",
     "resume_refusal",
@@ -121,6 +124,30 @@ class ResumeAnswers(BaseModel):
         return results
 
 
+@dataclass(frozen=True, slots=True)
+class StoredResume:
+    """A successor's stored answers as its claim reads them: parsed once, or why they could not be."""
+
+    answers: ResumeAnswers | None
+    """The answers of a resume successor; None for every other run, and when `problem` is set."""
+    problem: str | None = None
+    """Why the stored JSON is not a `ResumeAnswers` (corrupt data); the attempt fails `deferred_results_invalid`."""
+
+
+def parse_stored_resume(stored: object) -> StoredResume:
+    """S-87: `runs.resume` as the claim hands it to the attempt. Never raises: one corrupt row must not fail the
+    claim of the others, so a value that does not parse is returned as a `problem` for its own attempt to report."""
+    if stored is None:
+        return StoredResume(answers=None)
+    if not isinstance(stored, Mapping):
+        return StoredResume(answers=None, problem=f"the stored answers are not a JSON object ({type(stored).__name__})")
+    try:
+        return StoredResume(answers=ResumeAnswers.from_stored(stored))
+    except ValidationError as exc:
+        where = ".".join(str(part) for part in exc.errors()[0]["loc"]) or "the top level"
+        return StoredResume(answers=None, problem=f"the stored answers do not validate (first error at {where})")
+
+
 # --- the rows the decisions read (structural, so the protocol does not import the store) -------------------------
 
 
@@ -153,7 +180,7 @@ class WaitingRun(ResumeRow, Protocol):
     @property
     def checkpoint_id(self) -> str | None: ...
     @property
-    def tool_recovery(self) -> str: ...
+    def tool_recovery(self) -> ToolRecovery: ...
     @property
     def pending(self) -> Any: ...
 
