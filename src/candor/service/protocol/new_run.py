@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from .json_types import JsonObject
 from .tool_recovery import ToolRecovery
 
 __all__ = ("NewRun", "RunTrigger", "RunLineage")
@@ -23,8 +24,8 @@ class NewRun:
     thread_id: str
     agent: str
     principal_id: str
-    authority: dict[str, Any]
-    options: dict[str, Any]
+    authority: JsonObject
+    options: JsonObject
     trigger: RunTrigger
     lineage: RunLineage
     max_attempts: int
@@ -35,7 +36,7 @@ class NewRun:
     parent_run_id: str | None = None
     source_entry_id: str | None = None
     """The entry that starts the run; it becomes `assigned` to it."""
-    resume: dict[str, Any] | None = None
+    resume: JsonObject | None = None
     resumed_by_id: str | None = None
     request_key: str | None = None
     request_digest: str | None = None

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, Literal, Protocol, TypeVar
+from typing import Annotated, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.exceptions import ToolFailed
 
 from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, ServiceError
+from .json_types import JsonObject
 from .new_run import NewRun
 from .pending import Pending, coverage_mismatch
 from .tool_recovery import ToolRecovery
@@ -88,15 +89,15 @@ class ResumeAnswers(BaseModel):
     input: dict[str, JsonValue] | None = None
 
     @classmethod
-    def from_stored(cls, stored: Mapping[str, Any]) -> ResumeAnswers:
+    def from_stored(cls, stored: Mapping[str, object]) -> ResumeAnswers:
         """The value of a successor's `runs.resume` (written by `stored_json()`); raises `ValueError` when the stored
         JSON is not one (corrupt data: every stored value was built from a checked request)."""
         return cls.model_validate(stored)
 
-    def stored_json(self) -> dict[str, Any]:
+    def stored_json(self) -> JsonObject:
         """The JSON form stored on the successor and digested for idempotency (§8.2): the answers as the client
         wrote them (fields it left out stay out; an absent or null `input` is left out)."""
-        body: dict[str, Any] = self.model_dump(mode="json", exclude_unset=True)
+        body: JsonObject = self.model_dump(mode="json", exclude_unset=True)
         if body.get("input", ...) is None:
             del body["input"]
         return body
@@ -174,15 +175,15 @@ class WaitingRun(ResumeRow, Protocol):
     @property
     def principal_id(self) -> str: ...
     @property
-    def authority(self) -> Mapping[str, Any]: ...
+    def authority(self) -> Mapping[str, JsonValue]: ...
     @property
-    def options(self) -> Mapping[str, Any]: ...
+    def options(self) -> Mapping[str, JsonValue]: ...
     @property
     def checkpoint_id(self) -> str | None: ...
     @property
     def tool_recovery(self) -> ToolRecovery: ...
     @property
-    def pending(self) -> Any: ...
+    def pending(self) -> object: ...
 
 
 class ThreadFacts(Protocol):

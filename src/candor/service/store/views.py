@@ -18,6 +18,7 @@ from sqlalchemy import Select, and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..protocol.new_run import RunLineage, RunTrigger
+from ..protocol.requests import Delivery
 from ..protocol.thread_state import ThreadState, thread_state
 from ..protocol.tool_recovery import ToolRecovery
 from .current_checkpoint import run_columns
@@ -91,7 +92,7 @@ class EntryRow(_Row):
     workspace_id: str
     thread_id: str
     kind: str
-    delivery: str
+    delivery: Delivery
     position: int
     principal_id: str | None
     authority: dict[str, Any] | None
