@@ -21,7 +21,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from .errors import SettingsError
 from .protocol.children import unknown_child_agents
-from .protocol.tool_recovery import DEFAULT_TOOL_RECOVERY, effective_tool_recovery
+from .protocol.tool_recovery import DEFAULT_TOOL_RECOVERY, ToolRecovery, effective_tool_recovery
 from .settings_agents import AgentModelSettings, AgentSettings
 from .settings_sections import (
     OUTBOX_KINDS,
@@ -125,7 +125,7 @@ class ServiceSettings(BaseSettings):
         finally:
             LOAD_REQUEST.reset(token)
 
-    def tool_recovery_for(self, agent: str, options: Mapping[str, Any] | None) -> str:
+    def tool_recovery_for(self, agent: str, options: Mapping[str, Any] | None) -> ToolRecovery:
         """The `tool_recovery` a run of `agent` with `options` is accepted with: its option, else the agent's."""
         section = self.agents.get(agent)
         agent_default = section.tool_recovery if section is not None else DEFAULT_TOOL_RECOVERY

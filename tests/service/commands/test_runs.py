@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from candor.service import commands
-from candor.service.errors import Conflict, Disabled, PreconditionFailed
+from candor.service.commands.runs import _still_there
+from candor.service.errors import Conflict, Disabled, PreconditionFailed, ServiceError
 from candor.service.protocol.outcomes import CANCELLED_MESSAGE
 from candor.service.store import auth
 from candor.service.store.engine import write_transaction
@@ -163,3 +164,12 @@ async def test_fork_in_archived_workspace_is_disabled(db: Any) -> None:
     with pytest.raises(Disabled):
         await commands.fork_run(service, key, accepted.run.id, input=TEXT, key="f")
     assert await count(service, runs) == 1
+
+
+def test_a_row_gone_within_a_request_is_an_internal_error() -> None:
+    """§12.2: a run or thread missing when read again in the same transaction is a stable `internal` error (HTTP
+    500) with a message, not an `assert` that `python -O` skips."""
+    assert _still_there("row", "run") == "row"
+    with pytest.raises(ServiceError) as raised:
+        _still_there(None, "thread")
+    assert raised.value.code == "internal" and "thread" in raised.value.message

@@ -13,7 +13,14 @@ from pydantic_ai.exceptions import ToolFailed
 
 from candor.service.errors import Conflict, Disabled, Forbidden, InvalidArgument
 from candor.service.protocol.requests import checked_resume_body
-from candor.service.protocol.resume import ResumeAnswers, resume_refusal, split_resume_lookup, successor_of
+from candor.service.protocol.resume import (
+    ResumeAnswers,
+    StoredResume,
+    parse_stored_resume,
+    resume_refusal,
+    split_resume_lookup,
+    successor_of,
+)
 from candor.service.protocol.webhook_filter import subscription_wants
 
 BODY = {
@@ -57,6 +64,31 @@ def test_stored_json_is_the_body_as_written_and_reads_back_equal(body: dict[str,
     assert answers.stored_json() == body
     again = ResumeAnswers.from_stored(answers.stored_json())
     assert again == answers and again.stored_json() == body
+
+
+def test_stored_answers_parse_once_at_the_claim() -> None:
+    """S-87: a successor's stored answers become one typed value; any other run has none."""
+    assert parse_stored_resume(None) == StoredResume(answers=None, problem=None)
+    parsed = parse_stored_resume(BODY)
+    assert parsed.problem is None and parsed.answers == ResumeAnswers.model_validate(BODY)
+
+
+@pytest.mark.parametrize(
+    ("stored", "problem"),
+    [
+        (
+            {"approvals": {"a": {"action": "maybe"}}, "calls": {}},
+            "the stored answers do not validate (first error at approvals.a)",
+        ),
+        ({"approvals": {}}, "the stored answers do not validate (first error at calls)"),
+        (["approvals"], "the stored answers are not a JSON object (list)"),
+        ("{}", "the stored answers are not a JSON object (str)"),
+    ],
+)
+def test_corrupt_stored_answers_are_a_problem_not_an_exception(stored: object, problem: str) -> None:
+    """S-87: corrupt stored answers never raise at the claim (other runs are claimed with them); the problem is
+    returned for that run's attempt to fail with."""
+    assert parse_stored_resume(stored) == StoredResume(answers=None, problem=problem)
 
 
 def test_a_null_input_is_left_out() -> None:

@@ -175,6 +175,40 @@ async def test_resume_successor_runs_the_approved_call(db, service, tenant, cont
     assert [(r.tool_call_id, r.content) for r in returns] == [("call_delete", "deleted a.txt")]
 
 
+async def test_corrupt_stored_answers_fail_only_their_own_attempt(db, service, tenant, control) -> None:
+    """S-87: a successor whose stored answers do not parse fails `deferred_results_invalid` before the model runs;
+    the answers are parsed once at the claim, and another run claimed alongside it still completes."""
+    async with db.engine.begin() as conn:
+        ref = await add_thread_run(conn, tenant, script="approval")
+    worker = WorkerLoop(service)
+    await worker.run_until_idle(timeout=30)
+    waiting = await run_row(db.engine, ref.run_id)
+    async with db.engine.begin() as conn:
+        successor = await add_thread_run(
+            conn,
+            tenant,
+            script="approval",
+            text=None,
+            thread_id=ref.thread_id,
+            trigger="resume",
+            lineage="continue",
+            parent_run_id=ref.run_id,
+            start_checkpoint_id=waiting["checkpoint_id"],
+            resumed_by_id=tenant.principal_id,
+            resume={"approvals": {"call_delete": {"action": "maybe"}}, "calls": {}},
+        )
+        other = await add_thread_run(conn, tenant, script="echo")
+    calls_before = control.model_calls
+    await worker.run_until_idle(timeout=30)
+
+    run = await run_row(db.engine, successor.run_id)
+    assert (run["status"], run["failure"]["code"]) == ("failed", "deferred_results_invalid")
+    assert "approvals.call_delete" in run["failure"]["message"]
+    assert control.ledger == []
+    assert (await run_row(db.engine, other.run_id))["status"] == "completed"
+    assert control.model_calls == calls_before + 1  # only the other run called the model
+
+
 async def test_refused_authority_seals_without_calling_the_agent(db, service, tenant, control) -> None:
     """S-63: an attempt whose authority check is refused seals `failed`/`authority_revoked`; the model never runs."""
     async with db.engine.begin() as conn:

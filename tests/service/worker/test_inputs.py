@@ -9,6 +9,7 @@ from pydantic_ai.usage import RunUsage
 
 from candor import HarnessState
 from candor.service.errors import CheckpointCorrupt
+from candor.service.protocol.resume import ResumeAnswers
 from candor.service.worker.inputs import (
     deferred_json,
     input_content,
@@ -38,9 +39,11 @@ def test_input_content(payload: dict | None, expected: object) -> None:
 def test_resume_input_only_until_consumed() -> None:
     """S-88: the resume input is passed until the successor's envelope says it entered history."""
     body = {"approvals": {}, "calls": {}, "input": {"content": [{"type": "text", "text": "go on"}]}}
-    assert resume_input(body, consumed=False) == "go on"
-    assert resume_input(body, consumed=True) is None
-    assert resume_input({"approvals": {}, "calls": {}}, consumed=False) is None
+    answers = ResumeAnswers.model_validate(body)
+    assert resume_input(answers, consumed=False) == "go on"
+    assert resume_input(answers, consumed=True) is None
+    assert resume_input(ResumeAnswers(approvals={}, calls={}), consumed=False) is None
+    assert resume_input(None, consumed=False) is None
 
 
 def test_start_state_new_own_and_fork() -> None:
@@ -64,7 +67,7 @@ def test_resume_batch_is_fresh_on_the_first_attempt_only() -> None:
     """S-87: the first attempt passes the answers with recovery=False, every later one with recovery=True."""
     requests = DeferredToolRequests(approvals=[ToolCallPart("delete", {"path": "a"}, tool_call_id="c1")])
     stored = deferred_json(requests)
-    body = {"approvals": {"c1": {"action": "approve"}}, "calls": {}}
+    body = ResumeAnswers.model_validate({"approvals": {"c1": {"action": "approve"}}, "calls": {}})
     first = resume_batch(stored, body, attempt_number=1)
     later = resume_batch(stored, body, attempt_number=2)
     assert (first.recovery, later.recovery) == (False, True)

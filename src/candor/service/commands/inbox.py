@@ -105,8 +105,8 @@ async def edit_entry(
     size and options digest are recomputed. Its idempotency key and request digest stay those of the post."""
     require(principal, "run")
     checked = checked_entry_edit(changes)
-    if checked.get("agent") is not None:
-        checked_agent(service, checked["agent"])
+    if (agent := checked.get("agent")) is not None:
+        checked_agent(service, agent)
     if "input" in checked:
         check_entry_fits(service, threads.payload_size(checked["input"]))
     async with write_transaction(service.engine) as conn:

@@ -16,6 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from ..admin.keys import KeyCreated
 from ..admin.rows import CreatedKey, DeliveryRow, PrincipalRow, SubscriptionRow
 from ..admin.rules import NAME_LIMIT, URL_LIMIT, EventType
+from .omittable import Omittable
 
 __all__ = (
     "CreateKeyBody",
@@ -35,6 +36,9 @@ __all__ = (
 
 Permission = Literal["read", "run", "admin"]
 Name = Annotated[str, Field(min_length=1, max_length=NAME_LIMIT)]
+Url = Annotated[str, Field(min_length=1, max_length=URL_LIMIT)]
+"""`https://…` (`http://` only with `control.webhook_allow_insecure`)."""
+EventTypes = Annotated[list[EventType], Field(min_length=1)]
 
 
 def _at(value: float | None) -> datetime | None:
@@ -62,9 +66,9 @@ class CreateKeyBody(_Body):
 class UpdateKeyBody(_Body):
     """`PATCH /v1/keys/{key_id}`: omitted fields stay as they are."""
 
-    permissions: list[Permission] = Field(default=None)  # type: ignore[arg-type]
+    permissions: Omittable[list[Permission]] = None
     """Replaces the key's permissions."""
-    disabled: bool = Field(default=None)  # type: ignore[assignment]
+    disabled: Omittable[bool] = None
     """`true` disables the key (it authenticates no more); `false` enables it again."""
 
 
@@ -121,9 +125,8 @@ class CreateSubscriptionBody(_Body):
     """`POST /v1/subscriptions`."""
 
     name: Name
-    url: str = Field(min_length=1, max_length=URL_LIMIT)
-    """`https://…` (`http://` only with `control.webhook_allow_insecure`)."""
-    events: list[EventType] = Field(min_length=1)
+    url: Url
+    events: EventTypes
     filter: SubscriptionFilter | None = None
     enabled: bool = True
 
@@ -136,12 +139,12 @@ class CreateSubscriptionBody(_Body):
 class UpdateSubscriptionBody(_Body):
     """`PATCH /v1/subscriptions/{sub_id}`: omitted fields stay as they are; `filter` is replaced whole."""
 
-    name: str = Field(default=None, min_length=1, max_length=NAME_LIMIT)  # type: ignore[assignment]
-    url: str = Field(default=None, min_length=1, max_length=URL_LIMIT)  # type: ignore[assignment]
-    events: list[EventType] = Field(default=None, min_length=1)  # type: ignore[arg-type]
-    filter: SubscriptionFilter = Field(default=None)  # type: ignore[assignment]
+    name: Omittable[Name] = None
+    url: Omittable[Url] = None
+    events: Omittable[EventTypes] = None
+    filter: Omittable[SubscriptionFilter] = None
     """`{}` clears the filter."""
-    enabled: bool = Field(default=None)  # type: ignore[assignment]
+    enabled: Omittable[bool] = None
 
 
 class SubscriptionView(BaseModel):

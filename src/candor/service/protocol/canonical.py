@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 __all__ = ("canonical_json", "sha256_hex")
 
 
-def canonical_json(value: Any, *, ascii_only: bool = False) -> str:
+def canonical_json(value: object, *, ascii_only: bool = False) -> str:
     """The canonical JSON text of `value` (sorted keys, compact separators, finite numbers only)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=ascii_only, allow_nan=False)
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from .idempotency import canonical_json
 from .inbox import inbox_would_overflow
+from .json_types import JsonObject, JsonValue
 
 __all__ = (
     "CHILD_TOOL_NAME",
@@ -96,7 +97,7 @@ def spawn_refusal(
     return None
 
 
-def child_input_payload(text: str) -> dict[str, Any]:
+def child_input_payload(text: str) -> JsonObject:
     """The child thread's first entry: one text item (§8.1 input content)."""
     return {"content": [{"type": "text", "text": text}]}
 
@@ -107,8 +108,8 @@ def stages_child_result(*, thread_origin: str, status: str) -> bool:
 
 
 def child_result_payload(
-    *, child_run_id: str, status: str, output: Any, failure: Mapping[str, Any] | None
-) -> dict[str, Any]:
+    *, child_run_id: str, status: str, output: JsonValue, failure: Mapping[str, JsonValue] | None
+) -> JsonObject:
     """§9.5: the `child_result` entry's content, one text item holding canonical JSON of the child's result."""
     result = {"child_run_id": child_run_id, "status": status, "output": output, "failure": failure}
     return {"content": [{"type": "text", "text": canonical_json(result)}]}

@@ -14,9 +14,9 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .canonical import canonical_json
+from .json_types import JsonObject
 
 __all__ = (
     "CLIENT_TOOLS_FIELD",
@@ -43,7 +43,7 @@ class ClientTool:
 
     name: str
     description: str | None
-    parameters: dict[str, Any]
+    parameters: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class ClientToolsProblem:
     reason: str
 
 
-def _schema_problem(schema: Mapping[str, Any]) -> str | None:
+def _schema_problem(schema: Mapping[str, object]) -> str | None:
     """`None` when `schema` is an acceptable arguments schema, else a reason."""
     try:
         import jsonschema  # type: ignore[import-untyped]  # optional: only when installed
@@ -84,13 +84,13 @@ def _schema_problem(schema: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _valid_type(kind: Any) -> bool:
+def _valid_type(kind: object) -> bool:
     if isinstance(kind, str):
         return kind in _JSON_TYPES
     return isinstance(kind, list) and bool(kind) and all(isinstance(k, str) and k in _JSON_TYPES for k in kind)
 
 
-def _tool(index: int, item: Any) -> ClientTool | ClientToolsProblem:
+def _tool(index: int, item: object) -> ClientTool | ClientToolsProblem:
     at = f"{CLIENT_TOOLS_FIELD}.{index}"
     if not isinstance(item, Mapping):
         return ClientToolsProblem(at, "dict_type")
@@ -121,7 +121,7 @@ def _tool(index: int, item: Any) -> ClientTool | ClientToolsProblem:
     return ClientTool(name=name, description=description, parameters=json.loads(canonical_json(parameters)))
 
 
-def validate_client_tools(value: Any) -> list[ClientTool] | ClientToolsProblem:
+def validate_client_tools(value: object) -> list[ClientTool] | ClientToolsProblem:
     """§8.8, S-133: at most 64 tools, each well-formed, names unique. `None` (absent) is an empty list."""
     if value is None:
         return []
@@ -148,7 +148,7 @@ def colliding_names(tools: Iterable[ClientTool], agent_tool_names: Iterable[str]
     return [tool.name for tool in tools if tool.name in taken]
 
 
-def parameters_schema(tool: ClientTool) -> dict[str, Any]:
+def parameters_schema(tool: ClientTool) -> JsonObject:
     """The arguments schema handed to the model: an empty schema reads as an object with no properties."""
     schema = dict(tool.parameters)
     schema.setdefault("type", "object")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from .canonical import canonical_json, sha256_hex
 
@@ -25,7 +25,7 @@ __all__ = (
 RequestKind = Literal["thread", "message", "fork"]
 
 
-def request_digest(kind: RequestKind, target: str, body: Any) -> str:
+def request_digest(kind: RequestKind, target: str, body: object) -> str:
     """S-90, S-82: digest of ``[kind, target, body]``; target is ``""`` for thread, the thread id for message,
     the origin run id for fork (§8.2)."""
     if kind == "thread" and target != "":
@@ -35,7 +35,7 @@ def request_digest(kind: RequestKind, target: str, body: Any) -> str:
     return sha256_hex(canonical_json([kind, target, body]))
 
 
-def resume_digest(run_id: str, body: Any) -> str:
+def resume_digest(run_id: str, body: object) -> str:
     """S-81, S-82: digest of ``[run_id, body]`` for ``POST /v1/runs/{run_id}/resume`` (§8.2)."""
     if not run_id:
         raise ValueError("a resume digest needs the run id")

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from .json_types import JsonObject
 
 __all__ = (
     "SteerCandidate",
@@ -132,7 +134,7 @@ class OrderMismatch:
     duplicated: tuple[str, ...]
     """Ids listed more than once, in list order."""
 
-    def details(self) -> dict[str, Any]:
+    def details(self) -> JsonObject:
         """The error `details`, naming entry ids only (as the resume coverage error does, §8.6 step 5)."""
         return {
             "field": "entry_ids",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 from pydantic_ai import DeferredToolRequests
@@ -106,7 +106,7 @@ def build_pending(requests: DeferredToolRequests) -> Pending:
     return Pending(approvals=approvals, calls=calls)
 
 
-def _pending_call(requests: DeferredToolRequests, part: ToolCallPart) -> PendingCall:
+def _pending_call(requests: DeferredToolRequests, part: ToolCallPart[object]) -> PendingCall:
     metadata = requests.metadata.get(part.tool_call_id) or {}
     return PendingCall(
         tool_call_id=part.tool_call_id,
@@ -158,7 +158,7 @@ class CoverageMismatch:
         unexpected = {id_ for group in self.groups.values() for id_ in group.unexpected}
         return tuple(sorted(missing & unexpected))
 
-    def details(self) -> dict[str, Any]:
+    def details(self) -> dict[str, object]:
         """The error ``details`` of §8.6 step 5: `missing` and `unexpected` over both maps, `misplaced`, and the
         same per map in `by_field`."""
         return {

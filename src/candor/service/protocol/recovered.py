@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from candor.tools import RECOVERY_METADATA_KEY, UNKNOWN_OUTCOME_METADATA_KEY
 
@@ -37,13 +37,14 @@ class RecoveredCall:
     """Whether the MCP server declared the tool differently when recovery ran than when the call was made."""
 
 
-def recovered_calls(messages: Iterable[Mapping[str, Any]]) -> list[RecoveredCall]:
+def recovered_calls(messages: Iterable[Mapping[str, object]]) -> list[RecoveredCall]:
     """The recovered calls, in history order, from message JSON (`ModelMessagesTypeAdapter` dumps)."""
     found: list[RecoveredCall] = []
     for message in messages:
         if message.get("kind") != "request":
             continue
-        for part in message.get("parts") or ():
+        parts = message.get("parts")
+        for part in parts if isinstance(parts, list) else ():
             outcome = _outcome(part) if isinstance(part, Mapping) else None
             if outcome is not None:
                 found.append(
@@ -56,7 +57,7 @@ def recovered_calls(messages: Iterable[Mapping[str, Any]]) -> list[RecoveredCall
     return found
 
 
-def _outcome(part: Mapping[str, Any]) -> RecoveryOutcome | None:
+def _outcome(part: Mapping[str, object]) -> RecoveryOutcome | None:
     if part.get("part_kind") != "tool-return":
         return None
     metadata = part.get("metadata")
@@ -68,7 +69,7 @@ def _outcome(part: Mapping[str, Any]) -> RecoveryOutcome | None:
     return tag if isinstance(tag, str) and tag in _TAGGED else None  # type: ignore[return-value]
 
 
-def with_basis(calls: list[RecoveredCall], basis: Any) -> list[RecoveredCall]:
+def with_basis(calls: list[RecoveredCall], basis: object) -> list[RecoveredCall]:
     """`calls` with the entries of a `candor.recovery` namespace's data (`{"calls": {id: entry}}`) added by call id.
 
     An entry for another tool name (a reused id, H-81) or in another shape is ignored: the call keeps None fields.

@@ -8,15 +8,16 @@ commands (`commands/acceptance.py`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Final, Literal, TypedDict
 
 from pydantic import ValidationError
-from pydantic_ai import ModelMessagesTypeAdapter
+from pydantic_ai import ModelMessage, ModelMessagesTypeAdapter
 
 from ..errors import Forbidden, InvalidArgument
 from .authority import Permission, Principal
 from .client_tools import ClientToolsProblem, validate_client_tools
 from .idempotency import KeyProblem, canonical_json, validate_idempotency_key
+from .json_types import JsonObject, JsonValue
 from .pending import resume_shape_problem
 from .resume import ResumeAnswers
 from .tool_recovery import TOOL_RECOVERY_FIELD, tool_recovery_message, tool_recovery_problem
@@ -36,6 +37,7 @@ __all__ = (
     "checked_resume_body",
     "EDITABLE_FIELDS",
     "checked_entry_edit",
+    "EntryEditFields",
     "checked_entry_order",
 )
 
@@ -45,6 +47,7 @@ RESUME_BODY_LIMIT: Final = 256 * 1024
 """§8.6 step 1, S-79."""
 
 Delivery = Literal["steer", "next_run"]
+_DELIVERIES: Final[dict[str, Delivery]] = {"steer": "steer", "next_run": "next_run"}
 
 
 def require(principal: Principal, permission: Permission) -> None:
@@ -68,7 +71,7 @@ def checked_key(key: str | None) -> str:
     return checked
 
 
-def checked_input(value: Any, field: str = "input") -> dict[str, Any]:
+def checked_input(value: object, field: str = "input") -> JsonObject:
     """§8.1: `{"content": [{"type": "text", "text": str}, ...]}` with at least one item."""
     content = value.get("content") if isinstance(value, Mapping) and set(value) == {"content"} else None
     if not isinstance(content, list) or not content:
@@ -80,14 +83,15 @@ def checked_input(value: Any, field: str = "input") -> dict[str, Any]:
     return {"content": [{"type": "text", "text": item["text"]} for item in content]}
 
 
-def checked_delivery(value: Any) -> Delivery:
+def checked_delivery(value: object) -> Delivery:
     """§8.3: `steer` or `next_run`."""
-    if value not in ("steer", "next_run"):
+    delivery = _DELIVERIES.get(value) if isinstance(value, str) else None
+    if delivery is None:
         raise InvalidArgument(fields=[("delivery", "invalid")])
-    return value  # type: ignore[no-any-return]
+    return delivery
 
 
-def json_size(value: Any, field: str) -> int:
+def json_size(value: object, field: str) -> int:
     """Bytes of the canonical JSON of `value`; 400 `not_json` for a value JSON cannot hold."""
     try:
         return len(canonical_json(value).encode("utf-8"))
@@ -95,7 +99,7 @@ def json_size(value: Any, field: str) -> int:
         raise InvalidArgument(fields=[(field, "not_json")]) from exc
 
 
-def checked_options(value: Any) -> dict[str, Any] | None:
+def checked_options(value: object) -> JsonObject | None:
     """§5.1, §8.8: a JSON object of at most 64 KiB whose `client_tools` and `tool_recovery`, when given, are well
     formed."""
     if value is None:
@@ -112,7 +116,7 @@ def checked_options(value: Any) -> dict[str, Any] | None:
     return dict(value)
 
 
-def checked_history(value: Any) -> tuple[list[Any], list[Any]] | None:
+def checked_history(value: object) -> tuple[list[ModelMessage], list[JsonValue]] | None:
     """`message_history` as messages plus their JSON form (for the digest); `None` when absent or empty."""
     if value is None:
         return None
@@ -125,7 +129,7 @@ def checked_history(value: Any) -> tuple[list[Any], list[Any]] | None:
     return messages, ModelMessagesTypeAdapter.dump_python(messages, mode="json")
 
 
-def checked_resume_body(body: ResumeAnswers | Mapping[str, Any]) -> ResumeAnswers:
+def checked_resume_body(body: ResumeAnswers | Mapping[str, object]) -> ResumeAnswers:
     """§8.6 step 1, S-79: both maps, no id in both, at most 128 results, at most 256 KiB, answers well formed.
 
     The HTTP layer hands in the `ResumeAnswers` its body parsed into; other callers a plain mapping, built into one
@@ -144,7 +148,7 @@ def checked_resume_body(body: ResumeAnswers | Mapping[str, Any]) -> ResumeAnswer
     return answers
 
 
-def _answers_of(body: Mapping[str, Any]) -> ResumeAnswers:
+def _answers_of(body: object) -> ResumeAnswers:
     """The typed value of a resume body given as a mapping, or the `InvalidArgument` naming the first bad field."""
     if not isinstance(body, Mapping) or not set(body) <= {"approvals", "calls", "input"}:
         raise InvalidArgument(fields=[("body", "invalid")])
@@ -164,7 +168,16 @@ EDITABLE_FIELDS: Final = ("input", "delivery", "agent", "options")
 """§8.3 `PATCH …/inbox/{entry_id}`: the fields of a post that an edit may change."""
 
 
-def checked_entry_edit(changes: Any) -> dict[str, Any]:
+class EntryEditFields(TypedDict, total=False):
+    """The checked fields of an entry edit; a key is present when the edit changes that field."""
+
+    input: JsonObject
+    delivery: Delivery
+    agent: str | None
+    options: JsonObject | None
+
+
+def checked_entry_edit(changes: object) -> EntryEditFields:
     """The changed fields of a pending entry, checked like a post's (§8.5); at least one, only `EDITABLE_FIELDS`.
 
     `agent` and `options` may be `None`: the entry then no longer names them and inherits them when it starts.
@@ -175,7 +188,7 @@ def checked_entry_edit(changes: Any) -> dict[str, Any]:
     unknown = [(str(name), "unknown_field") for name in changes if name not in EDITABLE_FIELDS]
     if unknown:
         raise InvalidArgument(fields=unknown)
-    checked: dict[str, Any] = {}
+    checked: EntryEditFields = {}
     if "input" in changes:
         checked["input"] = checked_input(changes["input"])
     if "delivery" in changes:
@@ -190,7 +203,7 @@ def checked_entry_edit(changes: Any) -> dict[str, Any]:
     return checked
 
 
-def checked_entry_order(entry_ids: Any) -> list[str]:
+def checked_entry_order(entry_ids: object) -> list[str]:
     """§8.3 `PUT …/inbox/order`: `entry_ids` is a list of entry ids (whether it lists exactly the pending entries
     is a matter of state: `protocol.inbox.order_mismatch`)."""
     if not isinstance(entry_ids, list) or not all(isinstance(entry_id, str) for entry_id in entry_ids):

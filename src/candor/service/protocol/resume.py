@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, Literal, Protocol, TypeVar
+from typing import Annotated, Generic, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.exceptions import ToolFailed
 
 from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, ServiceError
+from .json_types import JsonObject
 from .new_run import NewRun
 from .pending import Pending, coverage_mismatch
+from .tool_recovery import ToolRecovery
 
 __all__ = (
     "Approve",
@@ -31,6 +33,8 @@ __all__ = (
     "ApprovalAnswer",
     "CallAnswer",
     "ResumeAnswers",
+    "StoredResume",
+    "parse_stored_resume",
     "ResumeLookup",
     "split_resume_lookup",
     "resume_refusal",
@@ -85,15 +89,15 @@ class ResumeAnswers(BaseModel):
     input: dict[str, JsonValue] | None = None
 
     @classmethod
-    def from_stored(cls, stored: Mapping[str, Any]) -> ResumeAnswers:
+    def from_stored(cls, stored: Mapping[str, object]) -> ResumeAnswers:
         """The value of a successor's `runs.resume` (written by `stored_json()`); raises `ValueError` when the stored
         JSON is not one (corrupt data: every stored value was built from a checked request)."""
         return cls.model_validate(stored)
 
-    def stored_json(self) -> dict[str, Any]:
+    def stored_json(self) -> JsonObject:
         """The JSON form stored on the successor and digested for idempotency (§8.2): the answers as the client
         wrote them (fields it left out stay out; an absent or null `input` is left out)."""
-        body: dict[str, Any] = self.model_dump(mode="json", exclude_unset=True)
+        body: JsonObject = self.model_dump(mode="json", exclude_unset=True)
         if body.get("input", ...) is None:
             del body["input"]
         return body
@@ -119,6 +123,30 @@ class ResumeAnswers(BaseModel):
                 case Failed(message=message):
                     results.calls[call_id] = ToolFailed(message)
         return results
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResume:
+    """A successor's stored answers as its claim reads them: parsed once, or why they could not be."""
+
+    answers: ResumeAnswers | None
+    """The answers of a resume successor; None for every other run, and when `problem` is set."""
+    problem: str | None = None
+    """Why the stored JSON is not a `ResumeAnswers` (corrupt data); the attempt fails `deferred_results_invalid`."""
+
+
+def parse_stored_resume(stored: object) -> StoredResume:
+    """S-87: `runs.resume` as the claim hands it to the attempt. Never raises: one corrupt row must not fail the
+    claim of the others, so a value that does not parse is returned as a `problem` for its own attempt to report."""
+    if stored is None:
+        return StoredResume(answers=None)
+    if not isinstance(stored, Mapping):
+        return StoredResume(answers=None, problem=f"the stored answers are not a JSON object ({type(stored).__name__})")
+    try:
+        return StoredResume(answers=ResumeAnswers.from_stored(stored))
+    except ValidationError as exc:
+        where = ".".join(str(part) for part in exc.errors()[0]["loc"]) or "the top level"
+        return StoredResume(answers=None, problem=f"the stored answers do not validate (first error at {where})")
 
 
 # --- the rows the decisions read (structural, so the protocol does not import the store) -------------------------
@@ -147,15 +175,15 @@ class WaitingRun(ResumeRow, Protocol):
     @property
     def principal_id(self) -> str: ...
     @property
-    def authority(self) -> Mapping[str, Any]: ...
+    def authority(self) -> Mapping[str, JsonValue]: ...
     @property
-    def options(self) -> Mapping[str, Any]: ...
+    def options(self) -> Mapping[str, JsonValue]: ...
     @property
     def checkpoint_id(self) -> str | None: ...
     @property
-    def tool_recovery(self) -> str: ...
+    def tool_recovery(self) -> ToolRecovery: ...
     @property
-    def pending(self) -> Any: ...
+    def pending(self) -> object: ...
 
 
 class ThreadFacts(Protocol):

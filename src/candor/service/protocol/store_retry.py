@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from .db_faults import DatabaseFault
 
@@ -76,7 +76,7 @@ def next_store_retry(
 
 
 def own_end_landed(
-    attempt: Mapping[str, Any] | None, *, status: str, failure_code: str | None, yield_reason: str | None = None
+    attempt: Mapping[str, object] | None, *, status: str, failure_code: str | None, yield_reason: str | None = None
 ) -> bool:
     """Whether the attempt row shows this attempt's own ending (a seal, a recovery or a handoff it wrote, then lost
     the answer to): the status, failure code and yield reason it wrote. Another writer's ending differs: the expiry

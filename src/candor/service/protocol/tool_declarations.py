@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from candor.tools import RECONCILER_METADATA_KEY, RECOVERY_RETRY_SAFE_METADATA_KEY
 
@@ -29,7 +29,7 @@ class ToolDeclaration:
     description: str | None
 
 
-def declaration_of(name: str, metadata: Mapping[str, Any] | None, *, requires_approval: bool,
+def declaration_of(name: str, metadata: Mapping[str, object] | None, *, requires_approval: bool,
                    external: bool, description: str | None) -> ToolDeclaration:  # fmt: skip
     """One tool's declaration, from its name, metadata and kind."""
     found = metadata or {}
@@ -43,10 +43,11 @@ def declaration_of(name: str, metadata: Mapping[str, Any] | None, *, requires_ap
     )
 
 
-def client_tool_declarations(options: Mapping[str, Any]) -> list[ToolDeclaration]:
+def client_tool_declarations(options: Mapping[str, object]) -> list[ToolDeclaration]:
     """The client tools of a run's `options` (§8.8): external, never retry-safe, no reconciler."""
     found = []
-    for tool in options.get("client_tools") or ():
+    tools = options.get("client_tools")
+    for tool in tools if isinstance(tools, list) else ():
         if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
             description = tool.get("description")
             found.append(

@@ -12,7 +12,7 @@ same way `worker.max_attempts` does (S-10).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 from candor.harness.recovery import TOOL_RECOVERY_MODES, ToolRecovery, validate_tool_recovery
 
@@ -27,7 +27,7 @@ _ECHO_LIMIT: Final = 40
 """The longest rejected value a message repeats back (a body may hold anything)."""
 
 
-def tool_recovery_problem(options: Mapping[str, Any] | None) -> str | None:
+def tool_recovery_problem(options: Mapping[str, object] | None) -> str | None:
     """The reason `options.tool_recovery` is invalid, or None when it is absent or one of the three modes."""
     if options is None or "tool_recovery" not in options:
         return None
@@ -46,7 +46,7 @@ def tool_recovery_message(value: object) -> str:
     return f'{TOOL_RECOVERY_FIELD} must be one of "declared", "never" or "always" (got {sent})'
 
 
-def effective_tool_recovery(options: Mapping[str, Any] | None, agent_default: str) -> ToolRecovery:
+def effective_tool_recovery(options: Mapping[str, object] | None, agent_default: str) -> ToolRecovery:
     """The run's mode: its own `options.tool_recovery` wins over the agent's setting (`agent_default`).
 
     An invalid option (refused at acceptance, so only from a row written by other means) falls back to the agent's.

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+from .json_types import RowLike
 
 __all__ = ("subscription_wants",)
 
 
-def subscription_wants(subscription: Mapping[Any, Any], event_type: str, run: Mapping[Any, Any]) -> bool:
+def subscription_wants(subscription: RowLike, event_type: str, run: RowLike) -> bool:
     """§9.3: `event_type` is among the subscription's `events`, and each non-null `filter` field (`agent`,
     `thread_id`) equals the run's."""
-    if event_type not in (subscription["events"] or ()):
+    events = subscription["events"]
+    if not isinstance(events, (list, tuple)) or event_type not in events:
         return False
-    wanted = subscription["filter"] or {}
+    wanted = subscription["filter"]
+    if not isinstance(wanted, Mapping):
+        return True  # no filter: every run matches
     return all(wanted.get(name) is None or wanted[name] == run[name] for name in ("agent", "thread_id"))

@@ -30,6 +30,9 @@ from ..protocol.fencing import (
     is_expired_for_recovery,
     new_lease_token,
 )
+from ..protocol.new_run import RunLineage, RunTrigger
+from ..protocol.resume import ResumeAnswers, parse_stored_resume
+from ..protocol.tool_recovery import ToolRecovery
 from .dialect import db_now
 from .engine import nothing_to_commit, write_transaction
 from .outbox import stage_run_transition, workspace_has_subscriptions
@@ -129,13 +132,16 @@ class ClaimedRun:
     principal_id: str
     options: dict[str, Any]
     options_digest: str
-    tool_recovery: str
-    """The run's `tool_recovery` mode, fixed at acceptance; the attempt hands it to the harness."""
+    tool_recovery: ToolRecovery
+    """The run's `tool_recovery` mode, fixed at acceptance; the attempt hands it to the harness (which refuses
+    any other value)."""
     source_entry_id: str | None
-    resume: dict[str, Any] | None
-    """The stored resume body of a resume successor (§8.6), else None."""
-    trigger: str
-    lineage: str
+    resume: ResumeAnswers | None
+    """The answers of a resume successor (§8.6), parsed once at the claim; None for every other run."""
+    resume_problem: str | None
+    """Why a resume successor's stored answers did not parse (corrupt data; its attempt fails), else None."""
+    trigger: RunTrigger
+    lineage: RunLineage
     parent_run_id: str | None
     checkpoint_id: str | None
     checkpoint_seq: int
@@ -405,6 +411,7 @@ async def claim_runs(
 
 
 def _claimed(row: Mapping[str, Any], lease: Lease, start_reason: StartReason, now: float) -> ClaimedRun:
+    stored_resume = parse_stored_resume(row["resume"])
     return ClaimedRun(
         lease=lease,
         start_reason=start_reason,
@@ -415,7 +422,8 @@ def _claimed(row: Mapping[str, Any], lease: Lease, start_reason: StartReason, no
         options_digest=row["options_digest"],
         tool_recovery=row["tool_recovery"],
         source_entry_id=row["source_entry_id"],
-        resume=row["resume"],
+        resume=stored_resume.answers,
+        resume_problem=stored_resume.problem,
         trigger=row["trigger"],
         lineage=row["lineage"],
         parent_run_id=row["parent_run_id"],

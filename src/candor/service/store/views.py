@@ -17,7 +17,10 @@ from typing import Any, Self
 from sqlalchemy import Select, and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ..protocol.new_run import RunLineage, RunTrigger
+from ..protocol.requests import Delivery
 from ..protocol.thread_state import ThreadState, thread_state
+from ..protocol.tool_recovery import ToolRecovery
 from .current_checkpoint import run_columns
 from .dialect import past_keyset
 from .tables import inbox_entries, run_attempts, runs, threads
@@ -89,7 +92,7 @@ class EntryRow(_Row):
     workspace_id: str
     thread_id: str
     kind: str
-    delivery: str
+    delivery: Delivery
     position: int
     principal_id: str | None
     authority: dict[str, Any] | None
@@ -129,8 +132,8 @@ class RunRow(_Row):
     resumed_by_id: str | None
     request_key: str | None
     request_digest: str | None
-    trigger: str
-    lineage: str
+    trigger: RunTrigger
+    lineage: RunLineage
     parent_run_id: str | None
     status: str
     wait_reason: str | None
@@ -140,7 +143,7 @@ class RunRow(_Row):
     available_at: float
     attempts: int
     max_attempts: int
-    tool_recovery: str
+    tool_recovery: ToolRecovery
     """The run's effective `tool_recovery` mode, fixed at acceptance (protocol/tool_recovery.py)."""
     start_checkpoint_id: str | None
     checkpoint_id: str | None

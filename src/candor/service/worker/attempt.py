@@ -18,7 +18,7 @@ from pydantic import JsonValue
 from pydantic_ai.usage import RunUsage
 from pydantic_core import to_jsonable_python
 
-from candor import BoundaryEvent, HarnessState, RunBindings
+from candor import BoundaryEvent, DeferredToolResume, HarnessState, RunBindings
 from candor.errors import HarnessError
 
 from .. import failpoints
@@ -194,6 +194,8 @@ class _Attempt:
         if clash := sorted({tool.name for tool in tools} & agent_tool_names(harness)):
             message = "client tools named like the agent's own tools: " + ", ".join(clash)
             return _ended("harness_error", failure_code=CLIENT_TOOL_CONFLICT, message=message)
+        if claimed.resume_problem is not None:  # corrupt stored answers: parsed at the claim, reported here
+            return _ended("harness_error", failure_code="deferred_results_invalid", message=claimed.resume_problem)
         try:
             stream = harness.stream(
                 self._input(start),
@@ -249,7 +251,7 @@ class _Attempt:
             self.base_messages = state.history_view()
         return state
 
-    def _input(self, start: AttemptStart) -> Any:
+    def _input(self, start: AttemptStart) -> str | list[str] | None:
         resume = self.claimed.resume
         if resume is not None:
             loaded = start.checkpoint
@@ -257,7 +259,7 @@ class _Attempt:
             return resume_input(resume, consumed=consumed)
         return input_content(start.source_payload)
 
-    def _resume_batch(self, start: AttemptStart) -> Any:
+    def _resume_batch(self, start: AttemptStart) -> DeferredToolResume | None:
         if self.claimed.trigger != "resume" or self.claimed.resume is None:
             return None
         return resume_batch(start.resume_requests, self.claimed.resume, attempt_number=self.lease.attempt_number)

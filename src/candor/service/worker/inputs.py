@@ -54,11 +54,11 @@ def input_content(payload: Mapping[str, Any] | None) -> str | list[str] | None:
     return texts[0] if len(texts) == 1 else texts
 
 
-def resume_input(resume: Mapping[str, Any] | None, *, consumed: bool) -> str | list[str] | None:
-    """S-88: the resume body's `input` while the successor's envelope says it is not in history yet."""
-    if consumed or not resume or not isinstance(resume.get("input"), Mapping):
+def resume_input(resume: ResumeAnswers | None, *, consumed: bool) -> str | list[str] | None:
+    """S-88: the resume answers' `input` while the successor's envelope says it is not in history yet."""
+    if consumed or resume is None or resume.input is None:
         return None
-    return input_content(resume["input"])
+    return input_content(resume.input)
 
 
 def start_state(state: HarnessState | None, *, thread_id: str, from_own_checkpoint: bool) -> HarnessState:
@@ -76,17 +76,17 @@ def start_state(state: HarnessState | None, *, thread_id: str, from_own_checkpoi
     return state.fork(thread_id=thread_id)
 
 
-def resume_batch(requests: JsonValue, resume: Mapping[str, Any], *, attempt_number: int) -> DeferredToolResume:
+def resume_batch(requests: JsonValue, resume: ResumeAnswers, *, attempt_number: int) -> DeferredToolResume:
     """§7.7 step 4, S-87: the waiting run's requests with the converted answers; `recovery` from the 2nd attempt.
 
-    The harness reduces a recovery batch with `remaining()` itself. Raises `ValueError` for a body that does not
-    convert (the resume command validated it, so this means corrupt data).
+    The harness reduces a recovery batch with `remaining()` itself. Raises `ValueError` for requests that are
+    missing or do not convert (the waiting run committed them, so this means corrupt data).
     """
     if requests is None:
         raise ValueError("the waiting run's final envelope has no deferred requests")
     return DeferredToolResume(
         requests=_requests_adapter.validate_python(requests),
-        results=ResumeAnswers.from_stored(resume).to_results(),
+        results=resume.to_results(),
         recovery=attempt_number > 1,
     )
 
