@@ -188,10 +188,18 @@ def _package_of(path: Path) -> str:
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
+def _parse(source: str) -> ast.Module:
+    """`ast.parse`, tried once more on CPython 3.11's "AST constructor recursion depth mismatch" (gh-106905: the
+    converter's depth counter is shared by threads, so a thread left running by an earlier test in this process can
+    upset it; fixed in 3.12)."""
+    try:
+        return ast.parse(source)
+    except SystemError:
+        return ast.parse(source)
+
+
 def _trees() -> dict[Path, ast.Module]:
-    return {
-        p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(CANDOR.rglob("*.py")) if not _under(p, MIGRATIONS)
-    }
+    return {p: _parse(p.read_text(encoding="utf-8")) for p in sorted(CANDOR.rglob("*.py")) if not _under(p, MIGRATIONS)}
 
 
 def private_definitions(trees: dict[str, ast.Module]) -> dict[str, set[str]]:

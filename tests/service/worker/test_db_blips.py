@@ -236,8 +236,11 @@ class _locked:
             await self.conn.begin()
             await self.conn.execute(text("LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE"))
         else:  # a plain sqlite3 connection: the engine's own would begin its transaction itself
-            self.file = sqlite3.connect(self.db.url.removeprefix("sqlite:///"), isolation_level=None, timeout=30)
-            self.file.execute("BEGIN IMMEDIATE")
+            # Taken on a thread: the worker runs on this event loop, and a writer of its own may be inside a
+            # transaction right now; blocking the loop while SQLite waits for that writer would wait forever.
+            path = self.db.url.removeprefix("sqlite:///")
+            self.file = sqlite3.connect(path, isolation_level=None, timeout=30, check_same_thread=False)
+            await asyncio.to_thread(self.file.execute, "BEGIN IMMEDIATE")
 
     async def __aexit__(self, *exc: object) -> None:
         if self.db.kind == "postgresql":
