@@ -10,7 +10,7 @@ toolset), the worker's check is the one that applies.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,7 +20,7 @@ from ..core import Service
 from ..protocol.resume import Approve, ResumeAnswers
 from ..store.views import RunRow
 
-__all__ = ("edited_argument_problems",)
+__all__ = ("edited_argument_problems", "walk_static_toolsets")
 
 
 def edited_argument_problems(service: Service, waiting: RunRow, answers: ResumeAnswers) -> list[tuple[str, str]]:
@@ -65,10 +65,16 @@ def _argument_validators(harness: Any) -> dict[str, Any]:
                 if isinstance(name, str) and validator is not None:
                     found[name] = validator
 
+    walk_static_toolsets(harness, visit)
+    return found
+
+
+def walk_static_toolsets(harness: Any, visit: Callable[[AbstractToolset[Any]], None]) -> None:
+    """Call `visit` on every toolset of the harness's agent, nested ones included (`AbstractToolset.apply`); a
+    toolset that cannot be walked in this process is passed over."""
     for toolset in getattr(getattr(harness, "agent", None), "toolsets", ()) or ():
         if isinstance(toolset, AbstractToolset):
             try:
                 toolset.apply(visit)
             except Exception:  # noqa: BLE001 - a toolset that cannot be walked contributes nothing
                 continue
-    return found

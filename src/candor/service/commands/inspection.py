@@ -14,10 +14,11 @@ from ..errors import NotFound
 from ..protocol.authority import Principal
 from ..protocol.requests import checked_limit, require
 from ..protocol.tool_declarations import ToolDeclaration, client_tool_declarations, declaration_of
-from ..store import views
 from ..store.engine import read_transaction
 from ..store.thread_lists import ThreadFilters, list_workspace_threads
-from ..store.views import RunRow, ThreadRow
+from ..store.views import ThreadRow
+from .edited_arguments import walk_static_toolsets
+from .reads import get_run
 
 __all__ = (
     "RunAnswers",
@@ -44,15 +45,6 @@ async def list_threads_page(
     return rows[:limit], len(rows) > limit
 
 
-async def _run(service: Service, principal: Principal, run_id: str) -> RunRow:
-    require(principal, "read")
-    async with read_transaction(service.engine) as conn:
-        run = await views.get_run(conn, workspace_id=principal.workspace_id, run_id=run_id)
-    if run is None:
-        raise NotFound("run", run_id)
-    return run
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunAnswers:
     """The answers a resume gave to a waiting run, as the resuming client sent them (§8.6)."""
@@ -72,7 +64,7 @@ class RunAnswers:
 async def get_run_answers(service: Service, principal: Principal, run_id: str) -> RunAnswers:
     """`GET /v1/runs/{id}/answers`: the answers that started the resume successor `run_id`; a run that no resume
     started answers 404 (kind `answers`)."""
-    run = await _run(service, principal, run_id)
+    run = await get_run(service, principal, run_id)
     if run.trigger != "resume" or run.resume is None or run.resumed_by_id is None or run.parent_run_id is None:
         raise NotFound("answers", run_id)
     return RunAnswers(
@@ -93,7 +85,7 @@ async def get_run_tools(service: Service, principal: Principal, run_id: str) -> 
     argument check of a resume does (commands/edited_arguments.py). Best effort: a factory that cannot run in this
     process (its code or its settings live only on the workers) gives `complete = False`, and a dynamic toolset's
     tools are not listed."""
-    run = await _run(service, principal, run_id)
+    run = await get_run(service, principal, run_id)
     client = client_tool_declarations(run.options or {})
     try:
         harness = service.agents.build(run.agent, run.options or {})
@@ -124,10 +116,5 @@ def declared_tools(harness: Any) -> list[ToolDeclaration]:
                     description=getattr(tool_def, "description", None),
                 )  # fmt: skip
 
-    for toolset in getattr(getattr(harness, "agent", None), "toolsets", ()) or ():
-        if isinstance(toolset, AbstractToolset):
-            try:
-                toolset.apply(visit)
-            except Exception:  # noqa: BLE001 - a toolset that cannot be walked contributes nothing
-                continue
+    walk_static_toolsets(harness, visit)
     return list(found.values())
