@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import sqlite3
@@ -177,3 +178,16 @@ async def db(
         yield TestDatabase(kind=db_kind, url=url, engine=engine)
     finally:
         await engine.dispose()
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """Put candor's and uvicorn's loggers back as they were after a test that configures logging."""
+    loggers = [logging.getLogger(name) for name in ("candor", "uvicorn.error", "uvicorn.access")]
+    saved = [(lg.handlers[:], lg.level, lg.propagate, lg.disabled) for lg in loggers]
+    yield
+    for lg, (handlers, level, propagate, disabled) in zip(loggers, saved, strict=True):
+        lg.handlers[:] = handlers
+        lg.setLevel(level)
+        lg.propagate = propagate
+        lg.disabled = disabled

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,18 +14,6 @@ from sqlalchemy import text
 from candor.service.logs import configure_logging
 from candor.service.settings import LogSettings
 from candor.service.store.engine import create_engine
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    loggers = [logging.getLogger(name) for name in ("candor", "uvicorn.error", "uvicorn.access")]
-    saved = [(lg.handlers[:], lg.level, lg.propagate, lg.disabled) for lg in loggers]
-    yield
-    for lg, (handlers, level, propagate, disabled) in zip(loggers, saved, strict=True):
-        lg.handlers[:] = handlers
-        lg.setLevel(level)
-        lg.propagate = propagate
-        lg.disabled = disabled
 
 
 def test_json_lines_carry_the_extras(restore_logging: None) -> None:

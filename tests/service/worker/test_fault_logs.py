@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
@@ -23,18 +22,6 @@ from candor.service.worker import WorkerLoop
 from . import support
 from .support import add_thread_run, run_row
 from .test_db_blips import Flaky
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    loggers = [logging.getLogger(name) for name in ("candor", "uvicorn.error", "uvicorn.access")]
-    saved = [(lg.handlers[:], lg.level, lg.propagate, lg.disabled) for lg in loggers]
-    yield
-    for lg, (handlers, level, propagate, disabled) in zip(loggers, saved, strict=True):
-        lg.handlers[:] = handlers
-        lg.setLevel(level)
-        lg.propagate = propagate
-        lg.disabled = disabled
 
 
 async def test_refused_connection_names_host_and_port(restore_logging: None) -> None:
