@@ -21,8 +21,14 @@ from .mcp_policy import DECLARATION_CHANGED_METADATA_KEY, RETRY_SAFE_SOURCE_META
 from .recovery import RecoveryDecision
 from .recovery_tools import RECOVERY_RETRY_SAFE_METADATA_KEY
 
-__all__ = ("RECOVERY_BASIS_NAMESPACE", "RECOVERY_BASIS_VERSION", "MAX_BASIS_ENTRIES", "basis_entry", "merged_basis",
-           "record_recovery_basis")  # fmt: skip
+__all__ = (
+    "RECOVERY_BASIS_NAMESPACE",
+    "RECOVERY_BASIS_VERSION",
+    "MAX_BASIS_ENTRIES",
+    "basis_entry",
+    "merged_basis",
+    "record_recovery_basis",
+)
 
 RECOVERY_BASIS_NAMESPACE = "candor.recovery"
 RECOVERY_BASIS_VERSION = "1"

@@ -134,31 +134,62 @@ async def replay(conn: Any, principal: Principal, key: str, digest: str) -> Acce
 
 
 def new_message(
-    principal: Principal, facts: AuthorityFacts, thread_id: str, payload: dict[str, Any], *, key: str, digest: str,
-    kind: Literal["thread", "message", "fork"], delivery: Delivery = "next_run", agent: str | None = None,
+    principal: Principal,
+    facts: AuthorityFacts,
+    thread_id: str,
+    payload: dict[str, Any],
+    *,
+    key: str,
+    digest: str,
+    kind: Literal["thread", "message", "fork"],
+    delivery: Delivery = "next_run",
+    agent: str | None = None,
     options: dict[str, Any] | None = None,
-) -> NewEntry:  # fmt: skip
+) -> NewEntry:
     """The entry of a keyed message, thread or fork request; `agent`/`options` only when given explicitly."""
     return NewEntry(
-        workspace_id=principal.workspace_id, thread_id=thread_id, delivery=delivery, payload=payload,
-        principal_id=principal.id, authority=threads.frozen_authority(principal.id, facts.permissions), agent=agent,
-        options=options, request_key=key, request_digest=digest, request_kind=kind,
-    )  # fmt: skip
+        workspace_id=principal.workspace_id,
+        thread_id=thread_id,
+        delivery=delivery,
+        payload=payload,
+        principal_id=principal.id,
+        authority=threads.frozen_authority(principal.id, facts.permissions),
+        agent=agent,
+        options=options,
+        request_key=key,
+        request_digest=digest,
+        request_kind=kind,
+    )
 
 
 def input_run(
-    service: Service, principal: Principal, facts: AuthorityFacts, entry: EntryRow, *, agent: str,
-    options: dict[str, Any], lineage: Literal["root", "continue", "fork"], parent_run_id: str | None,
+    service: Service,
+    principal: Principal,
+    facts: AuthorityFacts,
+    entry: EntryRow,
+    *,
+    agent: str,
+    options: dict[str, Any],
+    lineage: Literal["root", "continue", "fork"],
+    parent_run_id: str | None,
     start_checkpoint_id: str | None,
-) -> NewRun:  # fmt: skip
+) -> NewRun:
     """S-65, S-10: the run a posted message starts at once (trigger `input`), authority frozen at acceptance."""
     return NewRun(
-        workspace_id=principal.workspace_id, thread_id=entry.thread_id, agent=agent, principal_id=principal.id,
-        authority=threads.frozen_authority(principal.id, facts.permissions), options=options, trigger="input",
-        lineage=lineage, parent_run_id=parent_run_id, start_checkpoint_id=start_checkpoint_id,
-        max_attempts=service.settings.worker.max_attempts, source_entry_id=entry.id,
+        workspace_id=principal.workspace_id,
+        thread_id=entry.thread_id,
+        agent=agent,
+        principal_id=principal.id,
+        authority=threads.frozen_authority(principal.id, facts.permissions),
+        options=options,
+        trigger="input",
+        lineage=lineage,
+        parent_run_id=parent_run_id,
+        start_checkpoint_id=start_checkpoint_id,
+        max_attempts=service.settings.worker.max_attempts,
+        source_entry_id=entry.id,
         tool_recovery=service.settings.tool_recovery_for(agent, options),
-    )  # fmt: skip
+    )
 
 
 def woken(service: Service, result: Accepted) -> Accepted:

@@ -88,17 +88,29 @@ async def fork_run(
             checked_client_tool_names(service, origin.agent, checked)
             thread_id = threads.new_id("thr", service.entropy)
             await threads.insert_thread(
-                conn, thread_id=thread_id, workspace_id=principal.workspace_id, agent=origin.agent, origin="fork",
-                origin_thread_id=origin.thread_id, origin_run_id=origin.id,
-            )  # fmt: skip
-            message = new_message(principal, facts, thread_id, payload, key=key, digest=digest, kind="fork",
-                                  options=checked)  # fmt: skip
+                conn,
+                thread_id=thread_id,
+                workspace_id=principal.workspace_id,
+                agent=origin.agent,
+                origin="fork",
+                origin_thread_id=origin.thread_id,
+                origin_run_id=origin.id,
+            )
+            message = new_message(
+                principal, facts, thread_id, payload, key=key, digest=digest, kind="fork", options=checked
+            )
             entry = await threads.append_entry(conn, message, entropy=service.entropy)
             run = input_run(
-                service, principal, facts, entry, agent=origin.agent,
-                options=dict(origin.options) if checked is None else checked, lineage="fork",
-                parent_run_id=origin.id, start_checkpoint_id=origin.checkpoint_id or origin.start_checkpoint_id,
-            )  # fmt: skip
+                service,
+                principal,
+                facts,
+                entry,
+                agent=origin.agent,
+                options=dict(origin.options) if checked is None else checked,
+                lineage="fork",
+                parent_run_id=origin.id,
+                start_checkpoint_id=origin.checkpoint_id or origin.start_checkpoint_id,
+            )
             await threads.start_run(conn, run, entropy=service.entropy)
             return await accepted(conn, principal, entry, created=True)
 
@@ -145,13 +157,20 @@ async def resume_run(
             if edits_refused:
                 raise InvalidArgument(fields=edits_refused)
             successor = successor_of(
-                waiting, answers=answers, resumed_by_id=principal.id, key=key, digest=digest,
+                waiting,
+                answers=answers,
+                resumed_by_id=principal.id,
+                key=key,
+                digest=digest,
                 max_attempts=service.settings.worker.max_attempts,
-            )  # fmt: skip
+            )
             started = await start_successor(
-                conn, successor, entropy=service.entropy, waiting_run_id=waiting.id,
+                conn,
+                successor,
+                entropy=service.entropy,
+                waiting_run_id=waiting.id,
                 workspace_has_subscriptions=read.workspace_has_subscriptions,
-            )  # fmt: skip
+            )
             return started, True
 
     run, created = await answer(attempt)

@@ -214,9 +214,12 @@ async def check_server_budget(engine: AsyncEngine, budget: ConnectionBudget, *, 
     estimated = processes is None
     count = int(row.others) + 1 if processes is None else processes
     message = server_budget_warning(
-        budget=budget, processes=count, estimated=estimated, max_connections=int(row.max_connections),
+        budget=budget,
+        processes=count,
+        estimated=estimated,
+        max_connections=int(row.max_connections),
         reserved=int(row.reserved),
-    )  # fmt: skip
+    )
     if message is not None:
         log.warning(message, extra={"processes": count, "budget": budget.total})
     return message

@@ -344,9 +344,15 @@ async def commit_checkpoint(
         # A plain step: one fenced INSERT (step_commit.py); None when a steer entry is pending, which only the path
         # below assigns.
         step = StepCommit.of(
-            lease, expected_seq=expected_seq, base_id=base_id, base_encoded=base_encoded, new_encoded=new_encoded,
-            envelope=envelope, usage=usage, stream_entries=entries,
-        )  # fmt: skip
+            lease,
+            expected_seq=expected_seq,
+            base_id=base_id,
+            base_encoded=base_encoded,
+            new_encoded=new_encoded,
+            envelope=envelope,
+            usage=usage,
+            stream_entries=entries,
+        )
         committed = await commit_plain_step(engine, step)
         if committed is not None:
             return CommitResult(

@@ -125,11 +125,18 @@ class StepCommit:
         kept = kept_count(base_encoded, new_encoded)
         packed = pack_messages(new_encoded[kept:])
         return cls(
-            lease=lease, checkpoint_id=checkpoint_id or new_checkpoint_id(), seq=expected_seq + 1, base_id=base_id,
-            kept=kept, count=len(new_encoded), messages=packed, envelope=envelope,
-            usage=dict(usage) if usage else None, stream_entries=tuple(stream_entries),
+            lease=lease,
+            checkpoint_id=checkpoint_id or new_checkpoint_id(),
+            seq=expected_seq + 1,
+            base_id=base_id,
+            kept=kept,
+            count=len(new_encoded),
+            messages=packed,
+            envelope=envelope,
+            usage=dict(usage) if usage else None,
+            stream_entries=tuple(stream_entries),
             bytes_written=written_bytes(envelope, packed),
-        )  # fmt: skip
+        )
 
     @property
     def written(self) -> CheckpointWritten:
@@ -142,16 +149,26 @@ class StepCommit:
         lease = self.lease
         entries = self.stream_entries
         return {
-            "thread_id": lease.thread_id, "run_id": lease.run_id, "attempt_id": lease.attempt_id,
-            "attempt_number": lease.attempt_number, "worker_id": lease.worker_id, "nonce": nonce,
+            "thread_id": lease.thread_id,
+            "run_id": lease.run_id,
+            "attempt_id": lease.attempt_id,
+            "attempt_number": lease.attempt_number,
+            "worker_id": lease.worker_id,
+            "nonce": nonce,
             "blinded": blind_hex(hash_lease_token(lease.token) + nonce),
-            "checkpoint_id": self.checkpoint_id, "seq": self.seq, "base_id": self.base_id, "kept": self.kept,
-            "count": self.count, "envelope": self.envelope.text, "envelope_digest": self.envelope.digest,
-            "messages": self.messages, "usage": json.dumps(dict(self.usage)) if self.usage else None,
+            "checkpoint_id": self.checkpoint_id,
+            "seq": self.seq,
+            "base_id": self.base_id,
+            "kept": self.kept,
+            "count": self.count,
+            "envelope": self.envelope.text,
+            "envelope_digest": self.envelope.digest,
+            "messages": self.messages,
+            "usage": json.dumps(dict(self.usage)) if self.usage else None,
             "stream_sequences": [entry.sequence for entry in entries],
             "stream_types": [entry.type for entry in entries],
             "stream_rests": [_stream_rest(entry) for entry in entries],
-        }  # fmt: skip
+        }
 
 
 def _stream_rest(entry: NewStreamEntry) -> str:
@@ -244,9 +261,13 @@ def render_postgresql() -> tuple[str, tuple[str, ...]]:
     prepared), and the parameter names in placeholder order."""
     now = now_sql("postgresql")
     fenced = _FENCED_ROW.format(
-        format=CHECKPOINT_FORMAT, usage="CAST(:usage AS jsonb)", now=now, live=_LIVE,
-        token_check=_PG_TOKEN_CHECK, lock="OFFSET 0 FOR SHARE OF a",
-    )  # fmt: skip
+        format=CHECKPOINT_FORMAT,
+        usage="CAST(:usage AS jsonb)",
+        now=now,
+        live=_LIVE,
+        token_check=_PG_TOKEN_CHECK,
+        lock="OFFSET 0 FOR SHARE OF a",
+    )
     sql = _PG_STEP.format(columns=_COLUMNS, fenced_row=fenced.strip().replace("\n", "\n    "), now=now)
     return _positional(sql)
 
@@ -256,9 +277,13 @@ def render_sqlite() -> tuple[str, tuple[str, ...]]:
     """The step's SQLite statement, with sqlite3's `:name` placeholders, and its parameter names."""
     now = now_sql("sqlite")
     fenced = _FENCED_ROW.format(
-        format=CHECKPOINT_FORMAT, usage=":usage", now=now, live=_LIVE,
-        token_check=f"{SQLITE_BLIND_FUNCTION}(a.lease_token_hash || :nonce) = :blinded", lock="",
-    )  # fmt: skip
+        format=CHECKPOINT_FORMAT,
+        usage=":usage",
+        now=now,
+        live=_LIVE,
+        token_check=f"{SQLITE_BLIND_FUNCTION}(a.lease_token_hash || :nonce) = :blinded",
+        lock="",
+    )
     sql = _SQLITE_STEP.format(columns=_COLUMNS, fenced_row=fenced.rstrip())
     return sql, tuple(dict.fromkeys(_NAMED.findall(sql)))
 

@@ -94,17 +94,21 @@ def attempt_end(status: str, reason: str, *, decision: Any = None) -> AttemptEnd
         sealed, run_code = decision.status, decision.failure_code
     elif isinstance(decision, Seal) and status in _SEALED:
         sealed, run_code = status, code
-    return AttemptEnd(attributes=attributes, error=error, sealed_status=sealed, failure_code=code,
-                      run_failure_code=run_code)  # fmt: skip
+    return AttemptEnd(
+        attributes=attributes, error=error, sealed_status=sealed, failure_code=code, run_failure_code=run_code
+    )
 
 
 def recovery_event_attributes(calls: Sequence[RecoveredCall]) -> list[dict[str, Any]]:
     """One `candor.recovery` event per call recovery closed: which call, and replayed / reconciled / rerun / unknown."""
     return [
-        {"candor.tool_call.id": call.tool_call_id, "candor.tool.name": call.tool_name,
-         "candor.recovery.outcome": call.outcome}
+        {
+            "candor.tool_call.id": call.tool_call_id,
+            "candor.tool.name": call.tool_name,
+            "candor.recovery.outcome": call.outcome,
+        }
         for call in calls
-    ]  # fmt: skip
+    ]
 
 
 def _recovered_by(stream: Any) -> list[RecoveredCall]:
@@ -188,7 +192,7 @@ class TracedAttempt(AttemptTrace):
             if end.run_failure_code is not None:
                 attributes["candor.failure.code"] = end.run_failure_code
             error = end.run_failure_code if end.sealed_status == "failed" else None
-            self._emit_run_span(self._ids, RUN_SPAN, self._claimed.created_at, attributes, error)  # fmt: skip
+            self._emit_run_span(self._ids, RUN_SPAN, self._claimed.created_at, attributes, error)
 
 
 def parent_context(parent: TraceParent | None) -> otel_context.Context:
@@ -196,6 +200,7 @@ def parent_context(parent: TraceParent | None) -> otel_context.Context:
     if parent is None:
         return otel_context.Context()
     flags = TraceFlags(TraceFlags.SAMPLED if parent.sampled else TraceFlags.DEFAULT)
-    remote = SpanContext(trace_id=int(parent.trace_id, 16), span_id=int(parent.span_id, 16), is_remote=True,
-                         trace_flags=flags)  # fmt: skip
+    remote = SpanContext(
+        trace_id=int(parent.trace_id, 16), span_id=int(parent.span_id, 16), is_remote=True, trace_flags=flags
+    )
     return trace.set_span_in_context(NonRecordingSpan(remote))

@@ -70,8 +70,9 @@ class Telemetry:
 
         assert self._tracer is not None
         with RunSpanIdGenerator.chosen(ids.trace_id, ids.span_id):
-            span = self._tracer.start_span(name, context=parent_context(ids.parent), attributes=attributes,
-                                           start_time=int(started_at * 1e9))  # fmt: skip
+            span = self._tracer.start_span(
+                name, context=parent_context(ids.parent), attributes=attributes, start_time=int(started_at * 1e9)
+            )
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=max(time.time_ns(), int(started_at * 1e9)))

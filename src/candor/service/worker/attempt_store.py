@@ -153,9 +153,14 @@ class AttemptStore:
 
         async def call() -> CommitResult:
             return await commit_checkpoint(
-                engine, lease, expected_seq=expected_seq, envelope=envelope, new_encoded=new_encoded, seal=seal,
+                engine,
+                lease,
+                expected_seq=expected_seq,
+                envelope=envelope,
+                new_encoded=new_encoded,
+                seal=seal,
                 **options,
-            )  # fmt: skip
+            )
 
         async def landed() -> CommitResult | None:
             own = await find_own_checkpoint(
@@ -167,11 +172,15 @@ class AttemptStore:
             written = len(envelope.text) + len(envelope.digest) + sum(len(m.body) + len(m.digest) for m in fresh)
             assigned = () if seal is not None else await read_assigned_entries(engine, lease.run_id)
             return CommitResult(
-                checkpoint_id=own.id, seq=own.seq, kept=own.kept, count=own.count, bytes_written=written,
+                checkpoint_id=own.id,
+                seq=own.seq,
+                kept=own.kept,
+                count=own.count,
+                bytes_written=written,
                 assigned=tuple(entry for entry in assigned if entry.id not in self.offered),
                 sealed=seal is not None,
                 queued=seal is not None and seal.status == "completed",  # the thread advance finds out (§8.5)
-            )  # fmt: skip
+            )
 
         return await self.retrying("checkpoint commit", call, fenced=True, landed=landed)
 
@@ -205,9 +214,15 @@ class AttemptStore:
 
         async def call() -> RecoveryDecision | Literal[False] | None:
             return await recover_attempt(
-                engine, run_id=lease.run_id, attempt_id=lease.attempt_id, outcome=outcome, failure_code=failure_code,
-                failure_message=failure_message, lease=lease, usage=usage,
-            )  # fmt: skip
+                engine,
+                run_id=lease.run_id,
+                attempt_id=lease.attempt_id,
+                outcome=outcome,
+                failure_code=failure_code,
+                failure_message=failure_message,
+                lease=lease,
+                usage=usage,
+            )
 
         async def landed() -> Literal[False] | None:
             row = await read_attempt_end(engine, lease.attempt_id)
