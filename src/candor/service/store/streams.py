@@ -93,7 +93,7 @@ async def insert_stream_entries(
     their ids increase in commit order on both backends. `prev` is null for a thread's first entry: a reader that
     has seen entry `n` and next receives one whose `prev` is not `n` knows the entries between were trimmed."""
     params = {
-        "workspace_id": fenced.run["workspace_id"],
+        "workspace_id": fenced.run.workspace_id,
         "thread_id": lease.thread_id,
         "run_id": lease.run_id,
         "attempt": lease.attempt_number,
