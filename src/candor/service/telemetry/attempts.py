@@ -19,7 +19,9 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, Sta
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from ..protocol.outcomes import Seal, SealAfterRecovery
+from candor import RunStream
+
+from ..protocol.outcomes import RecoveryDecision, Seal, SealAfterRecovery, SealDecision
 from ..protocol.recovered import RecoveredCall, recovered_calls
 from .context import RunSpanIds, TraceParent, recording_traceparent, run_span_ids
 from .steps import StepSpans, traceparent_of
@@ -77,7 +79,7 @@ class AttemptEnd:
     """The failure code of the run this attempt sealed failed or cancelled."""
 
 
-def attempt_end(status: str, reason: str, *, decision: Any = None) -> AttemptEnd:
+def attempt_end(status: str, reason: str, *, decision: SealDecision | RecoveryDecision | None = None) -> AttemptEnd:
     """`status`/`reason` as the worker logs them ("Attempt ended"): a sealed run's status and `sealed` or its failure
     code; `yielded`/`failed` and `handoff` or a failure code for a recovered attempt; `abandoned` or `crashed` with
     why. `decision` is the last settling decision the attempt reached: a `Seal` seals the run only if the attempt got
@@ -111,9 +113,9 @@ def recovery_event_attributes(calls: Sequence[RecoveredCall]) -> list[dict[str, 
     ]
 
 
-def _recovered_by(stream: Any) -> list[RecoveredCall]:
+def _recovered_by(stream: RunStream[object] | None) -> list[RecoveredCall]:
     """The calls this attempt's recovery closed: read from the messages its run result added (none without one)."""
-    result = getattr(stream, "outcome", None)
+    result = stream.outcome if stream is not None else None
     if result is None:
         return []
     added = ModelMessagesTypeAdapter.dump_python(result.new_messages(), mode="json")
@@ -130,11 +132,11 @@ class AttemptTrace:
     def active(self) -> Iterator[None]:
         yield
 
-    def decided(self, decision: Any) -> None:
+    def decided(self, decision: SealDecision | RecoveryDecision | None) -> None:
         """The attempt's seal decision (`protocol.outcomes.SealDecision`) before it is written, then, for a
         recovery, the `RecoveryDecision` once written."""
 
-    def ended(self, status: str, reason: str, stream: Any) -> None:
+    def ended(self, status: str, reason: str, stream: RunStream[object] | None) -> None:
         """How the attempt ended (as logged), and its harness stream (None when it never started)."""
 
 
@@ -153,7 +155,7 @@ class TracedAttempt(AttemptTrace):
         self._attributes = attempt_attributes(claimed)
         self._ids = run_span_ids(claimed.lease.run_id, claimed.trace_context)
         self._span: Span | None = None
-        self._decision: Any = None
+        self._decision: SealDecision | RecoveryDecision | None = None
         self.capabilities = (StepSpans(tracer, self._attributes),)
 
     @contextlib.contextmanager
@@ -170,10 +172,10 @@ class TracedAttempt(AttemptTrace):
                 span.set_status(Status(StatusCode.ERROR, "not_ended"))
                 span.end()
 
-    def decided(self, decision: Any) -> None:
+    def decided(self, decision: SealDecision | RecoveryDecision | None) -> None:
         self._decision = decision
 
-    def ended(self, status: str, reason: str, stream: Any) -> None:
+    def ended(self, status: str, reason: str, stream: RunStream[object] | None) -> None:
         if self._span is None:
             return
         end = attempt_end(status, reason, decision=self._decision)

@@ -18,8 +18,10 @@ Each retry logs one line naming the cause in words; giving up logs one more. No 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Literal, TypeVar
+
+from pydantic import JsonValue
 
 from ..core import Service
 from ..errors import LeaseLost, StoreUnavailable
@@ -35,6 +37,7 @@ from ..store.recovery import recover_attempt
 from ..store.run_inputs import AttemptStart, load_attempt_start
 from ..store.runs import start_attempt
 from ..store.seals import CommitResult, SealRequest, commit_checkpoint, seal_run
+from ..store.streams import NewStreamEntry
 from .handle import AttemptHandle
 
 __all__ = ("AttemptStore",)
@@ -105,7 +108,7 @@ class AttemptStore:
             random_fraction=self.service.entropy.random().random(),
         )
 
-    def _extra(self, what: str, **fields: Any) -> dict[str, Any]:
+    def _extra(self, what: str, **fields: str | int) -> dict[str, str | int]:
         return {"run_id": self.lease.run_id, "attempt": self.lease.attempt_number, "call": what, **fields}
 
     # -- reads -----------------------------------------------------------------------------------------------------
@@ -118,9 +121,9 @@ class AttemptStore:
         except StoreUnavailable:
             return "unavailable"
 
-    async def load_start(self, claimed: Any) -> AttemptStart:
-        """§7.7 step 2's reads (`CheckpointCorrupt` is not retried: it is no blip)."""
-        engine = self.service.engine
+    async def load_start(self) -> AttemptStart:
+        """§7.7 step 2's reads for the claimed run (`CheckpointCorrupt` is not retried: it is no blip)."""
+        engine, claimed = self.service.engine, self.handle.claimed
         return await self.retrying("load start", lambda: load_attempt_start(engine, claimed), fenced=False)
 
     # -- writes ----------------------------------------------------------------------------------------------------
@@ -143,10 +146,18 @@ class AttemptStore:
         self,
         *,
         expected_seq: int,
-        envelope: EncodedEnvelope,
+        base_id: str | None,
+        base_encoded: Sequence[EncodedMessage],
         new_encoded: list[EncodedMessage],
-        seal: SealRequest | None = None,
-        **options: Any,
+        envelope: EncodedEnvelope,
+        source_entry_consumed: bool,
+        usage: Mapping[str, JsonValue] | None,
+        stream_entries: Sequence[NewStreamEntry],
+        boundary_sequence: int,
+        incorporated_keys: Sequence[str],
+        delivery_count: int,
+        delivery_bytes: int,
+        seal: SealRequest | None,
     ) -> CommitResult:
         """§7.8's fenced commit (`seals.commit_checkpoint`); found committed, its result is rebuilt from its rows."""
         engine, lease = self.service.engine, self.lease
@@ -156,10 +167,18 @@ class AttemptStore:
                 engine,
                 lease,
                 expected_seq=expected_seq,
-                envelope=envelope,
+                base_id=base_id,
+                base_encoded=base_encoded,
                 new_encoded=new_encoded,
+                envelope=envelope,
+                incorporated_keys=incorporated_keys,
+                source_entry_consumed=source_entry_consumed,
+                usage=usage,
                 seal=seal,
-                **options,
+                stream_entries=stream_entries,
+                boundary_sequence=boundary_sequence,
+                delivery_count=delivery_count,
+                delivery_bytes=delivery_bytes,
             )
 
         async def landed() -> CommitResult | None:
@@ -184,7 +203,7 @@ class AttemptStore:
 
         return await self.retrying("checkpoint commit", call, fenced=True, landed=landed)
 
-    async def seal(self, request: SealRequest, *, usage: Mapping[str, Any] | None) -> None:
+    async def seal(self, request: SealRequest, *, usage: Mapping[str, JsonValue] | None) -> None:
         """§7.10 without a final commit (`failed`/`cancelled`); found sealed by this attempt, it had committed."""
         engine, lease = self.service.engine, self.lease
         end = request.attempt
@@ -206,7 +225,7 @@ class AttemptStore:
         outcome: Literal["failed", "yielded"],
         failure_code: str | None,
         failure_message: str | None,
-        usage: Mapping[str, Any] | None,
+        usage: Mapping[str, JsonValue] | None,
     ) -> RecoveryDecision | None:
         """§7.6 for this attempt (a transient failure or a handoff), fenced; None when it is found done already."""
         engine, lease = self.service.engine, self.lease

@@ -20,12 +20,12 @@ wakes after its lease ran out still performs the effect (docs/operations.md, "Le
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import RunContext, ToolDefinition
 
 from .handle import AttemptHandle
@@ -61,7 +61,7 @@ def lease_held() -> bool:
 
 
 @dataclass
-class LeaseCheck(AbstractCapability[Any]):
+class LeaseCheck(AbstractCapability[object]):
     """Checks the lease right before each tool of the run starts (issue 34 item 3)."""
 
     handle: AttemptHandle
@@ -71,8 +71,14 @@ class LeaseCheck(AbstractCapability[Any]):
         return None
 
     async def wrap_tool_execute(
-        self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition, args: Any, handler: Any
-    ) -> Any:
+        self,
+        ctx: RunContext[object],
+        *,
+        call: ToolCallPart[object],
+        tool_def: ToolDefinition,
+        args: dict[str, object],
+        handler: Callable[[dict[str, object]], Awaitable[object]],
+    ) -> object:
         if not self.handle.lease_held(self.handle.monotonic()):
             self.handle.cancel_for_deadline()  # nothing more runs or is written for this lease (S-24)
             raise LeaseNotHeld(f"tool {tool_def.name!r} not started: the attempt's lease is no longer held")

@@ -18,8 +18,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
 
 from ..core import Service
 from ..metrics import ATTEMPT_QUEUE_WAIT, WORKER_SLOTS
@@ -192,7 +191,7 @@ class WorkerLoop:
     # -- helpers ---------------------------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def _supervised(self) -> Any:
+    async def _supervised(self) -> AsyncIterator[None]:
         supervisor = asyncio.create_task(self.supervisor.run_forever(), name=f"candor-supervisor-{self.worker_id}")
         self._running = True
         self._publish_slots()
@@ -215,7 +214,7 @@ class WorkerLoop:
 
     async def _wait(self, seconds: float | None, *, wakeups: bool = True) -> None:
         """Until a slot is released, the loop stops, a wake-up arrives (if `wakeups`), or `seconds` pass."""
-        waits: list[Awaitable[Any]] = [self._changed.wait(), self._stopped.wait()]
+        waits: list[Awaitable[object]] = [self._changed.wait(), self._stopped.wait()]
         wakeup = self.service.wakeups
         if wakeups and wakeup is not None:
             waits.append(wakeup.wait())
