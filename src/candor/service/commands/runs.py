@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from ..core import Service
-from ..errors import Conflict, Forbidden, InvalidArgument, NotFound, ServiceError
+from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
 from ..protocol.authority import Principal, key_allows
 from ..protocol.idempotency import replay_or_conflict, request_digest, resume_digest
 from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
@@ -24,6 +24,7 @@ from .acceptance import (
     may_write,
     new_message,
     replay,
+    still_there,
     with_optional,
     woken,
 )
@@ -31,17 +32,6 @@ from .edited_arguments import edited_argument_problems
 from .threads import check_entry_fits
 
 __all__ = ("fork_run", "resume_run", "interrupt_run")
-
-_Row = TypeVar("_Row")
-
-
-def _still_there(row: _Row | None, what: str) -> _Row:
-    """A row this request already found, read again (or joined) in the same transaction: runs and threads are
-    never deleted, so None is a store defect, reported as `internal` (the transaction changes nothing) rather than
-    an `assert` that `python -O` would skip."""
-    if row is None:
-        raise ServiceError(f"the {what} this request read was gone when read again; nothing was changed")
-    return row
 
 
 async def fork_run(
@@ -75,10 +65,10 @@ async def fork_run(
                 raise NotFound("run", run_id)
             facts = await auth.read_authority(conn, principal.id)
             may_write(facts, principal)
-            origin_thread = _still_there(
+            origin_thread = still_there(
                 await threads.lock_thread(conn, thread_id=origin.thread_id, workspace_id=None), "thread"
             )
-            origin = _still_there(await interrupts.lock_run(conn, run_id=run_id), "run")
+            origin = still_there(await interrupts.lock_run(conn, run_id=run_id), "run")
             if origin_thread.state == "archived":
                 raise Conflict("archived", kind="thread", id=origin_thread.id)
             if origin.status in ("accepted", "running", "waiting"):
@@ -148,8 +138,8 @@ async def resume_run(
             waiting = read.target
             if waiting is None:
                 raise NotFound("run", run_id)
-            thread = _still_there(read.thread, "thread")  # the read joins a found run to its thread
-            authority = _still_there(read.authority, "authority")
+            thread = still_there(read.thread, "thread")  # the read joins a found run to its thread
+            authority = still_there(read.authority, "authority")
             refusal = resume_refusal(thread, waiting, authority, answers)
             if refusal is not None:
                 raise refusal
@@ -191,7 +181,7 @@ async def interrupt_run(service: Service, principal: Principal, run_id: str) -> 
         if not key_allows(facts, "run"):
             raise Forbidden("run")
         await threads.lock_thread(conn, thread_id=run.thread_id, workspace_id=None)
-        run = _still_there(await interrupts.lock_run(conn, run_id=run_id), "run")
+        run = still_there(await interrupts.lock_run(conn, run_id=run_id), "run")
         match run.status:
             case "accepted":
                 failed = await interrupts.cancel_accepted_run(conn, run_id=run_id, thread_id=run.thread_id)
@@ -202,4 +192,4 @@ async def interrupt_run(service: Service, principal: Principal, run_id: str) -> 
                 pass
             case status:
                 raise Conflict(f"run_{status}", kind="run", id=run_id)
-        return _still_there(await views.load_run(conn, run_id=run_id), "run")
+        return still_there(await views.load_run(conn, run_id=run_id), "run")

@@ -34,6 +34,7 @@ from .acceptance import (
     may_write,
     new_message,
     replay,
+    still_there,
     with_optional,
     woken,
 )
@@ -232,5 +233,4 @@ async def archive_thread(
             elif run is not None and run.status == "running":
                 await interrupts.request_cancel(conn, run_id=run.id)
         archived = await views.get_thread(conn, workspace_id=principal.workspace_id, thread_id=thread_id)
-        assert archived is not None
-        return archived
+        return still_there(archived, "thread")
