@@ -1,4 +1,4 @@
-"""What each recovery decided and why, recorded in the `candor.recovery` namespace (issue 36, docs/mcp.md).
+"""What each recovery decided and why, recorded in the `candor.recovery` namespace (docs/mcp.md).
 
 The unknown-outcome result has a fixed shape (§3.10, H-43), so the reason a call was or was not re-run cannot
 travel on the return itself. Each recovery that decides at least one call adds one entry per call to this

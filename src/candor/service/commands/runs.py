@@ -53,7 +53,7 @@ async def fork_run(
     require(principal, "run")
     key = checked_key(key)
     payload, checked = checked_input(input), checked_options(options)
-    check_entry_fits(service, threads.payload_size(payload))  # 413 like creating a thread or posting (issue 34)
+    check_entry_fits(service, threads.payload_size(payload))  # 413 like creating a thread or posting
     digest = request_digest("fork", run_id, with_optional({"input": payload}, options=checked))
 
     async def attempt() -> Accepted:

@@ -109,7 +109,7 @@ class _Attempt:
         self.lease = handle.claimed.lease
         self.settings = service.settings
         self.store = AttemptStore(service, handle)
-        """Every database call of the attempt, retried through a blip within the lease (issue 34)."""
+        """Every database call of the attempt, retried through a blip within the lease."""
         self.cause: str | None = None
         """Why the attempt failed or was abandoned, in words, for its "Attempt ended" line."""
         self.trace = service.telemetry.attempt(handle.claimed)
@@ -221,7 +221,7 @@ class _Attempt:
             stream: AgentRunStream = harness.stream(
                 self._input(start),
                 previous_state=state,
-                tool_recovery=claimed.tool_recovery,  # issue 13 item 1: the run's mode, fixed at acceptance
+                tool_recovery=claimed.tool_recovery,  # the run's mode, fixed at acceptance
                 bindings=RunBindings(
                     deferred_tools_supported=True,
                     model=model,
@@ -319,7 +319,7 @@ class _Attempt:
         try:
             self._guard()
             await append_stream_entries(self.service.engine, self.lease, entries)
-        except (LeaseLost, StoreUnavailable) as exc:  # expected: one line, no traceback (issue 34)
+        except (LeaseLost, StoreUnavailable) as exc:  # expected: one line, no traceback
             _log_dropped(self.lease.run_id, exc)
 
     async def _flush_deltas(self) -> None:
@@ -495,7 +495,7 @@ class _Attempt:
         # §10.4 knows only model and tool boundaries; the final commit ends a model turn (its last response).
         CHECKPOINT_COMMIT_BYTES.labels(boundary="model").observe(committed.bytes_written)
         self.recorded = result.usage
-        if committed.queued:  # otherwise nothing to start: no thread lock, no transaction (issue 12)
+        if committed.queued:  # otherwise nothing to start: no thread lock, no transaction
             await self._advance_thread()
         return decision.status, "sealed"
 

@@ -1,18 +1,10 @@
-"""An attempt's database calls, retried through a blip within the lease (issue 34 item 1; S-25, S-50, §7.8.1).
+"""An attempt's database calls, retried through a blip within the lease (S-25, S-50, §7.8.1).
 
-Every read and write an attempt makes goes through `AttemptStore`: a transient fault (`protocol.db_faults`: a
-refused or reset connection, too many clients, a server restart, a serialization failure or deadlock, SQLite
-busy or full, a timeout) is tried again after a short jittered backoff (`protocol.store_retry`) for as long as the
-next try starts more than `database.timeout` before the local lease deadline; the supervisor keeps renewing the
-lease meanwhile whenever the database answers it, which moves that deadline. Only when the window closes does the
-fault reach the attempt, which then ends as before (`attempt_failed`, or no write at all near the deadline).
-
-A write retried after a fault may already have committed (the connection broke after the statement was sent).
-Each write therefore first looks for its own result (`store.landed`): the checkpoint of its next `seq` written by
-this attempt number, the attempt row's ending. Found, the write is not sent again, so a commit is neither applied
-twice nor mistaken for a lost lease, and a webhook is not staged twice.
-
-Each retry logs one line naming the cause in words; giving up logs one more. No traceback: these are expected.
+Every read and write of an attempt goes through `AttemptStore`. A transient fault (`protocol.db_faults`) is tried
+again after a jittered backoff (`protocol.store_retry`) while the next try starts more than `database.timeout`
+before the local lease deadline (renewals move it); after that the fault reaches the attempt. A write tried again
+first looks for its own result (`store.landed`): found, it is not sent again, so a commit is never applied twice,
+mistaken for a lost lease, or a webhook staged twice. Each retry and the giving up log one line, no traceback.
 """
 
 from __future__ import annotations

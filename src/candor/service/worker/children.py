@@ -1,14 +1,10 @@
 """The `start_child_run` tool (§7.13): a toolset the worker adds to runs of agents that may start child runs.
 
-An agent opts in with `[agents.<name>] children = ["agent_a", ...]` (docs/child-runs.md); without that list its
-runs get no tool at all. The tool's one effect is `store.children.spawn_child()`, a fenced transaction of this
-attempt that is idempotent per (parent run, tool call id), so the tool is declared retry-safe at its source
-(`recovery_retryable`): after a crash the recovering attempt replays the call (`tool_recovery="declared"`) and gets
-the child the first execution created, never a second one.
-
-A refusal (agent not allowed, limits `worker.child_count` / `worker.child_depth`, empty or oversized input) is a
-`ModelRetry`: the model sees `<code>: <message>` as the tool's error and nothing was created. A lost lease
-propagates (`LeaseLost`): the attempt cannot seal any more and ends as it would at a commit.
+Only agents with `[agents.<name>] children = [...]` get it (docs/child-runs.md). Its one effect,
+`store.children.spawn_child()`, is fenced and idempotent per (parent run, tool call id), so the tool is retry-safe
+(`recovery_retryable`): a recovering attempt replays the call and gets the same child. A refusal (agent not
+allowed, `worker.child_count` / `worker.child_depth`, empty or oversized input) is a `ModelRetry` that created
+nothing; a lost lease propagates as `LeaseLost`.
 """
 
 from __future__ import annotations

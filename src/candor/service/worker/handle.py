@@ -70,7 +70,7 @@ class AttemptHandle:
         return not self.deadline_cancelled and may_start_fenced_write(now, self.deadline, db_timeout)
 
     def lease_held(self, now: float) -> bool:
-        """Issue 34 item 3: whether an effect may still start under this lease: not known lost, not cancelled at
+        """Whether an effect may still start under this lease: not known lost, not cancelled at
         the deadline, and the local deadline (S-24: a third of the lease left unconfirmed) not reached."""
         return not (self.lease_lost or self.deadline_cancelled or self.deadline_reached(now))
 
