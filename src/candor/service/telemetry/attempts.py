@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -21,6 +21,7 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from candor import RunStream
 
+from ..protocol.fencing import Lease
 from ..protocol.outcomes import RecoveryDecision, Seal, SealAfterRecovery, SealDecision
 from ..protocol.recovered import RecoveredCall, recovered_calls
 from .context import RunSpanIds, TraceParent, recording_traceparent, run_span_ids
@@ -30,6 +31,7 @@ __all__ = (
     "ATTEMPT_SPAN",
     "RUN_SPAN",
     "RECOVERY_EVENT",
+    "ClaimedAttempt",
     "AttemptEnd",
     "attempt_attributes",
     "attempt_end",
@@ -47,8 +49,29 @@ _ERRORS: Final = frozenset({"failed", "crashed", "abandoned"})
 _NOT_CODES: Final = frozenset({"sealed", "handoff"})
 
 
-def attempt_attributes(claimed: Any) -> dict[str, Any]:
-    """The ids and settings of a claimed attempt (`store.runs.ClaimedRun`), as span attributes."""
+class ClaimedAttempt(Protocol):
+    """What the spans read of a claimed attempt (`store.runs.ClaimedRun`)."""
+
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def start_reason(self) -> str: ...
+    @property
+    def agent(self) -> str: ...
+    @property
+    def workspace_id(self) -> str: ...
+    @property
+    def trigger(self) -> str: ...
+    @property
+    def tool_recovery(self) -> str: ...
+    @property
+    def trace_context(self) -> str | None: ...
+    @property
+    def created_at(self) -> float: ...
+
+
+def attempt_attributes(claimed: ClaimedAttempt) -> dict[str, Any]:
+    """The ids and settings of a claimed attempt, as span attributes."""
     lease = claimed.lease
     return {
         "candor.run.id": lease.run_id,
@@ -148,7 +171,7 @@ class TracedAttempt(AttemptTrace):
     """The attempt span (a child of the run span, whose ids every process derives alike), the step spans under it,
     and the run span when this attempt seals the run."""
 
-    def __init__(self, tracer: Tracer, claimed: Any, *, emit_run_span: RunSpanEmitter) -> None:
+    def __init__(self, tracer: Tracer, claimed: ClaimedAttempt, *, emit_run_span: RunSpanEmitter) -> None:
         self._tracer = tracer
         self._claimed = claimed
         self._emit_run_span = emit_run_span

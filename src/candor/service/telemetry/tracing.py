@@ -11,7 +11,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from ..errors import SettingsError
-from .attempts import AttemptTrace, TracedAttempt, parent_context
+from .attempts import AttemptTrace, ClaimedAttempt, TracedAttempt, parent_context
 from .context import RunSpanIds
 
 __all__ = ("Telemetry", "TRACER_NAME")
@@ -56,7 +56,7 @@ class Telemetry:
     def enabled(self) -> bool:
         return self._tracer is not None
 
-    def attempt(self, claimed: Any) -> AttemptTrace:
+    def attempt(self, claimed: ClaimedAttempt) -> AttemptTrace:
         """The tracing of the attempt `claimed` (`store.runs.ClaimedRun`)."""
         if self._tracer is None:
             return _OFF
