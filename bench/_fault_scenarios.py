@@ -329,8 +329,11 @@ async def sigstop_in_tool(url: str, *, runs: int = 1) -> FaultReport:
     other worker has completed the run, then continued: it must not perform the effect. The new attempt finds the
     call interrupted and tells the model its outcome is unknown (§3.10): a true unknown, since nothing was charged."""
     async with scene(url, runs=runs, workers=2, settings=SIGSTOP_SETTINGS, tool_seconds=1.0, steps=1) as current:
-        marker = until(lambda: next(iter(_faults.read_markers(current.workdir, tool=True)), None), timeout=60,
-                       what="a long tool call")  # fmt: skip
+        marker = until(
+            lambda: next(iter(_faults.read_markers(current.workdir, tool=True)), None),
+            timeout=60,
+            what="a long tool call",
+        )
         return await _freeze_past_the_lease(current, "sigstop_in_tool", marker)
 
 

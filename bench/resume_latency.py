@@ -331,10 +331,17 @@ async def measure(
                     if profiler is not None:
                         await stop_profiler(profiler)
                     for name, total in totals.items():
-                        summary["results"].append(level_figures(
-                            clients, total["latencies"], total["wall"], total["cpu"], total["busy"] / requests, name,
-                            idle[name],
-                        ))  # fmt: skip
+                        summary["results"].append(
+                            level_figures(
+                                clients,
+                                total["latencies"],
+                                total["wall"],
+                                total["cpu"],
+                                total["busy"] / requests,
+                                name,
+                                idle[name],
+                            )
+                        )
             summary["load_average"] = os.getloadavg()
     summary["verdicts"] = verdicts(summary["results"])
     return summary

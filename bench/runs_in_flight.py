@@ -68,25 +68,47 @@ def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
     peak = summary["peak"]
     out = []
     if summary["runs"] >= IN_FLIGHT_TARGET:
-        out.append({"target": f"runs in flight on one worker >= {IN_FLIGHT_TARGET}",
-                    "value": str(peak["in_flight"]), "met": peak["in_flight"] >= IN_FLIGHT_TARGET})  # fmt: skip
+        out.append(
+            {
+                "target": f"runs in flight on one worker >= {IN_FLIGHT_TARGET}",
+                "value": str(peak["in_flight"]),
+                "met": peak["in_flight"] >= IN_FLIGHT_TARGET,
+            }
+        )
     out += [
-        {"target": f"worker PostgreSQL connections <= {CONNECTION_TARGET}",
-         "value": f"{peak['connections']} (at most {peak['active']} running a statement)",
-         "met": peak["connections"] <= CONNECTION_TARGET},
-        {"target": f"worker peak RSS <= {RSS_TARGET_MB:.0f} MB", "value": f"{peak['rss_mb']:.1f} MB",
-         "met": peak["rss_mb"] <= RSS_TARGET_MB},
-        {"target": "runs failed = 0", "value": f"{summary['failed']} of {summary['runs']}",
-         "met": summary["failed"] == 0},
-        {"target": "attempts per run = 1 (no charged attempt)", "value": str(summary["attempts"]["mean"]),
-         "met": summary["attempts"]["max"] == 1},
-    ]  # fmt: skip
+        {
+            "target": f"worker PostgreSQL connections <= {CONNECTION_TARGET}",
+            "value": f"{peak['connections']} (at most {peak['active']} running a statement)",
+            "met": peak["connections"] <= CONNECTION_TARGET,
+        },
+        {
+            "target": f"worker peak RSS <= {RSS_TARGET_MB:.0f} MB",
+            "value": f"{peak['rss_mb']:.1f} MB",
+            "met": peak["rss_mb"] <= RSS_TARGET_MB,
+        },
+        {
+            "target": "runs failed = 0",
+            "value": f"{summary['failed']} of {summary['runs']}",
+            "met": summary["failed"] == 0,
+        },
+        {
+            "target": "attempts per run = 1 (no charged attempt)",
+            "value": str(summary["attempts"]["mean"]),
+            "met": summary["attempts"]["max"] == 1,
+        },
+    ]
     return out
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    summary: dict[str, Any] = {"bench": "runs_in_flight", "runs": args.runs, "steps": args.steps,
-                               "model_seconds": args.model_seconds, "skipped": {}, "verdicts": []}  # fmt: skip
+    summary: dict[str, Any] = {
+        "bench": "runs_in_flight",
+        "runs": args.runs,
+        "steps": args.steps,
+        "model_seconds": args.model_seconds,
+        "skipped": {},
+        "verdicts": [],
+    }
     reason = await _service.postgres_or_skip(args.postgres_url)
     if reason is not None:
         summary["skipped"]["runs_in_flight"] = reason
@@ -159,8 +181,9 @@ async def _outcomes(db: _service.ServiceDatabase, run_ids: list[str]) -> dict[st
     from candor.service.store.tables import runs
 
     async with db.service.engine.connect() as conn:
-        rows = (await conn.execute(select(runs.c.status, runs.c.failure, runs.c.attempts)
-                                   .where(runs.c.id.in_(run_ids)))).all()  # fmt: skip
+        rows = (
+            await conn.execute(select(runs.c.status, runs.c.failure, runs.c.attempts).where(runs.c.id.in_(run_ids)))
+        ).all()
     statuses = Counter(r.status for r in rows)
     failures = Counter((r.failure or {}).get("code") for r in rows if r.status == "failed")
     return {
@@ -174,8 +197,10 @@ async def _outcomes(db: _service.ServiceDatabase, run_ids: list[str]) -> dict[st
 
 
 def report(summary: dict[str, Any]) -> str:
-    lines = [f"runs_in_flight: one worker, {summary['runs']} runs of {summary['steps']} steps, model "
-             f"{summary['model_seconds']} s per answer, PostgreSQL"]  # fmt: skip
+    lines = [
+        f"runs_in_flight: one worker, {summary['runs']} runs of {summary['steps']} steps, model "
+        f"{summary['model_seconds']} s per answer, PostgreSQL"
+    ]
     if "peak" in summary:
         peak = summary["peak"]
         lines += [

@@ -78,9 +78,11 @@ QUICK_ARGS = [
 ]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests/test_bench_smoke.py). The fault phases are
 left out: tests/service/e2e/test_faults.py runs each of them."""
-SETTINGS = {"worker": {"lease_seconds": 8.0, "authority_seconds": 1.0, "scan_seconds": 0.2, "slots": 8,
-                       "drain_seconds": 5.0},
-            "database": {"timeout": 2.5}, "server": {"shutdown_timeout": 10.0}}  # fmt: skip
+SETTINGS = {
+    "worker": {"lease_seconds": 8.0, "authority_seconds": 1.0, "scan_seconds": 0.2, "slots": 8, "drain_seconds": 5.0},
+    "database": {"timeout": 2.5},
+    "server": {"shutdown_timeout": 10.0},
+}
 """Roomier than failover_latency's 3 s lease: the soak runs three workers with eight slots each on two cores, and a
 heartbeat that misses its `authority_seconds` bound there lets healthy leases expire (charged attempts that are
 not the kills under test)."""
@@ -149,9 +151,21 @@ def failover_seconds(kills: list[float], recoveries: list[tuple[float, float | N
 # ------------------------------------------------------------------------------------------------ one phase
 
 
-async def phase(name: str, postgres_url: str, *, runs: int, workers: int, in_flight: int, steps: int,
-                kill_every: float | None, drain: bool, restart: Any, max_seconds: float, rss_every: float,
-                settle_seconds: float) -> dict[str, Any]:  # fmt: skip
+async def phase(
+    name: str,
+    postgres_url: str,
+    *,
+    runs: int,
+    workers: int,
+    in_flight: int,
+    steps: int,
+    kill_every: float | None,
+    drain: bool,
+    restart: Any,
+    max_seconds: float,
+    rss_every: float,
+    settle_seconds: float,
+) -> dict[str, Any]:
     ledger = Path(tempfile.mkdtemp(prefix="candor-soak-ledger-"))
     os.chmod(ledger, 0o777)
     sections = {**SETTINGS, "agents": {"soak": {"factory": FACTORY, "tool_recovery": "declared"}}}
@@ -271,8 +285,9 @@ async def _submit(db: _service.ServiceDatabase, options: dict[str, Any], key: st
     from candor.service import commands
 
     async def once() -> Any:
-        return await commands.create_thread(db.service, db.principal, agent="soak", input=_service.PROMPT,
-                                            options=options, key=key)  # fmt: skip
+        return await commands.create_thread(
+            db.service, db.principal, agent="soak", input=_service.PROMPT, options=options, key=key
+        )
 
     accepted = await _retrying(once)
     assert accepted.run is not None
@@ -291,23 +306,38 @@ async def _running(db: _service.ServiceDatabase) -> int:
     return await db.count_runs("running")
 
 
-async def _figures(db: _service.ServiceDatabase, run_ids: list[str], kills: list[float],
-                   wall0: float) -> dict[str, Any]:  # fmt: skip
+async def _figures(
+    db: _service.ServiceDatabase, run_ids: list[str], kills: list[float], wall0: float
+) -> dict[str, Any]:
     from candor.service.store.tables import checkpoints, run_attempts, runs
 
     async with db.service.engine.connect() as conn:
-        run_rows = {r.id: r for r in (await conn.execute(select(runs.c.id, runs.c.status, runs.c.failure,
-                                                                runs.c.attempts))).all()}  # fmt: skip
-        attempts = (await conn.execute(select(run_attempts.c.run_id, run_attempts.c.number, run_attempts.c.failure,
-                                              run_attempts.c.finished_at))).all()  # fmt: skip
-        firsts = {(r.run_id, r.attempt): r.first for r in (await conn.execute(
-            select(checkpoints.c.run_id, checkpoints.c.attempt, func.min(checkpoints.c.created_at).label("first"))
-            .group_by(checkpoints.c.run_id, checkpoints.c.attempt)
-        )).all()}  # fmt: skip
+        run_rows = {
+            r.id: r
+            for r in (await conn.execute(select(runs.c.id, runs.c.status, runs.c.failure, runs.c.attempts))).all()
+        }
+        attempts = (
+            await conn.execute(
+                select(run_attempts.c.run_id, run_attempts.c.number, run_attempts.c.failure, run_attempts.c.finished_at)
+            )
+        ).all()
+        firsts = {
+            (r.run_id, r.attempt): r.first
+            for r in (
+                await conn.execute(
+                    select(
+                        checkpoints.c.run_id, checkpoints.c.attempt, func.min(checkpoints.c.created_at).label("first")
+                    ).group_by(checkpoints.c.run_id, checkpoints.c.attempt)
+                )
+            ).all()
+        }
     lost = [rid for rid in run_ids if rid not in run_rows or run_rows[rid].status not in _service.SEALED]
     statuses = Counter(run_rows[rid].status for rid in run_ids if rid in run_rows)
-    failed = Counter(f"{(run_rows[rid].failure or {}).get('code')} after {run_rows[rid].attempts} attempts"
-                     for rid in run_ids if rid in run_rows and run_rows[rid].status == "failed")  # fmt: skip
+    failed = Counter(
+        f"{(run_rows[rid].failure or {}).get('code')} after {run_rows[rid].attempts} attempts"
+        for rid in run_ids
+        if rid in run_rows and run_rows[rid].status == "failed"
+    )
     expired = [a for a in attempts if (a.failure or {}).get("code") == "lease_expired"]
     recoveries = [(a.finished_at, firsts.get((a.run_id, a.number + 1))) for a in expired if a.finished_at]
     failovers = failover_seconds(kills, recoveries)
@@ -332,8 +362,10 @@ def _rss_summary(samples: list[tuple[float, int]]) -> dict[str, Any]:
     for t, kib in samples:
         bucket = min(9, int(10 * t / end))
         buckets[bucket] = max(buckets.get(bucket, 0), kib)
-    return {"max": round(max(k for _, k in samples) / 1024, 1),
-            "by_tenth": [round(buckets[b] / 1024, 1) for b in sorted(buckets)]}  # fmt: skip
+    return {
+        "max": round(max(k for _, k in samples) / 1024, 1),
+        "by_tenth": [round(buckets[b] / 1024, 1) for b in sorted(buckets)],
+    }
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -342,22 +374,38 @@ def _rss_summary(samples: list[tuple[float, int]]) -> dict[str, Any]:
 def verdicts(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for p in phases:
-        out.append({"target": f"{p['phase']}: lost runs = 0", "value": f"{p['lost']} of {p['submitted']}",
-                    "met": p["lost"] == 0})  # fmt: skip
-        out.append({"target": f"{p['phase']}: duplicate effects of the non-retry-safe tool = 0",
-                    "value": f"{p['duplicate_effects']} ({p['charges']} executions)",
-                    "met": p["duplicate_effects"] == 0})  # fmt: skip
+        out.append(
+            {
+                "target": f"{p['phase']}: lost runs = 0",
+                "value": f"{p['lost']} of {p['submitted']}",
+                "met": p["lost"] == 0,
+            }
+        )
+        out.append(
+            {
+                "target": f"{p['phase']}: duplicate effects of the non-retry-safe tool = 0",
+                "value": f"{p['duplicate_effects']} ({p['charges']} executions)",
+                "met": p["duplicate_effects"] == 0,
+            }
+        )
         if p["rss_mb"]:
-            out.append({"target": f"{p['phase']}: worker RSS <= {RSS_LIMIT_MB:.0f} MB",
-                        "value": f"{p['rss_mb']['max']} MB",
-                        "met": p["rss_mb"]["max"] <= RSS_LIMIT_MB})  # fmt: skip
+            out.append(
+                {
+                    "target": f"{p['phase']}: worker RSS <= {RSS_LIMIT_MB:.0f} MB",
+                    "value": f"{p['rss_mb']['max']} MB",
+                    "met": p["rss_mb"]["max"] <= RSS_LIMIT_MB,
+                }
+            )
     return out
 
 
 def table(summary: dict[str, Any]) -> list[str]:
-    lines = ["| Phase | Runs | Seconds | Statuses | Failed (reason) | Kills | Lease-expired attempts | "
-             "Failover p50 s | "
-             "p99 s | Worker RSS MB by tenth (max) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| Phase | Runs | Seconds | Statuses | Failed (reason) | Kills | Lease-expired attempts | "
+        "Failover p50 s | "
+        "p99 s | Worker RSS MB by tenth (max) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in summary["phases"]:
         rss = p["rss_mb"]
         lines.append(
@@ -372,8 +420,11 @@ def table(summary: dict[str, Any]) -> list[str]:
 def fault_table(reports: list[dict[str, Any]]) -> list[str]:
     if not reports:
         return []
-    lines = ["| Fault | Runs | Completed | Charged attempts (reason) | Unknown outcomes (false) | Duplicate effects | "
-             "Effects after a lost lease | Seconds | Evidence |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| Fault | Runs | Completed | Charged attempts (reason) | Unknown outcomes (false) | Duplicate effects | "
+        "Effects after a lost lease | Seconds | Evidence |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in reports:
         lines.append(
             f"| {r['fault']} | {r['runs']} | {r['completed']} | {r['charged_attempts']} "
@@ -386,9 +437,11 @@ def fault_table(reports: list[dict[str, Any]]) -> list[str]:
 def reading(summary: dict[str, Any]) -> list[str]:
     out = []
     for p in summary["phases"]:
-        out.append(f"{p['phase']}: {p['submitted']} of {p['runs_asked']} runs submitted in {p['seconds']} s; "
-                   f"{p['lost']} lost, {p['duplicate_effects']} duplicated `charge` effects; "
-                   f"{p['failover_samples']} failover samples after {p['kills']} SIGKILLs.")  # fmt: skip
+        out.append(
+            f"{p['phase']}: {p['submitted']} of {p['runs_asked']} runs submitted in {p['seconds']} s; "
+            f"{p['lost']} lost, {p['duplicate_effects']} duplicated `charge` effects; "
+            f"{p['failover_samples']} failover samples after {p['kills']} SIGKILLs."
+        )
     out.extend(_cli.missed_lines(summary))
     return out
 
@@ -409,16 +462,33 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         summary["skipped"]["soak"] = reason
         summary["verdicts"] = []
         return summary
-    common = dict(workers=args.workers, in_flight=args.in_flight, steps=args.steps, max_seconds=args.max_seconds,
-                  rss_every=args.rss_every, settle_seconds=args.settle_seconds)  # fmt: skip
-    summary["phases"].append(await phase("kills", args.postgres_url, runs=args.runs, kill_every=args.kill_every,
-                                         drain=True, restart=None, **common))  # fmt: skip
+    common = dict(
+        workers=args.workers,
+        in_flight=args.in_flight,
+        steps=args.steps,
+        max_seconds=args.max_seconds,
+        rss_every=args.rss_every,
+        settle_seconds=args.settle_seconds,
+    )
+    summary["phases"].append(
+        await phase(
+            "kills", args.postgres_url, runs=args.runs, kill_every=args.kill_every, drain=True, restart=None, **common
+        )
+    )
     if args.restart_runs:
         try:
             async with _faults.private_postgres() as server:
-                summary["phases"].append(await phase("pg restart", server.url, runs=args.restart_runs,
-                                                     kill_every=None, drain=False, restart=server.restart,
-                                                     **common))  # fmt: skip
+                summary["phases"].append(
+                    await phase(
+                        "pg restart",
+                        server.url,
+                        runs=args.restart_runs,
+                        kill_every=None,
+                        drain=False,
+                        restart=server.restart,
+                        **common,
+                    )
+                )
         except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
             summary["skipped"]["pg restart"] = f"no private PostgreSQL server: {type(exc).__name__}: {exc}"
     summary["faults"] = await fault_phases(args.postgres_url, args.fault_runs, summary["skipped"])
@@ -464,8 +534,7 @@ def fault_verdicts(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if r["fault"] in HARMLESS_FAULTS:
             counts.update({"charged attempts": r["charged_attempts"], "unknown outcomes": r["unknown_outcomes"]})
         value = ", ".join(f"{name} {n}" for name, n in counts.items())
-        out.append({"target": f"fault {r['fault']}: all of these = 0", "value": value,
-                    "met": not any(counts.values())})  # fmt: skip
+        out.append({"target": f"fault {r['fault']}: all of these = 0", "value": value, "met": not any(counts.values())})
     return out
 
 

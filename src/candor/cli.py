@@ -141,8 +141,11 @@ def migrate(
             typer.echo(f"schema is current ({status.head})", err=True)
             return
         current = ", ".join(status.current) or "no schema"
-        fail(f"schema is not current: database at {current}, build at {status.head} ({len(status.differences)} "
-             "difference(s)); run `candor migrate`", EXIT_REFUSED)  # fmt: skip
+        fail(
+            f"schema is not current: database at {current}, build at {status.head} ({len(status.differences)} "
+            "difference(s)); run `candor migrate`",
+            EXIT_REFUSED,
+        )
     applied = run_database(apply_migrations(url, lock_timeout=settings.database.migration_lock_timeout), settings)
     typer.echo(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}", err=True)
 
@@ -184,8 +187,9 @@ def bootstrap(config: ConfigOption = None) -> None:
     print_json(run_database(operator.bootstrap(settings), settings))
 
 
-workspace_app = typer.Typer(help="Manage workspaces (the tenant boundary).", no_args_is_help=True,
-                            rich_markup_mode=None)  # fmt: skip
+workspace_app = typer.Typer(
+    help="Manage workspaces (the tenant boundary).", no_args_is_help=True, rich_markup_mode=None
+)
 key_app = typer.Typer(help="Manage API keys.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(workspace_app, name="workspace")
 app.add_typer(key_app, name="key")

@@ -1,4 +1,4 @@
-"""MCP toolsets whose tool annotations declare what recovery may run again (issue 36, docs/mcp.md).
+"""MCP toolsets whose tool annotations declare what recovery may run again (docs/mcp.md).
 
 `RecoverableMCP` wraps a Pydantic AI `MCPToolset` (stdio or streamable HTTP; `mcp_stdio` and `mcp_http` build one):
 

@@ -149,9 +149,14 @@ class Operations:
     monotonic: Callable[[], float] = time.monotonic
 
     def create_thread(
-        self, agent: str, text: str | Iterable[str], *, options: Mapping[str, Any] | None = None,
-        message_history: list[Any] | None = None, idempotency_key: str | None = None,
-    ) -> Operation[Accepted]:  # fmt: skip
+        self,
+        agent: str,
+        text: str | Iterable[str],
+        *,
+        options: Mapping[str, Any] | None = None,
+        message_history: list[Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Operation[Accepted]:
         """Start a thread with `agent` and its first message (`text`: one string or several text parts); the
         thread, its first entry and the run it started. `options` are the run's options (e.g. `tool_recovery`);
         `message_history` seeds the thread with Pydantic AI messages. A retry with the same `idempotency_key`
@@ -166,9 +171,15 @@ class Operations:
         return Accepted.of(reply.body, created=reply.status == 201)
 
     def post_message(
-        self, thread_id: str, text: str | Iterable[str], *, steer: bool = False, agent: str | None = None,
-        options: Mapping[str, Any] | None = None, idempotency_key: str | None = None,
-    ) -> Operation[Accepted]:  # fmt: skip
+        self,
+        thread_id: str,
+        text: str | Iterable[str],
+        *,
+        steer: bool = False,
+        agent: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Operation[Accepted]:
         """Post a message to a thread: it starts the next run, or waits in the inbox while a run is active.
         `steer=True` delivers it to the active run at its next safe boundary instead. `agent` and `options`
         apply to the run it starts."""
@@ -193,9 +204,14 @@ class Operations:
         return Run.of(reply.body)
 
     def list_runs(
-        self, *, thread_id: str | None = None, status: str | None = None, awaiting_resume: bool = False,
-        limit: int | None = None, cursor: str | None = None,
-    ) -> Operation[Page]:  # fmt: skip
+        self,
+        *,
+        thread_id: str | None = None,
+        status: str | None = None,
+        awaiting_resume: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Operation[Page]:
         """One page of a thread's runs, or (without `thread_id`) of the workspace's runs."""
         params: dict[str, str | int] = {}
         if thread_id is None:
@@ -270,8 +286,9 @@ class StreamPlan:
 
     def __init__(self, thread_id: str, *, last_event_id: str | None, policy: RetryPolicy, reconnect: bool) -> None:
         self.path = _path("threads", thread_id, "stream")
-        self.cursor = StreamCursor(last_event_id=last_event_id, initial_delay=policy.initial_delay,
-                                   max_delay=policy.max_delay)  # fmt: skip
+        self.cursor = StreamCursor(
+            last_event_id=last_event_id, initial_delay=policy.initial_delay, max_delay=policy.max_delay
+        )
         self.policy = policy
         self.reconnect = reconnect
         self._failures = 0

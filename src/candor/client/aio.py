@@ -37,9 +37,14 @@ class AsyncCandorClient:
     iterators). `transport` may be `httpx.ASGITransport(app)` to talk to an app in the same process."""
 
     def __init__(
-        self, base_url: str, api_key: str, *, timeout: float = 30.0, retry: RetryPolicy | None = None,
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._http = httpx.AsyncClient(transport=transport, **client_settings(base_url, api_key, timeout))
         self._ops = Operations(retry=retry or RetryPolicy())
 

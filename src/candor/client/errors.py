@@ -42,9 +42,15 @@ class ApiError(CandorError):
     """The service answered an error envelope (or an error status without one)."""
 
     def __init__(
-        self, code: str, message: str, *, status: int, details: Mapping[str, Any] | None = None,
-        request_id: str | None = None, retry_after: float | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int,
+        details: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"{status} {code}: {message}" + (f" ({request_id})" if request_id else ""))
         self.code = code
         self.message = message
@@ -147,10 +153,18 @@ _BY_CODE: Mapping[str, type[ApiError]] = {
     "unavailable": Unavailable,
 }
 _BY_STATUS: Mapping[int, type[ApiError]] = {
-    400: InvalidArgument, 401: Unauthenticated, 403: Forbidden, 404: NotFound, 409: Conflict,
-    412: PreconditionFailed, 413: PayloadTooLarge, 422: Disabled, 428: PreconditionFailed, 429: RateLimited,
+    400: InvalidArgument,
+    401: Unauthenticated,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    412: PreconditionFailed,
+    413: PayloadTooLarge,
+    422: Disabled,
+    428: PreconditionFailed,
+    429: RateLimited,
     503: Unavailable,
-}  # fmt: skip
+}
 
 
 def error_for(status: int, body: Any, *, retry_after: float | None = None) -> ApiError:
@@ -163,10 +177,17 @@ def error_for(status: int, body: Any, *, retry_after: float | None = None) -> Ap
         details = envelope.get("details")
         request_id = envelope.get("request_id")
         return cls(
-            code, str(envelope.get("message") or code), status=status,
+            code,
+            str(envelope.get("message") or code),
+            status=status,
             details=details if isinstance(details, Mapping) else None,
-            request_id=request_id if isinstance(request_id, str) else None, retry_after=retry_after,
-        )  # fmt: skip
+            request_id=request_id if isinstance(request_id, str) else None,
+            retry_after=retry_after,
+        )
     cls = _BY_STATUS.get(status) or ServerError
-    return cls(f"http_{status}", "the server answered an error without the error envelope", status=status,
-               retry_after=retry_after)  # fmt: skip
+    return cls(
+        f"http_{status}",
+        "the server answered an error without the error envelope",
+        status=status,
+        retry_after=retry_after,
+    )

@@ -30,8 +30,13 @@ class PendingItem:
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> PendingItem:
-        return cls(tool_call_id=raw["tool_call_id"], tool_name=raw["tool_name"], arguments=dict(raw["arguments"]),
-                   kind=raw["kind"], metadata=dict(raw.get("metadata") or {}))  # fmt: skip
+        return cls(
+            tool_call_id=raw["tool_call_id"],
+            tool_name=raw["tool_name"],
+            arguments=dict(raw["arguments"]),
+            kind=raw["kind"],
+            metadata=dict(raw.get("metadata") or {}),
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -88,14 +93,21 @@ class Run:
         pending = raw.get("pending") or {}
         items = [*(pending.get("approvals") or ()), *(pending.get("calls") or ())]
         return cls(
-            id=raw["id"], thread_id=raw["thread_id"], agent=raw["agent"], principal_id=raw.get("principal_id"),
+            id=raw["id"],
+            thread_id=raw["thread_id"],
+            agent=raw["agent"],
+            principal_id=raw.get("principal_id"),
             status=raw["status"],
-            wait_reason=raw.get("wait_reason"), pending=tuple(PendingItem.of(item) for item in items),
-            output=raw.get("output"), failure=raw.get("failure"), parent_run_id=raw.get("parent_run_id"),
+            wait_reason=raw.get("wait_reason"),
+            pending=tuple(PendingItem.of(item) for item in items),
+            output=raw.get("output"),
+            failure=raw.get("failure"),
+            parent_run_id=raw.get("parent_run_id"),
             tool_recovery=raw.get("tool_recovery"),
             recovery=None if raw.get("recovery") is None else tuple(RecoveredCall.of(c) for c in raw["recovery"]),
-            version=raw["version"], raw=dict(raw),
-        )  # fmt: skip
+            version=raw["version"],
+            raw=dict(raw),
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,8 +127,12 @@ class Accepted:
     @classmethod
     def of(cls, raw: Mapping[str, Any], *, created: bool) -> Accepted:
         run = raw.get("run")
-        return cls(thread=dict(raw["thread"]), entry=dict(raw["entry"]), run=None if run is None else Run.of(run),
-                   created=created)  # fmt: skip
+        return cls(
+            thread=dict(raw["thread"]),
+            entry=dict(raw["entry"]),
+            run=None if run is None else Run.of(run),
+            created=created,
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -40,9 +40,14 @@ class CandorClient:
     """
 
     def __init__(
-        self, base_url: str, api_key: str, *, timeout: float = 30.0, retry: RetryPolicy | None = None,
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._http = httpx.Client(transport=transport, **client_settings(base_url, api_key, timeout))
         self._ops = Operations(retry=retry or RetryPolicy())
 

@@ -74,9 +74,13 @@ async def reconcile_open_calls(
         call = decision.call
         approval = accepted.approvals.get(call.tool_call_id) if accepted is not None else None
         settled[call.tool_call_id] = settle_reconciliation(
-            decision, verdict, tool_def=surface[call.tool_name], mode=mode, key=key,
+            decision,
+            verdict,
+            tool_def=surface[call.tool_name],
+            mode=mode,
+            key=key,
             approved=approval is True or isinstance(approval, ToolApproved),
-        )  # fmt: skip
+        )
     return settled
 
 

@@ -170,7 +170,7 @@ def start_open_calls(
     start = OpenCallStart(calls=answered_here, native_node=None, user_input=user_input)
     replay: list[ToolCallPart] = []
     decisions = [(reconciled or {}).get(planned.call.tool_call_id, planned) for planned in plan.decisions]
-    record_recovery_basis(decisions, surface)  # issue 36: why each call was or was not re-run
+    record_recovery_basis(decisions, surface)  # why each call was or was not re-run (docs/mcp.md)
     for decision in decisions:
         call = decision.call
         if decision.action == "replay":

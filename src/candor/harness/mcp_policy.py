@@ -1,4 +1,4 @@
-"""Pure decisions for MCP tools (issue 36): is an unanswered call safe to run again, and where did that come from.
+"""Pure decisions for MCP tools: is an unanswered call safe to run again, and where did that come from.
 
 MCP servers annotate their tools (`readOnlyHint`, `idempotentHint`, `destructiveHint`, spec 2025-06-18). candor
 reads them as a retry-safe declaration: a call is re-run under `tool_recovery="declared"` only when its tool was

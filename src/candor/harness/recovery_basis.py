@@ -1,4 +1,4 @@
-"""What each recovery decided and why, recorded in the `candor.recovery` namespace (issue 36, docs/mcp.md).
+"""What each recovery decided and why, recorded in the `candor.recovery` namespace (docs/mcp.md).
 
 The unknown-outcome result has a fixed shape (§3.10, H-43), so the reason a call was or was not re-run cannot
 travel on the return itself. Each recovery that decides at least one call adds one entry per call to this
@@ -21,8 +21,14 @@ from .mcp_policy import DECLARATION_CHANGED_METADATA_KEY, RETRY_SAFE_SOURCE_META
 from .recovery import RecoveryDecision
 from .recovery_tools import RECOVERY_RETRY_SAFE_METADATA_KEY
 
-__all__ = ("RECOVERY_BASIS_NAMESPACE", "RECOVERY_BASIS_VERSION", "MAX_BASIS_ENTRIES", "basis_entry", "merged_basis",
-           "record_recovery_basis")  # fmt: skip
+__all__ = (
+    "RECOVERY_BASIS_NAMESPACE",
+    "RECOVERY_BASIS_VERSION",
+    "MAX_BASIS_ENTRIES",
+    "basis_entry",
+    "merged_basis",
+    "record_recovery_basis",
+)
 
 RECOVERY_BASIS_NAMESPACE = "candor.recovery"
 RECOVERY_BASIS_VERSION = "1"

@@ -8,7 +8,7 @@ The public face of the service for embedding it (the CLI, the HTTP layer, tests 
 * the `ServiceError` family – every error the service raises on purpose, each with a stable `code` (§12);
 * `Clock`/`Entropy` and their real implementations – the injected sources of time and randomness;
 * `AgentRegistry` – the agent name → factory table;
-* `lease_held()` – asked from inside a tool: whether its attempt still holds the run's lease (issue 34).
+* `lease_held()` – asked from inside a tool: whether its attempt still holds the run's lease.
 
 Names load on first use (PEP 562), so `import candor.service` stays cheap and free of import cycles; everything
 not listed here is internal and may change.

@@ -39,10 +39,18 @@ AgentFactory = Callable[[dict[str, Any]], Harness[Any]]
 """What a factory string names: options → a fresh harness."""
 
 UnavailableReason = Literal[
-    "unknown_agent", "invalid_factory", "import_failed", "attribute_missing", "not_callable",
-    "factory_failed", "not_a_harness", "api_key_missing", "provider_not_installed",
-    "mcp_not_installed", "mcp_credential_missing",
-]  # fmt: skip
+    "unknown_agent",
+    "invalid_factory",
+    "import_failed",
+    "attribute_missing",
+    "not_callable",
+    "factory_failed",
+    "not_a_harness",
+    "api_key_missing",
+    "provider_not_installed",
+    "mcp_not_installed",
+    "mcp_credential_missing",
+]
 
 _DESCRIPTIONS: dict[UnavailableReason, str] = {
     "unknown_agent": "no such agent is configured",

@@ -50,9 +50,12 @@ def lease_engine(settings: ServiceSettings, *, role: str | None) -> Engine | Non
     if not is_postgresql_url(settings.database.url):
         return None
     return create_engine(
-        settings.database.url, timeout=settings.database.timeout, pool_size=1, max_overflow=0,
+        settings.database.url,
+        timeout=settings.database.timeout,
+        pool_size=1,
+        max_overflow=0,
         application_name=application_name(role or "worker"),
-    )  # fmt: skip
+    )
 
 
 @dataclass(kw_only=True)
@@ -98,11 +101,13 @@ class Service:
         """`runs_worker`: this process runs a worker loop. `role` names its connections on PostgreSQL
         (`connections.application_name`; default: `worker` or `service`)."""
         engine = create_engine(
-            settings.database.url, timeout=settings.database.timeout,
-            pool_size=pool_size_for(settings), max_overflow=settings.database.max_overflow,
+            settings.database.url,
+            timeout=settings.database.timeout,
+            pool_size=pool_size_for(settings),
+            max_overflow=settings.database.max_overflow,
             sqlite_synchronous=settings.database.sqlite_synchronous,
             application_name=application_name(role or ("worker" if runs_worker else "service")),
-        )  # fmt: skip
+        )
         return cls(
             settings=settings,
             engine=engine,

@@ -58,8 +58,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {"time": _time(record), "level": record.levelname, "logger": record.name,
-                                 "message": record.getMessage()}  # fmt: skip
+        entry: dict[str, Any] = {
+            "time": _time(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         entry.update(extras_of(record))
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)

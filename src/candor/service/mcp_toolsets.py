@@ -64,12 +64,18 @@ def build_toolsets(plans: list[ServerPlan]) -> list[RecoverableMCP]:
         overrides = {"retry_safe": settings.retry_safe, "never_retry": settings.never_retry}
         if settings.command is not None:
             toolset = mcp_stdio(
-                settings.command, settings.args, server=plan.name, env=plan.env, cwd=settings.cwd,
-                timeout=settings.timeout, **overrides,
-            )  # fmt: skip
+                settings.command,
+                settings.args,
+                server=plan.name,
+                env=plan.env,
+                cwd=settings.cwd,
+                timeout=settings.timeout,
+                **overrides,
+            )
         else:
             assert settings.url is not None  # one of the two, checked by the settings
-            toolset = mcp_http(settings.url, server=plan.name, headers=plan.headers, timeout=settings.timeout,
-                               **overrides)  # fmt: skip
+            toolset = mcp_http(
+                settings.url, server=plan.name, headers=plan.headers, timeout=settings.timeout, **overrides
+            )
         toolsets.append(toolset)
     return toolsets

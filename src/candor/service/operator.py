@@ -124,9 +124,14 @@ async def create_key(
 
 
 def _key(row: auth.PrincipalRow) -> dict[str, Any]:
-    return {"key_id": row.id, "workspace_id": row.workspace_id, "name": row.name,
-            "permissions": sorted(row.permissions), "disabled_at": rfc3339(row.disabled_at),
-            "created_at": rfc3339(row.created_at)}  # fmt: skip
+    return {
+        "key_id": row.id,
+        "workspace_id": row.workspace_id,
+        "name": row.name,
+        "permissions": sorted(row.permissions),
+        "disabled_at": rfc3339(row.disabled_at),
+        "created_at": rfc3339(row.created_at),
+    }
 
 
 async def disable_key(settings: ServiceSettings, key_id: str) -> dict[str, Any]:

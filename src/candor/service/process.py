@@ -48,9 +48,12 @@ class _Server(uvicorn.Server):
 
 
 def run(
-    settings: ServiceSettings, role: Role, *, on_prepared: Callable[[Service], Awaitable[None]] | None = None,
+    settings: ServiceSettings,
+    role: Role,
+    *,
+    on_prepared: Callable[[Service], Awaitable[None]] | None = None,
     listener: socket.socket | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """`serve` on the event loop `server.event_loop` names (uvloop by default): the whole process, HTTP, database
     driver, sweeps and worker, runs on it."""
     with asyncio.Runner(loop_factory=loop_factory(settings.server.event_loop)) as runner:
@@ -85,9 +88,10 @@ async def prepare(settings: ServiceSettings, role: Role, *, schema: SchemaWatch 
     if runs_worker:
         service.agents.check_all()
     budget = connection_budget(
-        pool_size=pool_size_for(settings), max_overflow=settings.database.max_overflow,
+        pool_size=pool_size_for(settings),
+        max_overflow=settings.database.max_overflow,
         runs_worker=runs_worker and is_postgresql_url(url),
-    )  # fmt: skip
+    )
     service.on_listening = watch_connections(service.engine, budget, heartbeat_engine=service.lease_engine)
     await check_server_budget(service.engine, budget, processes=settings.database.processes)
     return service
@@ -112,9 +116,12 @@ def _freeze_startup_objects() -> None:
 
 
 async def serve(
-    settings: ServiceSettings, role: Role, *, on_prepared: Callable[[Service], Awaitable[None]] | None = None,
+    settings: ServiceSettings,
+    role: Role,
+    *,
+    on_prepared: Callable[[Service], Awaitable[None]] | None = None,
     listener: socket.socket | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Run until SIGTERM/SIGINT; then drain and stop. `on_prepared` runs once the startup checks passed (the CLI
     prints its startup summary there). `listener` is the bound socket of `server.listen` (the CLI binds it before
     anything else); without one, it is bound here, first: a port in use starts nothing (`ListenError`)."""

@@ -1,4 +1,4 @@
-"""`[agents.<name>.mcp.<server>]`: the MCP servers an agent's runs get as toolsets (issue 36, docs/mcp.md).
+"""`[agents.<name>.mcp.<server>]`: the MCP servers an agent's runs get as toolsets (docs/mcp.md).
 
 A server is either a subprocess speaking stdio (`command`, `args`) or a streamable-HTTP endpoint (`url`). Secrets
 are never settings: `env` names the environment variables passed to a stdio server and `headers_env` maps HTTP

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from candor.service import commands
-from candor.service.commands.runs import _still_there
+from candor.service.commands.acceptance import still_there
 from candor.service.errors import Conflict, Disabled, PreconditionFailed, ServiceError
 from candor.service.protocol.outcomes import CANCELLED_MESSAGE
 from candor.service.store import auth
@@ -169,7 +169,7 @@ async def test_fork_in_archived_workspace_is_disabled(db: Any) -> None:
 def test_a_row_gone_within_a_request_is_an_internal_error() -> None:
     """§12.2: a run or thread missing when read again in the same transaction is a stable `internal` error (HTTP
     500) with a message, not an `assert` that `python -O` skips."""
-    assert _still_there("row", "run") == "row"
+    assert still_there("row", "run") == "row"
     with pytest.raises(ServiceError) as raised:
-        _still_there(None, "thread")
+        still_there(None, "thread")
     assert raised.value.code == "internal" and "thread" in raised.value.message

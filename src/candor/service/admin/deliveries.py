@@ -47,9 +47,12 @@ async def list_deliveries_page(
     async with read_transaction(service.engine) as conn:
         await _require_subscription(conn, principal, subscription_id)
         rows = await store.list_deliveries(
-            conn, workspace_id=principal.workspace_id, subscription_id=subscription_id, limit=limit + 1,
+            conn,
+            workspace_id=principal.workspace_id,
+            subscription_id=subscription_id,
+            limit=limit + 1,
             before=before,
-        )  # fmt: skip
+        )
     return rows[:limit], len(rows) > limit
 
 

@@ -100,9 +100,13 @@ async def _create_key_once(
                     raise Conflict("idempotency_key_reused", kind="key", id=key_id)
                 return KeyCreated(principal=earlier, secret=None, created=False)
         created: CreatedKey = await auth.create_principal(
-            conn, workspace_id=principal.workspace_id, permissions=permissions, entropy=service.entropy, name=name,
+            conn,
+            workspace_id=principal.workspace_id,
+            permissions=permissions,
+            entropy=service.entropy,
+            name=name,
             principal_id=key_id,
-        )  # fmt: skip
+        )
     return KeyCreated(principal=created.principal, secret=created.secret, created=True)
 
 
@@ -140,6 +144,11 @@ async def update_key(
             raise Conflict("last_admin_key", kind="key", id=key_id)
         updated = await auth.update_principal(conn, current, permissions=wanted, disabled=disabled)
     if updated.version != current.version:
-        audit("Key updated", principal, key_id=key_id, permissions=sorted(updated.permissions),
-              disabled=updated.disabled_at is not None)  # fmt: skip
+        audit(
+            "Key updated",
+            principal,
+            key_id=key_id,
+            permissions=sorted(updated.permissions),
+            disabled=updated.disabled_at is not None,
+        )
     return updated

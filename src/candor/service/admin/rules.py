@@ -27,6 +27,7 @@ __all__ = (
     "removes_last_admin",
 )
 
+# Hand layout: one line per lifecycle (the run's, then the attempt's), in the order they happen.
 EventType = Literal[
     "run.accepted", "run.running", "run.waiting", "run.completed", "run.failed", "run.cancelled",
     "run_attempt.leased", "run_attempt.running", "run_attempt.succeeded", "run_attempt.yielded",

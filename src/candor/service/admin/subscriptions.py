@@ -95,10 +95,17 @@ async def create_subscription(
         if await store.count_subscriptions(conn, workspace_id=principal.workspace_id) >= control.subscriptions:
             raise Conflict("subscription_limit", kind="workspace", id=principal.workspace_id)
         row = await store.insert_subscription(
-            conn, subscription_id=new_id("sub", service.entropy), workspace_id=principal.workspace_id,
-            principal_id=principal.id, name=name, url=url, events=wanted_events, filter=wanted_filter,
-            enabled=enabled, encrypted_secret=encrypted,
-        )  # fmt: skip
+            conn,
+            subscription_id=new_id("sub", service.entropy),
+            workspace_id=principal.workspace_id,
+            principal_id=principal.id,
+            name=name,
+            url=url,
+            events=wanted_events,
+            filter=wanted_filter,
+            enabled=enabled,
+            encrypted_secret=encrypted,
+        )
     audit("Subscription created", principal, subscription_id=row.id)
     return CreatedSubscription(subscription=row, signing_secret=secret)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from ..core import Service
-from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, RaceLost
+from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, RaceLost, ServiceError
 from ..protocol.authority import Principal
 from ..protocol.client_tools import CLIENT_TOOLS_FIELD, ClientToolsProblem, colliding_names, validate_client_tools
 from ..protocol.idempotency import replay_or_conflict
@@ -39,10 +39,21 @@ __all__ = (
     "input_run",
     "woken",
     "with_optional",
+    "still_there",
 )
 
 _RACE_ANSWERS = 3
 T = TypeVar("T")
+_Row = TypeVar("_Row")
+
+
+def still_there(row: _Row | None, what: str) -> _Row:
+    """A row this request already found, read again (or joined) in the same transaction: runs, threads and entries
+    are never deleted, so None is a store defect, reported as `internal` (the transaction changes nothing) rather
+    than an `assert` that `python -O` would skip."""
+    if row is None:
+        raise ServiceError(f"the {what} this request read was gone when read again; nothing was changed")
+    return row
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -103,9 +114,8 @@ def checked_client_tool_names(service: Service, agent: str, options: Mapping[str
 
 async def check_steer(conn: Any, thread: ThreadRow, agent: str | None, options: Mapping[str, Any] | None) -> None:
     """S-68: a steer naming another agent or other options than the active run → 409."""
-    assert thread.current_run_id is not None
-    run = await views.load_run(conn, run_id=thread.current_run_id)
-    assert run is not None
+    run_id = still_there(thread.current_run_id, "active thread's run")
+    run = still_there(await views.load_run(conn, run_id=run_id), "run")
     if not is_steer_compatible(
         entry_agent=agent,
         entry_options_digest=None if options is None else threads.options_digest(options),
@@ -118,7 +128,7 @@ async def check_steer(conn: Any, thread: ThreadRow, agent: str | None, options: 
 async def accepted(conn: Any, principal: Principal, entry: EntryRow, *, created: bool) -> Accepted:
     thread = await views.get_thread(conn, workspace_id=principal.workspace_id, thread_id=entry.thread_id)
     current = await views.get_entry(conn, workspace_id=principal.workspace_id, entry_id=entry.id)
-    assert thread is not None and current is not None
+    thread, current = still_there(thread, "thread"), still_there(current, "entry")
     run = await threads.find_run_by_source_entry(conn, current)
     return Accepted(thread=thread, entry=current, run=run, created=created)
 
@@ -134,31 +144,62 @@ async def replay(conn: Any, principal: Principal, key: str, digest: str) -> Acce
 
 
 def new_message(
-    principal: Principal, facts: AuthorityFacts, thread_id: str, payload: dict[str, Any], *, key: str, digest: str,
-    kind: Literal["thread", "message", "fork"], delivery: Delivery = "next_run", agent: str | None = None,
+    principal: Principal,
+    facts: AuthorityFacts,
+    thread_id: str,
+    payload: dict[str, Any],
+    *,
+    key: str,
+    digest: str,
+    kind: Literal["thread", "message", "fork"],
+    delivery: Delivery = "next_run",
+    agent: str | None = None,
     options: dict[str, Any] | None = None,
-) -> NewEntry:  # fmt: skip
+) -> NewEntry:
     """The entry of a keyed message, thread or fork request; `agent`/`options` only when given explicitly."""
     return NewEntry(
-        workspace_id=principal.workspace_id, thread_id=thread_id, delivery=delivery, payload=payload,
-        principal_id=principal.id, authority=threads.frozen_authority(principal.id, facts.permissions), agent=agent,
-        options=options, request_key=key, request_digest=digest, request_kind=kind,
-    )  # fmt: skip
+        workspace_id=principal.workspace_id,
+        thread_id=thread_id,
+        delivery=delivery,
+        payload=payload,
+        principal_id=principal.id,
+        authority=threads.frozen_authority(principal.id, facts.permissions),
+        agent=agent,
+        options=options,
+        request_key=key,
+        request_digest=digest,
+        request_kind=kind,
+    )
 
 
 def input_run(
-    service: Service, principal: Principal, facts: AuthorityFacts, entry: EntryRow, *, agent: str,
-    options: dict[str, Any], lineage: Literal["root", "continue", "fork"], parent_run_id: str | None,
+    service: Service,
+    principal: Principal,
+    facts: AuthorityFacts,
+    entry: EntryRow,
+    *,
+    agent: str,
+    options: dict[str, Any],
+    lineage: Literal["root", "continue", "fork"],
+    parent_run_id: str | None,
     start_checkpoint_id: str | None,
-) -> NewRun:  # fmt: skip
+) -> NewRun:
     """S-65, S-10: the run a posted message starts at once (trigger `input`), authority frozen at acceptance."""
     return NewRun(
-        workspace_id=principal.workspace_id, thread_id=entry.thread_id, agent=agent, principal_id=principal.id,
-        authority=threads.frozen_authority(principal.id, facts.permissions), options=options, trigger="input",
-        lineage=lineage, parent_run_id=parent_run_id, start_checkpoint_id=start_checkpoint_id,
-        max_attempts=service.settings.worker.max_attempts, source_entry_id=entry.id,
+        workspace_id=principal.workspace_id,
+        thread_id=entry.thread_id,
+        agent=agent,
+        principal_id=principal.id,
+        authority=threads.frozen_authority(principal.id, facts.permissions),
+        options=options,
+        trigger="input",
+        lineage=lineage,
+        parent_run_id=parent_run_id,
+        start_checkpoint_id=start_checkpoint_id,
+        max_attempts=service.settings.worker.max_attempts,
+        source_entry_id=entry.id,
         tool_recovery=service.settings.tool_recovery_for(agent, options),
-    )  # fmt: skip
+    )
 
 
 def woken(service: Service, result: Accepted) -> Accepted:

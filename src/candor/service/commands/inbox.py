@@ -23,7 +23,7 @@ from ..store import auth, inbox, threads, views
 from ..store.engine import write_transaction
 from ..store.inbox import EntryEdit
 from ..store.views import EntryRow, ThreadRow
-from .acceptance import check_steer, checked_agent, checked_client_tool_names, may_write
+from .acceptance import check_steer, checked_agent, checked_client_tool_names, may_write, still_there
 from .threads import check_entry_fits, check_inbox_room, thread_etag
 
 __all__ = ("EntryChanged", "InboxReordered", "edit_entry", "withdraw_entry", "reorder_inbox")
@@ -80,14 +80,12 @@ async def _changed(conn: Any, principal: Principal, thread_id: str, entry_id: st
     await threads.touch_thread(conn, thread_id=thread_id, inbox_changed=True)
     thread = await views.get_thread(conn, workspace_id=principal.workspace_id, thread_id=thread_id)
     entry = await views.get_entry(conn, workspace_id=principal.workspace_id, entry_id=entry_id)
-    assert thread is not None and entry is not None
-    return EntryChanged(thread=thread, entry=entry)
+    return EntryChanged(thread=still_there(thread, "thread"), entry=still_there(entry, "entry"))
 
 
 async def _no_longer_pending(conn: Any, principal: Principal, entry_id: str) -> Conflict:
     """The fenced update found the entry moved on (not possible under the thread lock, answered all the same)."""
-    entry = await views.get_entry(conn, workspace_id=principal.workspace_id, entry_id=entry_id)
-    assert entry is not None  # entries are never deleted
+    entry = still_there(await views.get_entry(conn, workspace_id=principal.workspace_id, entry_id=entry_id), "entry")
     return Conflict(f"entry_{entry.status}", kind="entry", id=entry_id)
 
 
@@ -161,6 +159,7 @@ async def reorder_inbox(
         if moves:
             await inbox.move_pending_entries(conn, thread_id=thread_id, moves=moves)
             await threads.touch_thread(conn, thread_id=thread_id, inbox_changed=True)  # S-75
-        thread = await views.get_thread(conn, workspace_id=principal.workspace_id, thread_id=thread_id)
-        assert thread is not None
+        thread = still_there(
+            await views.get_thread(conn, workspace_id=principal.workspace_id, thread_id=thread_id), "thread"
+        )
         return InboxReordered(thread=thread, entries=await threads.pending_entries(conn, thread_id=thread_id))

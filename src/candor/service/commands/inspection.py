@@ -32,9 +32,13 @@ __all__ = (
 
 
 async def list_threads_page(
-    service: Service, principal: Principal, filters: ThreadFilters, *, limit: int = 50,
+    service: Service,
+    principal: Principal,
+    filters: ThreadFilters,
+    *,
+    limit: int = 50,
     before: tuple[float, str] | None = None,
-) -> tuple[list[ThreadRow], bool]:  # fmt: skip
+) -> tuple[list[ThreadRow], bool]:
     """`GET /v1/threads`: one page of the workspace's threads, newest first, plus whether more follow."""
     require(principal, "read")
     limit = checked_limit(limit)
@@ -68,9 +72,12 @@ async def get_run_answers(service: Service, principal: Principal, run_id: str) -
     if run.trigger != "resume" or run.resume is None or run.resumed_by_id is None or run.parent_run_id is None:
         raise NotFound("answers", run_id)
     return RunAnswers(
-        run_id=run.id, answered_run_id=run.parent_run_id, answered_by=run.resumed_by_id,
-        answered_at=run.created_at, answers=run.resume,
-    )  # fmt: skip
+        run_id=run.id,
+        answered_run_id=run.parent_run_id,
+        answered_by=run.resumed_by_id,
+        answered_at=run.created_at,
+        answers=run.resume,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,17 +111,22 @@ def declared_tools(harness: Any) -> list[ToolDeclaration]:
             for name, tool in tools.items():
                 if isinstance(name, str) and name not in found:
                     found[name] = declaration_of(
-                        name, getattr(tool, "metadata", None),
+                        name,
+                        getattr(tool, "metadata", None),
                         requires_approval=bool(getattr(tool, "requires_approval", False)),
-                        external=False, description=getattr(tool, "description", None),
-                    )  # fmt: skip
+                        external=False,
+                        description=getattr(tool, "description", None),
+                    )
         for tool_def in getattr(toolset, "tool_defs", None) or ():  # an ExternalToolset: ToolDefinitions
             name = getattr(tool_def, "name", None)
             if isinstance(name, str) and name not in found:
                 found[name] = declaration_of(
-                    name, getattr(tool_def, "metadata", None), requires_approval=False, external=True,
+                    name,
+                    getattr(tool_def, "metadata", None),
+                    requires_approval=False,
+                    external=True,
                     description=getattr(tool_def, "description", None),
-                )  # fmt: skip
+                )
 
     walk_static_toolsets(harness, visit)
     return list(found.values())

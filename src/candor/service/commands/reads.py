@@ -81,9 +81,11 @@ async def get_run_with_recovery(
             return run, []
         found: list[RecoveredCall] = []
         pages = messages.iter_added_messages(
-            conn, checkpoint_id=run.checkpoint_id, start_checkpoint_id=run.start_checkpoint_id,
+            conn,
+            checkpoint_id=run.checkpoint_id,
+            start_checkpoint_id=run.start_checkpoint_id,
             page_size=_RECOVERY_PAGE,
-        )  # fmt: skip
+        )
         async for page in pages:
             found.extend(recovered_calls(page))
         if found and run.checkpoint_id is not None:
@@ -162,9 +164,13 @@ async def list_entries_page(
     async with read_transaction(service.engine) as conn:
         await _thread_in_workspace(conn, principal, thread_id)
         rows = await inbox.list_entries(
-            conn, workspace_id=principal.workspace_id, thread_id=thread_id, status=status, limit=limit + 1,
+            conn,
+            workspace_id=principal.workspace_id,
+            thread_id=thread_id,
+            status=status,
+            limit=limit + 1,
             after=after,
-        )  # fmt: skip
+        )
     return rows[:limit], len(rows) > limit
 
 
@@ -185,9 +191,12 @@ async def list_run_messages_page(
         if run is None:
             raise NotFound("run", run_id)
         page = await messages.read_added_messages(
-            conn, checkpoint_id=run.checkpoint_id, start_checkpoint_id=run.start_checkpoint_id, offset=offset,
+            conn,
+            checkpoint_id=run.checkpoint_id,
+            start_checkpoint_id=run.start_checkpoint_id,
+            offset=offset,
             limit=limit,
-        )  # fmt: skip
+        )
     return [with_run_id(message, run_id) for message in page.messages], page.more
 
 

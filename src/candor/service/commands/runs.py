@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from ..core import Service
-from ..errors import Conflict, Forbidden, InvalidArgument, NotFound, ServiceError
+from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
 from ..protocol.authority import Principal, key_allows
 from ..protocol.idempotency import replay_or_conflict, request_digest, resume_digest
 from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
@@ -24,6 +24,7 @@ from .acceptance import (
     may_write,
     new_message,
     replay,
+    still_there,
     with_optional,
     woken,
 )
@@ -31,17 +32,6 @@ from .edited_arguments import edited_argument_problems
 from .threads import check_entry_fits
 
 __all__ = ("fork_run", "resume_run", "interrupt_run")
-
-_Row = TypeVar("_Row")
-
-
-def _still_there(row: _Row | None, what: str) -> _Row:
-    """A row this request already found, read again (or joined) in the same transaction: runs and threads are
-    never deleted, so None is a store defect, reported as `internal` (the transaction changes nothing) rather than
-    an `assert` that `python -O` would skip."""
-    if row is None:
-        raise ServiceError(f"the {what} this request read was gone when read again; nothing was changed")
-    return row
 
 
 async def fork_run(
@@ -63,7 +53,7 @@ async def fork_run(
     require(principal, "run")
     key = checked_key(key)
     payload, checked = checked_input(input), checked_options(options)
-    check_entry_fits(service, threads.payload_size(payload))  # 413 like creating a thread or posting (issue 34)
+    check_entry_fits(service, threads.payload_size(payload))  # 413 like creating a thread or posting
     digest = request_digest("fork", run_id, with_optional({"input": payload}, options=checked))
 
     async def attempt() -> Accepted:
@@ -75,10 +65,10 @@ async def fork_run(
                 raise NotFound("run", run_id)
             facts = await auth.read_authority(conn, principal.id)
             may_write(facts, principal)
-            origin_thread = _still_there(
+            origin_thread = still_there(
                 await threads.lock_thread(conn, thread_id=origin.thread_id, workspace_id=None), "thread"
             )
-            origin = _still_there(await interrupts.lock_run(conn, run_id=run_id), "run")
+            origin = still_there(await interrupts.lock_run(conn, run_id=run_id), "run")
             if origin_thread.state == "archived":
                 raise Conflict("archived", kind="thread", id=origin_thread.id)
             if origin.status in ("accepted", "running", "waiting"):
@@ -88,17 +78,29 @@ async def fork_run(
             checked_client_tool_names(service, origin.agent, checked)
             thread_id = threads.new_id("thr", service.entropy)
             await threads.insert_thread(
-                conn, thread_id=thread_id, workspace_id=principal.workspace_id, agent=origin.agent, origin="fork",
-                origin_thread_id=origin.thread_id, origin_run_id=origin.id,
-            )  # fmt: skip
-            message = new_message(principal, facts, thread_id, payload, key=key, digest=digest, kind="fork",
-                                  options=checked)  # fmt: skip
+                conn,
+                thread_id=thread_id,
+                workspace_id=principal.workspace_id,
+                agent=origin.agent,
+                origin="fork",
+                origin_thread_id=origin.thread_id,
+                origin_run_id=origin.id,
+            )
+            message = new_message(
+                principal, facts, thread_id, payload, key=key, digest=digest, kind="fork", options=checked
+            )
             entry = await threads.append_entry(conn, message, entropy=service.entropy)
             run = input_run(
-                service, principal, facts, entry, agent=origin.agent,
-                options=dict(origin.options) if checked is None else checked, lineage="fork",
-                parent_run_id=origin.id, start_checkpoint_id=origin.checkpoint_id or origin.start_checkpoint_id,
-            )  # fmt: skip
+                service,
+                principal,
+                facts,
+                entry,
+                agent=origin.agent,
+                options=dict(origin.options) if checked is None else checked,
+                lineage="fork",
+                parent_run_id=origin.id,
+                start_checkpoint_id=origin.checkpoint_id or origin.start_checkpoint_id,
+            )
             await threads.start_run(conn, run, entropy=service.entropy)
             return await accepted(conn, principal, entry, created=True)
 
@@ -136,8 +138,8 @@ async def resume_run(
             waiting = read.target
             if waiting is None:
                 raise NotFound("run", run_id)
-            thread = _still_there(read.thread, "thread")  # the read joins a found run to its thread
-            authority = _still_there(read.authority, "authority")
+            thread = still_there(read.thread, "thread")  # the read joins a found run to its thread
+            authority = still_there(read.authority, "authority")
             refusal = resume_refusal(thread, waiting, authority, answers)
             if refusal is not None:
                 raise refusal
@@ -145,13 +147,20 @@ async def resume_run(
             if edits_refused:
                 raise InvalidArgument(fields=edits_refused)
             successor = successor_of(
-                waiting, answers=answers, resumed_by_id=principal.id, key=key, digest=digest,
+                waiting,
+                answers=answers,
+                resumed_by_id=principal.id,
+                key=key,
+                digest=digest,
                 max_attempts=service.settings.worker.max_attempts,
-            )  # fmt: skip
+            )
             started = await start_successor(
-                conn, successor, entropy=service.entropy, waiting_run_id=waiting.id,
+                conn,
+                successor,
+                entropy=service.entropy,
+                waiting_run_id=waiting.id,
                 workspace_has_subscriptions=read.workspace_has_subscriptions,
-            )  # fmt: skip
+            )
             return started, True
 
     run, created = await answer(attempt)
@@ -172,7 +181,7 @@ async def interrupt_run(service: Service, principal: Principal, run_id: str) -> 
         if not key_allows(facts, "run"):
             raise Forbidden("run")
         await threads.lock_thread(conn, thread_id=run.thread_id, workspace_id=None)
-        run = _still_there(await interrupts.lock_run(conn, run_id=run_id), "run")
+        run = still_there(await interrupts.lock_run(conn, run_id=run_id), "run")
         match run.status:
             case "accepted":
                 failed = await interrupts.cancel_accepted_run(conn, run_id=run_id, thread_id=run.thread_id)
@@ -183,4 +192,4 @@ async def interrupt_run(service: Service, principal: Principal, run_id: str) -> 
                 pass
             case status:
                 raise Conflict(f"run_{status}", kind="run", id=run_id)
-        return _still_there(await views.load_run(conn, run_id=run_id), "run")
+        return still_there(await views.load_run(conn, run_id=run_id), "run")

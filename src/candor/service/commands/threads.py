@@ -34,6 +34,7 @@ from .acceptance import (
     may_write,
     new_message,
     replay,
+    still_there,
     with_optional,
     woken,
 )
@@ -63,8 +64,9 @@ async def create_thread(
     check_entry_fits(service, threads.payload_size(payload))
     checked_client_tool_names(service, agent, checked)
     history = checked_history(message_history)
-    body = with_optional({"agent": agent, "input": payload}, options=checked,
-                         message_history=None if history is None else history[1])  # fmt: skip
+    body = with_optional(
+        {"agent": agent, "input": payload}, options=checked, message_history=None if history is None else history[1]
+    )
     digest = request_digest("thread", "", body)
 
     async def attempt() -> Accepted:
@@ -80,11 +82,29 @@ async def create_thread(
             )
             if history is not None:  # S-45: stored once, as the thread's seq-0 checkpoint
                 await import_history(conn, thread_id, history[0], checkpoint_id=base_id)
-            message = new_message(principal, facts, thread_id, payload, key=key, digest=digest, kind="thread",
-                                  agent=agent, options=checked)  # fmt: skip
+            message = new_message(
+                principal,
+                facts,
+                thread_id,
+                payload,
+                key=key,
+                digest=digest,
+                kind="thread",
+                agent=agent,
+                options=checked,
+            )
             entry = await threads.append_entry(conn, message, entropy=service.entropy)
-            run = input_run(service, principal, facts, entry, agent=agent, options=checked or {},
-                            lineage="root", parent_run_id=None, start_checkpoint_id=base_id)  # fmt: skip
+            run = input_run(
+                service,
+                principal,
+                facts,
+                entry,
+                agent=agent,
+                options=checked or {},
+                lineage="root",
+                parent_run_id=None,
+                start_checkpoint_id=base_id,
+            )
             await threads.start_run(conn, run, entropy=service.entropy)
             return await accepted(conn, principal, entry, created=True)
 
@@ -132,16 +152,32 @@ async def post_input(
             if thread.state == "active" and delivery == "steer":
                 await check_steer(conn, thread, agent, checked)
             await check_inbox_room(service, conn, thread_id, added_count=1, added_bytes=threads.payload_size(payload))
-            message = new_message(principal, facts, thread_id, payload, key=key, digest=digest, kind="message",
-                                  delivery=delivery, agent=agent, options=checked)  # fmt: skip
+            message = new_message(
+                principal,
+                facts,
+                thread_id,
+                payload,
+                key=key,
+                digest=digest,
+                kind="message",
+                delivery=delivery,
+                agent=agent,
+                options=checked,
+            )
             entry = await threads.append_entry(conn, message, entropy=service.entropy)
             if thread.state in ("idle", "paused"):  # S-65, S-70
                 point = await threads.start_point(conn, thread)
                 run = input_run(
-                    service, principal, facts, entry, agent=agent or point.agent,
-                    options=point.options if checked is None else checked, lineage=point.lineage,
-                    parent_run_id=point.parent_run_id, start_checkpoint_id=point.start_checkpoint_id,
-                )  # fmt: skip
+                    service,
+                    principal,
+                    facts,
+                    entry,
+                    agent=agent or point.agent,
+                    options=point.options if checked is None else checked,
+                    lineage=point.lineage,
+                    parent_run_id=point.parent_run_id,
+                    start_checkpoint_id=point.start_checkpoint_id,
+                )
                 await threads.start_run(conn, run, entropy=service.entropy)
             await threads.touch_thread(conn, thread_id=thread_id, inbox_changed=True)  # S-75
             return await accepted(conn, principal, entry, created=True)
@@ -161,11 +197,16 @@ async def check_inbox_room(service: Service, conn: Any, thread_id: str, *, added
     usage = await threads.inbox_usage(conn, thread_id=thread_id)
     limits = service.settings.control
     if inbox_would_overflow(
-        count=usage.count, size=usage.bytes, added_count=added_count, added_bytes=added_bytes,
-        count_limit=limits.inbox_count, bytes_limit=limits.inbox_bytes,
-    ):  # fmt: skip
-        raise RateLimited(count=usage.count, bytes=usage.bytes, count_limit=limits.inbox_count,
-                          bytes_limit=limits.inbox_bytes)  # fmt: skip
+        count=usage.count,
+        size=usage.bytes,
+        added_count=added_count,
+        added_bytes=added_bytes,
+        count_limit=limits.inbox_count,
+        bytes_limit=limits.inbox_bytes,
+    ):
+        raise RateLimited(
+            count=usage.count, bytes=usage.bytes, count_limit=limits.inbox_count, bytes_limit=limits.inbox_bytes
+        )
 
 
 async def archive_thread(
@@ -192,5 +233,4 @@ async def archive_thread(
             elif run is not None and run.status == "running":
                 await interrupts.request_cancel(conn, run_id=run.id)
         archived = await views.get_thread(conn, workspace_id=principal.workspace_id, thread_id=thread_id)
-        assert archived is not None
-        return archived
+        return still_there(archived, "thread")

@@ -103,9 +103,12 @@ async def trim_streams(service: Service) -> TrimResult:
     `worker.stream_ttl`, or beyond `worker.stream_length` per thread."""
     worker = service.settings.worker
     return await trim_stream_entries(
-        service.engine, trim_seconds=worker.stream_trim_seconds, ttl_seconds=worker.stream_ttl,
-        length=worker.stream_length, batch=service.settings.control.sweep_batch,
-    )  # fmt: skip
+        service.engine,
+        trim_seconds=worker.stream_trim_seconds,
+        ttl_seconds=worker.stream_ttl,
+        length=worker.stream_length,
+        batch=service.settings.control.sweep_batch,
+    )
 
 
 def _outbox_sweeps(service: Service, *, floor: float) -> tuple[Sweep, ...]:

@@ -86,10 +86,14 @@ class KeyView(BaseModel):
     @classmethod
     def of(cls, row: PrincipalRow) -> KeyView:
         return cls(
-            id=row.id, name=row.name, permissions=sorted(row.permissions),
-            disabled=row.disabled_at is not None, disabled_at=_at(row.disabled_at), version=row.version,
+            id=row.id,
+            name=row.name,
+            permissions=sorted(row.permissions),
+            disabled=row.disabled_at is not None,
+            disabled_at=_at(row.disabled_at),
+            version=row.version,
             created_at=_at(row.created_at),
-        )  # fmt: skip
+        )
 
 
 class CreatedKeyView(KeyView):
@@ -132,8 +136,13 @@ class CreateSubscriptionBody(_Body):
 
     def arguments(self) -> dict[str, Any]:
         """Keyword arguments of `admin.subscriptions.create_subscription`."""
-        return {"name": self.name, "url": self.url, "events": list(self.events), "enabled": self.enabled,
-                "filter": None if self.filter is None else self.filter.given()}  # fmt: skip
+        return {
+            "name": self.name,
+            "url": self.url,
+            "events": list(self.events),
+            "enabled": self.enabled,
+            "filter": None if self.filter is None else self.filter.given(),
+        }
 
 
 class UpdateSubscriptionBody(_Body):
@@ -165,10 +174,18 @@ class SubscriptionView(BaseModel):
     @classmethod
     def of(cls, row: SubscriptionRow) -> SubscriptionView:
         return cls(
-            id=row.id, name=row.name, url=row.url, events=list(row.events), filter=row.filter, enabled=row.enabled,
-            version=row.version, created_by_id=row.created_by_id, updated_by_id=row.updated_by_id,
-            created_at=_at(row.created_at), updated_at=_at(row.updated_at),
-        )  # fmt: skip
+            id=row.id,
+            name=row.name,
+            url=row.url,
+            events=list(row.events),
+            filter=row.filter,
+            enabled=row.enabled,
+            version=row.version,
+            created_by_id=row.created_by_id,
+            updated_by_id=row.updated_by_id,
+            created_at=_at(row.created_at),
+            updated_at=_at(row.updated_at),
+        )
 
 
 class CreatedSubscriptionView(SubscriptionView):
@@ -204,11 +221,17 @@ class DeliveryView(BaseModel):
     @classmethod
     def of(cls, row: DeliveryRow) -> DeliveryView:
         return cls(
-            id=row.id, subscription_id=row.subscription_id, event_type=row.event_type,
+            id=row.id,
+            subscription_id=row.subscription_id,
+            event_type=row.event_type,
             status=row.status,
-            attempts=row.attempts, available_at=_at(row.available_at), last_error=row.last_error,
-            created_at=_at(row.created_at), delivered_at=_at(row.delivered_at), settled_at=_at(row.settled_at),
-        )  # fmt: skip
+            attempts=row.attempts,
+            available_at=_at(row.available_at),
+            last_error=row.last_error,
+            created_at=_at(row.created_at),
+            delivered_at=_at(row.delivered_at),
+            settled_at=_at(row.settled_at),
+        )
 
 
 class DeliveryPage(BaseModel):

@@ -198,8 +198,13 @@ class RequestMetricsMiddleware:
             HTTP_REQUEST_DURATION.labels(scope["method"], template, str(status)).observe(duration)
             if template not in PROBE_ROUTES and log.isEnabledFor(logging.INFO):
                 request_id = (scope.get("state") or {}).get("request_id")
-                fields = {"request_id": request_id, "method": scope["method"], "route": template, "status": status,
-                          "duration_ms": round(duration * 1000, 1)}  # fmt: skip
+                fields = {
+                    "request_id": request_id,
+                    "method": scope["method"],
+                    "route": template,
+                    "status": status,
+                    "duration_ms": round(duration * 1000, 1),
+                }
                 log.info("HTTP request", extra=fields)
 
 

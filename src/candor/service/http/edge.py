@@ -156,9 +156,11 @@ class EdgeCheckMiddleware:
             content_type = next((v.decode("latin-1") for k, v in headers if k.lower() == b"content-type"), None)
             if not media_type_ok(content_type):
                 response = error_response(
-                    request_id_of(scope), "unsupported_media_type", "the request body must be JSON",
+                    request_id_of(scope),
+                    "unsupported_media_type",
+                    "the request body must be JSON",
                     {"header": "Content-Type", "expected": "application/json"},
-                )  # fmt: skip
+                )
                 await response(scope, receive, send)
                 return
             if problems := body_problems(body):

@@ -150,8 +150,14 @@ def error_response(
     """The §8.1 envelope with the status of `code` (unknown codes: 500 `internal`)."""
     if code not in STATUS:
         code, message, details = "internal", "internal error", {}
-    body = {"error": {"code": code, "message": message, "details": bounded_details(dict(details or {})),
-                      "request_id": request_id}}  # fmt: skip
+    body = {
+        "error": {
+            "code": code,
+            "message": message,
+            "details": bounded_details(dict(details or {})),
+            "request_id": request_id,
+        }
+    }
     return JSONResponse(body, status_code=STATUS[code], headers=dict(headers or {}))
 
 

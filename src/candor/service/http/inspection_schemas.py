@@ -42,10 +42,14 @@ class RunAnswersView(BaseModel):
     def of(cls, value: RunAnswers) -> RunAnswersView:
         answers = value.answers
         return cls(
-            run_id=value.run_id, answered_run_id=value.answered_run_id, answered_by=value.answered_by,
-            answered_at=datetime.fromtimestamp(value.answered_at, UTC), approvals=dict(answers.get("approvals") or {}),
-            calls=dict(answers.get("calls") or {}), input=answers.get("input"),
-        )  # fmt: skip
+            run_id=value.run_id,
+            answered_run_id=value.answered_run_id,
+            answered_by=value.answered_by,
+            answered_at=datetime.fromtimestamp(value.answered_at, UTC),
+            approvals=dict(answers.get("approvals") or {}),
+            calls=dict(answers.get("calls") or {}),
+            input=answers.get("input"),
+        )
 
 
 class ToolDeclarationView(BaseModel):
@@ -67,9 +71,14 @@ class RunToolsView(BaseModel):
     def of(cls, value: RunTools) -> RunToolsView:
         return cls(
             items=[
-                ToolDeclarationView(name=t.name, kind=t.kind, retry_safe=t.retry_safe, reconciler=t.reconciler,
-                                    description=t.description)
+                ToolDeclarationView(
+                    name=t.name,
+                    kind=t.kind,
+                    retry_safe=t.retry_safe,
+                    reconciler=t.reconciler,
+                    description=t.description,
+                )
                 for t in value.tools
             ],
             complete=value.complete,
-        )  # fmt: skip
+        )

@@ -43,8 +43,10 @@ def operation_id(route: APIRoute) -> str:
 
 def _public(value: Any) -> Any:
     if isinstance(value, dict):
-        return {key: public_text(item) if key in ("description", "summary") and isinstance(item, str)
-                else _public(item) for key, item in value.items()}  # fmt: skip
+        return {
+            key: public_text(item) if key in ("description", "summary") and isinstance(item, str) else _public(item)
+            for key, item in value.items()
+        }
     if isinstance(value, list):
         return [_public(item) for item in value]
     return value

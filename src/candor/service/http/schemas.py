@@ -115,8 +115,12 @@ class CreateThreadBody(_Body):
 
     def arguments(self) -> dict[str, Any]:
         """Keyword arguments of `commands.create_thread`."""
-        return {"agent": self.agent, "input": self.input.model_dump(mode="json"), "options": _options(self.options),
-                "message_history": self.message_history}  # fmt: skip
+        return {
+            "agent": self.agent,
+            "input": self.input.model_dump(mode="json"),
+            "options": _options(self.options),
+            "message_history": self.message_history,
+        }
 
 
 class PostInputBody(_Body):
@@ -129,8 +133,12 @@ class PostInputBody(_Body):
 
     def arguments(self) -> dict[str, Any]:
         """Keyword arguments of `commands.post_input`."""
-        return {"input": self.input.model_dump(mode="json"), "delivery": self.delivery, "agent": self.agent,
-                "options": _options(self.options)}  # fmt: skip
+        return {
+            "input": self.input.model_dump(mode="json"),
+            "delivery": self.delivery,
+            "agent": self.agent,
+            "options": _options(self.options),
+        }
 
 
 class ForkBody(_Body):
@@ -202,11 +210,19 @@ class ThreadView(BaseModel):
     @classmethod
     def of(cls, row: ThreadRow) -> ThreadView:
         return cls(
-            id=row.id, state=row.state, origin=row.origin, origin_thread_id=row.origin_thread_id,
-            origin_run_id=row.origin_run_id, agent=row.agent, current_run_id=row.current_run_id,
-            last_run_id=row.last_run_id, archived_at=_at(row.archived_at), version=row.version,
-            created_at=_at(row.created_at), updated_at=_at(row.updated_at),
-        )  # fmt: skip
+            id=row.id,
+            state=row.state,
+            origin=row.origin,
+            origin_thread_id=row.origin_thread_id,
+            origin_run_id=row.origin_run_id,
+            agent=row.agent,
+            current_run_id=row.current_run_id,
+            last_run_id=row.last_run_id,
+            archived_at=_at(row.archived_at),
+            version=row.version,
+            created_at=_at(row.created_at),
+            updated_at=_at(row.updated_at),
+        )
 
 
 class FailureView(BaseModel):
@@ -240,10 +256,18 @@ class EntryView(BaseModel):
     @classmethod
     def of(cls, row: EntryRow) -> EntryView:
         return cls(
-            id=row.id, thread_id=row.thread_id, kind=row.kind, delivery=row.delivery,
-            position=row.position, status=row.status, agent=row.agent, assigned_run_id=row.assigned_run_id,
-            failure=_failure(row.failure), created_at=_at(row.created_at), finished_at=_at(row.finished_at),
-        )  # fmt: skip
+            id=row.id,
+            thread_id=row.thread_id,
+            kind=row.kind,
+            delivery=row.delivery,
+            position=row.position,
+            status=row.status,
+            agent=row.agent,
+            assigned_run_id=row.assigned_run_id,
+            failure=_failure(row.failure),
+            created_at=_at(row.created_at),
+            finished_at=_at(row.finished_at),
+        )
 
 
 class PendingCallView(BaseModel):
@@ -317,15 +341,30 @@ class RunView(BaseModel):
     def of(cls, row: RunRow) -> RunView:
         pending = None if row.pending is None else PendingView.model_validate(row.pending)
         return cls(
-            id=row.id, thread_id=row.thread_id, agent=row.agent, principal_id=row.principal_id, status=row.status,
-            trigger=row.trigger, lineage=row.lineage, parent_run_id=row.parent_run_id,
-            wait_reason=row.wait_reason, pending=pending, output=row.output,
-            failure=_failure(row.failure), attempts=row.attempts, max_attempts=row.max_attempts,
+            id=row.id,
+            thread_id=row.thread_id,
+            agent=row.agent,
+            principal_id=row.principal_id,
+            status=row.status,
+            trigger=row.trigger,
+            lineage=row.lineage,
+            parent_run_id=row.parent_run_id,
+            wait_reason=row.wait_reason,
+            pending=pending,
+            output=row.output,
+            failure=_failure(row.failure),
+            attempts=row.attempts,
+            max_attempts=row.max_attempts,
             tool_recovery=row.tool_recovery,
-            cancel_requested_at=_at(row.cancel_requested_at), current_attempt_id=row.current_attempt_id,
-            checkpoint_seq=row.checkpoint_seq, usage=row.usage, created_at=_at(row.created_at),
-            started_at=_at(row.started_at), sealed_at=_at(row.sealed_at), version=row.version,
-        )  # fmt: skip
+            cancel_requested_at=_at(row.cancel_requested_at),
+            current_attempt_id=row.current_attempt_id,
+            checkpoint_seq=row.checkpoint_seq,
+            usage=row.usage,
+            created_at=_at(row.created_at),
+            started_at=_at(row.started_at),
+            sealed_at=_at(row.sealed_at),
+            version=row.version,
+        )
 
 
 class RunDetailView(RunView):
@@ -338,11 +377,15 @@ class RunDetailView(RunView):
     def detail(cls, row: RunRow, recovery: list[Any]) -> RunDetailView:
         calls = [
             RecoveredCallView(
-                tool_call_id=c.tool_call_id, tool_name=c.tool_name, outcome=c.outcome, reason=c.reason,
-                declared_by=c.declared_by, declaration_changed=c.declaration_changed,
+                tool_call_id=c.tool_call_id,
+                tool_name=c.tool_name,
+                outcome=c.outcome,
+                reason=c.reason,
+                declared_by=c.declared_by,
+                declaration_changed=c.declaration_changed,
             )
             for c in recovery
-        ]  # fmt: skip
+        ]
         return cls(**RunView.of(row).model_dump(), recovery=calls)
 
 
@@ -366,12 +409,20 @@ class AttemptView(BaseModel):
     @classmethod
     def of(cls, row: AttemptRow) -> AttemptView:
         return cls(
-            id=row.id, run_id=row.run_id, number=row.number, status=row.status,
-            start_reason=row.start_reason, replaces_attempt_id=row.replaces_attempt_id,
-            worker_id=row.worker_id, lease_expires_at=_at(row.lease_expires_at), yield_reason=row.yield_reason,
-            failure=_failure(row.failure), created_at=_at(row.created_at), started_at=_at(row.started_at),
+            id=row.id,
+            run_id=row.run_id,
+            number=row.number,
+            status=row.status,
+            start_reason=row.start_reason,
+            replaces_attempt_id=row.replaces_attempt_id,
+            worker_id=row.worker_id,
+            lease_expires_at=_at(row.lease_expires_at),
+            yield_reason=row.yield_reason,
+            failure=_failure(row.failure),
+            created_at=_at(row.created_at),
+            started_at=_at(row.started_at),
             finished_at=_at(row.finished_at),
-        )  # fmt: skip
+        )
 
 
 class AcceptedView(BaseModel):

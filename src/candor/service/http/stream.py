@@ -57,9 +57,10 @@ def parse_last_event_id(value: str | None) -> int | None:
 
 def _event(name: str, data: dict[str, Any], id: int | None = None) -> ServerSentEvent:  # noqa: A002
     return ServerSentEvent(
-        data=json.dumps(data, separators=(",", ":"), ensure_ascii=False), event=name,
+        data=json.dumps(data, separators=(",", ":"), ensure_ascii=False),
+        event=name,
         id=None if id is None else str(id),
-    )  # fmt: skip
+    )
 
 
 @dataclass(kw_only=True)

@@ -312,9 +312,14 @@ async def _deliver_in_one_transaction(
             async with asyncio.timeout(policy.lease_seconds / 2):
                 async with write_transaction(service.engine) as conn:
                     rows = await claim_rows_locked(
-                        conn, kind=kind, limit=min(policy.parallel, remaining), lease_seconds=policy.lease_seconds,
-                        max_attempts=policy.max_attempts, owner=owner, randbytes=service.entropy.token_bytes,
-                    )  # fmt: skip
+                        conn,
+                        kind=kind,
+                        limit=min(policy.parallel, remaining),
+                        lease_seconds=policy.lease_seconds,
+                        max_attempts=policy.max_attempts,
+                        owner=owner,
+                        randbytes=service.entropy.token_bytes,
+                    )
                     settlements = []
                     for row in rows:
                         result = await handler.work(conn, row, ctx)
@@ -362,14 +367,20 @@ def settlement_for(row: ClaimedRow, result: HandlerResult, *, max_attempts: int,
     `max_attempts` (S-109); the other outcomes settle as they are, with the handler's delay and payload."""
     if result.outcome == "failed":
         return Settlement(
-            row_id=row.id, token=row.token, error=result.error,
+            row_id=row.id,
+            token=row.token,
+            error=result.error,
             outcome=outbox_failure_settlement(attempts=row.attempts, max_attempts=max_attempts),
             delay_seconds=outbox_backoff_seconds(row.attempts, rng),
-        )  # fmt: skip
+        )
     return Settlement(
-        row_id=row.id, token=row.token, outcome=result.outcome, error=result.error,
-        delay_seconds=result.delay_seconds, payload=result.payload,
-    )  # fmt: skip
+        row_id=row.id,
+        token=row.token,
+        outcome=result.outcome,
+        error=result.error,
+        delay_seconds=result.delay_seconds,
+        payload=result.payload,
+    )
 
 
 def _record(row: ClaimedRow, settlement: Settlement) -> None:

@@ -37,9 +37,12 @@ CHILD_RESULT_DEFER_SECONDS: Final = 30.0
 """§9.5: a full parent inbox settles the row `deferred` for this long (never dropped, S-118)."""
 
 SpawnRefusalCode = Literal[
-    "child_agent_not_allowed", "child_input_empty", "child_input_too_large", "child_count_exceeded",
+    "child_agent_not_allowed",
+    "child_input_empty",
+    "child_input_too_large",
+    "child_count_exceeded",
     "child_depth_exceeded",
-]  # fmt: skip
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,4 +1,4 @@
-"""Database faults in words: is an error a passing blip worth retrying, and what should an operator read (issue 34).
+"""Database faults in words: is an error a passing blip worth retrying, and what should an operator read.
 
 `classify_database_error(error)` walks an exception and its chain (`__cause__`, `__context__`, SQLAlchemy's `orig`)
 and answers with the first link it recognizes: a `DatabaseFault` with a stable `kind`, a `transient` verdict (retry

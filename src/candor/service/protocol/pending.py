@@ -167,9 +167,11 @@ class CoverageMismatch:
             "missing": sorted(id_ for group in self.groups.values() for id_ in group.missing),
             "unexpected": sorted(id_ for group in self.groups.values() for id_ in group.unexpected),
             "misplaced": list(self.misplaced),
-            "by_field": {name: {"missing": list(group.missing), "unexpected": list(group.unexpected)}
-                         for name, group in self.groups.items()},
-        }  # fmt: skip
+            "by_field": {
+                name: {"missing": list(group.missing), "unexpected": list(group.unexpected)}
+                for name, group in self.groups.items()
+            },
+        }
 
 
 def coverage_mismatch(

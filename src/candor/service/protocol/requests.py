@@ -77,8 +77,12 @@ def checked_input(value: object, field: str = "input") -> JsonObject:
     if not isinstance(content, list) or not content:
         raise InvalidArgument(fields=[(field, "invalid_content")])
     for item in content:
-        if not (isinstance(item, Mapping) and set(item) == {"type", "text"} and item["type"] == "text"
-                and isinstance(item["text"], str)):  # fmt: skip
+        if not (
+            isinstance(item, Mapping)
+            and set(item) == {"type", "text"}
+            and item["type"] == "text"
+            and isinstance(item["text"], str)
+        ):
             raise InvalidArgument(fields=[(field, "invalid_content")])
     return {"content": [{"type": "text", "text": item["text"]} for item in content]}
 

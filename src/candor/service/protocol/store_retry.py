@@ -1,4 +1,4 @@
-"""When an attempt tries a database call again after a blip, and how it knows a write it cannot see landed (issue 34).
+"""When an attempt tries a database call again after a blip, and how it knows a write it cannot see landed.
 
 An attempt that meets a transient database fault (`db_faults.classify_database_error`) does not fail: it waits a
 bounded, jittered, exponentially growing delay and tries again, for as long as the try would still start before

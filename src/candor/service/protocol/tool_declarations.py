@@ -29,8 +29,14 @@ class ToolDeclaration:
     description: str | None
 
 
-def declaration_of(name: str, metadata: Mapping[str, object] | None, *, requires_approval: bool,
-                   external: bool, description: str | None) -> ToolDeclaration:  # fmt: skip
+def declaration_of(
+    name: str,
+    metadata: Mapping[str, object] | None,
+    *,
+    requires_approval: bool,
+    external: bool,
+    description: str | None,
+) -> ToolDeclaration:
     """One tool's declaration, from its name, metadata and kind."""
     found = metadata or {}
     kind: ToolKind = "external" if external else "approval" if requires_approval else "function"
@@ -51,7 +57,12 @@ def client_tool_declarations(options: Mapping[str, object]) -> list[ToolDeclarat
         if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
             description = tool.get("description")
             found.append(
-                declaration_of(tool["name"], None, requires_approval=False, external=True,
-                               description=description if isinstance(description, str) else None)
-            )  # fmt: skip
+                declaration_of(
+                    tool["name"],
+                    None,
+                    requires_approval=False,
+                    external=True,
+                    description=description if isinstance(description, str) else None,
+                )
+            )
     return found

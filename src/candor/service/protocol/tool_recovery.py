@@ -16,8 +16,16 @@ from typing import Final
 
 from candor.harness.recovery import TOOL_RECOVERY_MODES, ToolRecovery, validate_tool_recovery
 
-__all__ = ("TOOL_RECOVERY_FIELD", "TOOL_RECOVERY_INVALID", "DEFAULT_TOOL_RECOVERY", "tool_recovery_problem",
-           "tool_recovery_message", "effective_tool_recovery", "TOOL_RECOVERY_MODES", "ToolRecovery")  # fmt: skip
+__all__ = (
+    "TOOL_RECOVERY_FIELD",
+    "TOOL_RECOVERY_INVALID",
+    "DEFAULT_TOOL_RECOVERY",
+    "tool_recovery_problem",
+    "tool_recovery_message",
+    "effective_tool_recovery",
+    "TOOL_RECOVERY_MODES",
+    "ToolRecovery",
+)
 
 TOOL_RECOVERY_FIELD: Final = "options.tool_recovery"
 TOOL_RECOVERY_INVALID: Final = "not_a_tool_recovery_mode"

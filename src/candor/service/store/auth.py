@@ -144,9 +144,12 @@ class AuthorityFacts:
 
 
 _MISSING = AuthorityFacts(
-    principal_exists=False, principal_disabled=False, permissions=frozenset(), workspace_id=None,
+    principal_exists=False,
+    principal_disabled=False,
+    permissions=frozenset(),
+    workspace_id=None,
     workspace_archived=False,
-)  # fmt: skip
+)
 
 
 def new_id(prefix: str, entropy: Entropy) -> str:

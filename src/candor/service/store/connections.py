@@ -1,23 +1,11 @@
 """Connection budgets (§7.8.1): what one process may hold open on PostgreSQL, whatever `worker.slots` is.
 
-A run waiting on its model or a tool holds no connection: every store function checks one out of the process's pool
-for one statement or transaction and returns it. So a process's connections are bounded by configuration alone:
-
-* the pool: `database.pool_size` connections kept open, plus at most `database.max_overflow` opened under load;
-* a worker's `LISTEN candor_wake` connection (`notify.listen_for_wakeups`) and its supervisor's connection for
-  heartbeats and lease renewals (`Service.lease_engine`), outside the pool, so that a busy pool never delays a
-  renewal until a healthy lease expires.
-
-When every pooled connection is busy, work waits for one (at most `database.timeout`: `pool_timeout`); when the
-server refuses a new connection because it is full (`too many clients`), starting or not accepting connections yet,
-or the connection is refused outright (a restart), the connect is retried with backoff within the same bound
-(`patient_connect`). Only after that is the database unavailable (`StoreUnavailable`) and the caller's own retry
-policy applies. Every connection carries an `application_name` naming the process (`candor-<role>-<pid>`), so an
-operator (and the startup check below) can count them in `pg_stat_activity`.
-
-At startup `check_server_budget` compares the budget of the configured processes with the server's
-`max_connections` and logs a warning when they could exceed it; `watch_connections` exports the pool's use as
-`candor_db_connections{role, state}`.
+Store functions check a connection out for one statement or transaction, so a process holds at most the pool
+(`database.pool_size` + `database.max_overflow`) plus, for a worker, its `LISTEN` connection and its supervisor's
+lease connection (`Service.lease_engine`, outside the pool so a busy pool never delays a renewal). A full pool or a
+refusing server is waited for and retried within `database.timeout` (`patient_connect`), then `StoreUnavailable`.
+Connections are named `candor-<role>-<pid>` (`application_name`); `check_server_budget` warns when the configured
+processes could exceed `max_connections`, and `watch_connections` exports `candor_db_connections{role, state}`.
 """
 
 from __future__ import annotations
@@ -214,9 +202,12 @@ async def check_server_budget(engine: AsyncEngine, budget: ConnectionBudget, *, 
     estimated = processes is None
     count = int(row.others) + 1 if processes is None else processes
     message = server_budget_warning(
-        budget=budget, processes=count, estimated=estimated, max_connections=int(row.max_connections),
+        budget=budget,
+        processes=count,
+        estimated=estimated,
+        max_connections=int(row.max_connections),
         reserved=int(row.reserved),
-    )  # fmt: skip
+    )
     if message is not None:
         log.warning(message, extra={"processes": count, "budget": budget.total})
     return message

@@ -61,18 +61,19 @@ def _materialize() -> Update:
     )
 
 
-async def materialize_current_checkpoint(conn: AsyncConnection, fenced: Fenced) -> None:
+async def materialize_current_checkpoint(conn: AsyncConnection, fenced: Fenced) -> Fenced:
     """Write the run's latest checkpoint to `runs.checkpoint_id`/`checkpoint_seq` (a no-op when they already name
-    it) and to `fenced.run`, for what the transaction writes next (seal, requeue, usage record, webhook payloads).
+    it); returns `fenced` with them, for what the transaction writes next (seal, requeue, usage record, webhook
+    payloads).
 
     Call it after the attempt's row is locked (`lock_fenced`, `lock_for_expiry`), in a statement of its own: on
     PostgreSQL it then reads every commit that locked the attempt row before this transaction did.
     """
-    latest = await latest_checkpoint(conn, fenced.run["id"])
-    if latest is None or latest[1] <= fenced.run["checkpoint_seq"]:
-        return
-    await conn.execute(_materialize(), {"materialize_run": fenced.run["id"]})
-    fenced.run["checkpoint_id"], fenced.run["checkpoint_seq"] = latest
+    latest = await latest_checkpoint(conn, fenced.run.id)
+    if latest is None or latest[1] <= fenced.run.checkpoint_seq:
+        return fenced
+    await conn.execute(_materialize(), {"materialize_run": fenced.run.id})
+    return fenced.with_checkpoint(*latest)
 
 
 def _derived(column: str) -> Label[Any]:

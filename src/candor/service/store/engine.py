@@ -76,8 +76,8 @@ _NOTHING_TO_COMMIT = "candor_nothing_to_commit"
 
 def nothing_to_commit(conn: AsyncConnection) -> None:
     """The `write_transaction` of `conn` wrote nothing (a claim or a renewal that found no row): end it with a
-    rollback instead of a commit. Same effect, but no committed transaction is counted for it (issue 12 counts
-    `pg_stat_database.xact_commit` per durable step). Call it only when no statement of the transaction wrote."""
+    rollback instead of a commit. Same effect, but no committed transaction is counted for it (the cost report
+    counts `pg_stat_database.xact_commit` per durable step). Call it only when no statement of the transaction wrote."""
     conn.info[_NOTHING_TO_COMMIT] = True
 
 
@@ -163,7 +163,7 @@ def endpoint_of(engine: AsyncEngine) -> str:
 
 
 def unavailable(error: BaseException, endpoint: str | None = None) -> StoreUnavailable:
-    """`StoreUnavailable` for `error` whose message names the cause in words (issue 34: `too many connections`,
+    """`StoreUnavailable` for `error` whose message names the cause in words (`too many connections`,
     `connection refused by 127.0.0.1:5432`, `disk full`, `database is locked`); chain it with `from error`."""
     description = describe_database_error(error, endpoint=endpoint)
     if endpoint and endpoint not in description:
@@ -190,8 +190,8 @@ async def check_out(engine: AsyncEngine) -> PoolProxiedConnection:
     directly (the plain step commit, `step_commit.py`; the caller returns it).
 
     `engine.connect()` would wrap it in SQLAlchemy's `Connection` and `AsyncConnection` (greenlet switches, and a
-    close run in a shielded task): on a step commit's path that cost as much as the statement itself (issue 12,
-    docs/worker-cost.md). The pool's checkout, with its hooks (`dialect._replace_closed_connections`), is the
+    close run in a shielded task): on a step commit's path that cost as much as the statement itself
+    (docs/worker-cost.md). The pool's checkout, with its hooks (`dialect._replace_closed_connections`), is the
     same. Failing to check one out is `StoreUnavailable`: the pool's timeout, a refused connection, and the driver's
     own errors as SQLAlchemy's adapter raises them.
     """

@@ -1,4 +1,4 @@
-"""Reads that tell an attempt whether a write it lost the answer to had committed (issue 34, protocol/store_retry.py).
+"""Reads that tell an attempt whether a write it lost the answer to had committed (protocol/store_retry.py).
 
 A connection that breaks after a commit was sent leaves the worker not knowing whether it landed. Trying the
 write again blindly would either write twice (a webhook staged twice) or fail its own compare-and-swap and look

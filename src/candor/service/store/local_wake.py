@@ -1,14 +1,10 @@
 """Cross-process wake-ups for SQLite (§2.2): unix datagram sockets in a directory next to the database file.
 
-SQLite has no LISTEN/NOTIFY, but all its processes share one machine and one database file. Each worker process
-binds a unix datagram socket in the wake-up directory `<database file>.wake/` (created on demand, mode 0700); a
-process that made a run due sends one empty datagram to every socket in it. Sending never blocks: a full receive
-buffer means that worker has a wake-up pending already, and a socket nobody reads (its process died) refuses the
-datagram and is removed. As on PostgreSQL a wake-up is only an optimisation: every worker still scans every
-`worker.scan_seconds`.
-
-A unix socket path is limited to ~107 bytes; when the directory next to the database would make it longer, the
-directory is `<temp dir>/candor-wake-<hash of the database's real path>` instead (the same for every process).
+Each worker process binds a socket in `<database file>.wake/` (mode 0700); a process that made a run due sends one
+empty datagram to every socket there. Sending never blocks: a full buffer means a wake-up is pending already, and a
+socket nobody reads is removed. A wake-up is only an optimisation: workers still scan every `worker.scan_seconds`.
+When the path would exceed the unix socket limit, the directory is `<temp dir>/candor-wake-<hash of the database
+path>` instead, the same for every process.
 """
 
 from __future__ import annotations

@@ -76,9 +76,14 @@ async def claim_rows(
         return []
     async with write_transaction(engine) as conn:
         return await claim_rows_locked(
-            conn, kind=kind, limit=limit, lease_seconds=lease_seconds, max_attempts=max_attempts, owner=owner,
+            conn,
+            kind=kind,
+            limit=limit,
+            lease_seconds=lease_seconds,
+            max_attempts=max_attempts,
+            owner=owner,
             randbytes=randbytes,
-        )  # fmt: skip
+        )
 
 
 async def claim_rows_locked(

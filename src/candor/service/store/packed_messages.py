@@ -1,15 +1,13 @@
 """The new messages of a checkpoint packed into its own row (§6, amended): `checkpoints.messages`.
 
-A checkpoint stores only the messages `kept ≤ index < count` it adds (S-41). Writing them as one row per message
-cost every step one more statement and one index entry per message (issue 33); here they are one text value in the
-checkpoint's row, so a plain step is one INSERT. The form is a sequence of records, one per message, in index order:
+A checkpoint stores only the messages `kept ≤ index < count` it adds (S-41), as one text value, so a plain step is
+one INSERT. The form is one record per message, in index order:
 
     <digest: 64 lowercase hex characters><length: decimal characters of the body>:<body>
 
-Bodies are ASCII JSON (`checkpoints.encode_message`), so a length in characters is a length in bytes, and the form
-needs no escaping: a body is copied as it is, and its digest covers exactly the stored characters. Reading a range
-of a thread's history reads the packed values of the checkpoints that hold that range only (`plan_ranges`), never
-the whole history; every body read is checked against its digest (S-46).
+Bodies are ASCII JSON (`checkpoints.encode_message`): lengths in characters are bytes and nothing is escaped.
+Reading a range of history reads only the checkpoints holding it (`plan_ranges`); every body is checked against
+its digest (S-46).
 """
 
 from __future__ import annotations

@@ -95,19 +95,21 @@ async def recover_attempt(
             fenced = await lock_for_expiry(conn, run_id=run_id, attempt_id=attempt_id)
         if fenced is None:
             return None
-        await materialize_current_checkpoint(conn, fenced)  # before the requeue: the next attempt starts from it
+        fenced = await materialize_current_checkpoint(
+            conn, fenced
+        )  # before the requeue: the next attempt starts from it
         run = fenced.run
         if usage:
             await conn.execute(
                 insert_usage_record(
-                    run_id=run_id, attempt_id=attempt_id, checkpoint_seq=run["checkpoint_seq"], usage=usage
+                    run_id=run_id, attempt_id=attempt_id, checkpoint_seq=run.checkpoint_seq, usage=usage
                 )
             )
         decision = recovery_decision(
             outcome,
-            cancel_requested=run["cancel_requested_at"] is not None,
-            attempts=run["attempts"],
-            max_attempts=run["max_attempts"],
+            cancel_requested=run.cancel_requested_at is not None,
+            attempts=run.attempts,
+            max_attempts=run.max_attempts,
             failure_code=failure_code,
         )
         attempt_failure = failure(failure_code, failure_message) if failure_code else None

@@ -90,17 +90,25 @@ async def read_resume(
     One statement sees one snapshot: a racing twin that committed before it is seen as the replay, together with
     the thread its successor changed; one that commits after it makes the guarded start lose (`start_successor`).
     """
-    params = {"read_principal_id": principal_id, "read_key": key, "read_workspace_id": workspace_id,
-              "read_run_id": run_id}  # fmt: skip
+    params = {
+        "read_principal_id": principal_id,
+        "read_key": key,
+        "read_workspace_id": workspace_id,
+        "read_run_id": run_id,
+    }
     found = await fetch_rows(conn, _RESUME_READ, params)
     lookup = split_resume_lookup(
         [RunRow.from_mapping(row) for row in found],
-        principal_id=principal_id, key=key, workspace_id=workspace_id, run_id=run_id,
-    )  # fmt: skip
+        principal_id=principal_id,
+        key=key,
+        workspace_id=workspace_id,
+        run_id=run_id,
+    )
     facts = _thread_part(found[0]) if found else None
     if facts is None or facts["id"] is None:
-        return ResumeRead(replay=lookup.replay, target=lookup.target, thread=None, authority=None,
-                          workspace_has_subscriptions=False)  # fmt: skip
+        return ResumeRead(
+            replay=lookup.replay, target=lookup.target, thread=None, authority=None, workspace_has_subscriptions=False
+        )
     return ResumeRead(
         replay=lookup.replay,
         target=lookup.target,
@@ -162,15 +170,15 @@ async def start_successor(
     if workspace_has_subscriptions and not conn.in_transaction():  # PostgreSQL's `guarded_writes`
         async with conn.begin():  # the start and its webhook are committed together
             return await _start(conn, run, entropy=entropy, waiting_run_id=waiting_run_id, staging=True)
-    return await _start(conn, run, entropy=entropy, waiting_run_id=waiting_run_id,
-                        staging=workspace_has_subscriptions)  # fmt: skip
+    return await _start(conn, run, entropy=entropy, waiting_run_id=waiting_run_id, staging=workspace_has_subscriptions)
 
 
 async def _start(conn: AsyncConnection, run: NewRun, *, entropy: Entropy, waiting_run_id: str, staging: bool) -> RunRow:
     run_id = new_id("run", entropy)
     params = new_run_params(run, run_id)
-    params.update(start_thread_id=run.thread_id, start_run_id=run_id, start_agent=run.agent,
-                  start_waiting_run_id=waiting_run_id)  # fmt: skip
+    params.update(
+        start_thread_id=run.thread_id, start_run_id=run_id, start_agent=run.agent, start_waiting_run_id=waiting_run_id
+    )
     try:
         if writes_as_ctes(conn):
             rows = await fetch_rows(conn, _START_SUCCESSOR, params)
@@ -184,7 +192,8 @@ async def _start(conn: AsyncConnection, run: NewRun, *, entropy: Entropy, waitin
         raise RaceLost(GUARD_LOST)
     started = RunRow.from_mapping(rows[0])
     if staging:
-        await stage_run_transition(conn, run_id=run_id, run_status="accepted", workspace_id=run.workspace_id,
-                                   has_subscriptions=True)  # fmt: skip
+        await stage_run_transition(
+            conn, run_id=run_id, run_status="accepted", workspace_id=run.workspace_id, has_subscriptions=True
+        )
     count_accepted(conn, trigger=run.trigger)
     return started

@@ -28,9 +28,13 @@ _successor = runs.alias("resume_successor")
 
 
 def select_workspace_runs(
-    *, workspace_id: str, status: str | None, awaiting_resume: bool, limit: int,
+    *,
+    workspace_id: str,
+    status: str | None,
+    awaiting_resume: bool,
+    limit: int,
     before: tuple[float, str] | None = None,
-) -> Select[Any]:  # fmt: skip
+) -> Select[Any]:
     query = select(*run_columns()).where(runs.c.workspace_id == workspace_id)
     if status is not None:
         query = query.where(runs.c.status == status)
@@ -49,9 +53,14 @@ def select_workspace_runs(
 
 
 async def list_workspace_runs(
-    conn: AsyncConnection, *, workspace_id: str, status: str | None, awaiting_resume: bool, limit: int,
+    conn: AsyncConnection,
+    *,
+    workspace_id: str,
+    status: str | None,
+    awaiting_resume: bool,
+    limit: int,
     before: tuple[float, str] | None = None,
-) -> list[RunRow]:  # fmt: skip
+) -> list[RunRow]:
     query = select_workspace_runs(
         workspace_id=workspace_id, status=status, awaiting_resume=awaiting_resume, limit=limit, before=before
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -33,6 +33,7 @@ from ..protocol.fencing import (
 from ..protocol.new_run import RunLineage, RunTrigger
 from ..protocol.resume import ResumeAnswers, parse_stored_resume
 from ..protocol.tool_recovery import ToolRecovery
+from ..protocol.transitions import RunStatus
 from .dialect import db_now
 from .engine import nothing_to_commit, write_transaction
 from .outbox import stage_run_transition, workspace_has_subscriptions
@@ -57,6 +58,7 @@ __all__ = (
     "SUPPORTED_CHECKPOINT_FORMATS",
     "ClaimedRun",
     "Fenced",
+    "FencedRun",
     "ThreadOrigin",
     "to_datetime",
     "select_now",
@@ -164,19 +166,45 @@ class ThreadOrigin:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class FencedRun:
+    """The run's `_FENCE_RUN_COLUMNS`, as a fenced write read them under lock."""
+
+    id: str
+    workspace_id: str
+    thread_id: str
+    status: RunStatus
+    current_attempt_id: str | None
+    checkpoint_id: str | None
+    checkpoint_seq: int
+    source_entry_id: str | None
+    agent: str
+    options_digest: str
+    attempts: int
+    max_attempts: int
+    cancel_requested_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> FencedRun:
+        """From a row holding the `_FENCE_RUN_COLUMNS` under their own names."""
+        return cls(**{column.name: row[column.name] for column in _FENCE_RUN_COLUMNS})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Fenced:
     """What a fenced write read under lock: the database clock, the run, and whether the thread is archived."""
 
     now: float
     """Database clock, epoch seconds, read after the locks were taken."""
-    run: dict[str, Any]
-    """The `_FENCE_RUN_COLUMNS` of the run (`current_checkpoint.materialize_current_checkpoint` updates its
-    checkpoint columns when it writes them to the row)."""
+    run: FencedRun
     thread_archived: bool
     thread_origin: ThreadOrigin | None = None
     """The thread's origin, when the fence read it (`lock_fenced`): a seal stages a child's result from it."""
     workspace_has_subscriptions: bool | None = None
     """Whether the workspace has an enabled subscription, when the fence read it (`lock_fenced`); None: unknown."""
+
+    def with_checkpoint(self, checkpoint_id: str, seq: int) -> Fenced:
+        """The same read with the run's checkpoint columns as `materialize_current_checkpoint` wrote them."""
+        return replace(self, run=replace(self.run, checkpoint_id=checkpoint_id, checkpoint_seq=seq))
 
 
 def to_datetime(timestamp: float) -> datetime:
@@ -437,10 +465,10 @@ def _claimed(row: Mapping[str, Any], lease: Lease, start_reason: StartReason, no
     )
 
 
-def _snapshot(run: Mapping[str, Any], attempt: Mapping[str, Any]) -> FenceSnapshot:
+def _snapshot(run: FencedRun, attempt: Mapping[str, Any]) -> FenceSnapshot:
     return FenceSnapshot(
-        run_status=run["status"],
-        run_current_attempt_id=run["current_attempt_id"],
+        run_status=run.status,
+        run_current_attempt_id=run.current_attempt_id,
         attempt_id=attempt["id"],
         attempt_status=attempt["status"],
         attempt_worker_id=attempt["worker_id"],
@@ -467,7 +495,7 @@ def fenced_from_row(row: Mapping[str, Any] | None, lease: Lease) -> Fenced:
     """
     if row is None or row[_ATTEMPT_PREFIX + "run_id"] != lease.run_id:
         raise LeaseLost("attempt_not_current")
-    run = {column.name: row[column.name] for column in _FENCE_RUN_COLUMNS}
+    run = FencedRun.from_row(row)
     attempt = {column.name: row[_ATTEMPT_PREFIX + column.name] for column in _FENCE_ATTEMPT_COLUMNS}
     now = float(row["now"])
     verdict = check_fence(_snapshot(run, attempt), lease, to_datetime(now))
@@ -496,16 +524,17 @@ async def lock_for_expiry(conn: AsyncConnection, *, run_id: str, attempt_id: str
     thread = (await conn.execute(lock_thread(thread_id, skip_locked=True))).mappings().one_or_none()
     if thread is None:
         return None
-    run = (await conn.execute(lock_run(run_id, skip_locked=True))).mappings().one_or_none()
-    if run is None:
+    run_row = (await conn.execute(lock_run(run_id, skip_locked=True))).mappings().one_or_none()
+    if run_row is None:
         return None
+    run = FencedRun.from_row(run_row)
     attempt = (await conn.execute(lock_attempt(attempt_id, skip_locked=True))).mappings().one_or_none()
     if attempt is None or attempt["run_id"] != run_id:
         return None
     now = await read_now(conn)
     if not is_expired_for_recovery(_snapshot(run, attempt), now=to_datetime(now)):
         return None
-    return Fenced(now=now, run=dict(run), thread_archived=thread["archived_at"] is not None)
+    return Fenced(now=now, run=run, thread_archived=thread["archived_at"] is not None)
 
 
 async def start_attempt(engine: AsyncEngine, lease: Lease, *, harness_run_id: str) -> None:
@@ -522,6 +551,6 @@ async def start_attempt(engine: AsyncEngine, lease: Lease, *, harness_run_id: st
             run_status=None,
             attempt_id=lease.attempt_id,
             attempt_status="running",
-            workspace_id=fenced.run["workspace_id"],
+            workspace_id=fenced.run.workspace_id,
             has_subscriptions=fenced.workspace_has_subscriptions,
         )

@@ -344,9 +344,15 @@ async def commit_checkpoint(
         # A plain step: one fenced INSERT (step_commit.py); None when a steer entry is pending, which only the path
         # below assigns.
         step = StepCommit.of(
-            lease, expected_seq=expected_seq, base_id=base_id, base_encoded=base_encoded, new_encoded=new_encoded,
-            envelope=envelope, usage=usage, stream_entries=entries,
-        )  # fmt: skip
+            lease,
+            expected_seq=expected_seq,
+            base_id=base_id,
+            base_encoded=base_encoded,
+            new_encoded=new_encoded,
+            envelope=envelope,
+            usage=usage,
+            stream_entries=entries,
+        )
         committed = await commit_plain_step(engine, step)
         if committed is not None:
             return CommitResult(
@@ -360,7 +366,7 @@ async def commit_checkpoint(
         fenced = await lock_fenced(conn, lease)
         run = fenced.run
         latest = await latest_checkpoint(conn, lease.run_id)  # plain steps do not move `runs.checkpoint_seq`
-        if max(run["checkpoint_seq"], latest[1] if latest else 0) != expected_seq:
+        if max(run.checkpoint_seq, latest[1] if latest else 0) != expected_seq:
             raise LeaseLost("checkpoint_seq_changed")
         seq = expected_seq + 1
         writes, params, written = checkpoint_writes(
@@ -378,8 +384,8 @@ async def commit_checkpoint(
         (moved,) = await execute_together(conn, writes, update_checkpoint_pointer(), params)
         pending_steer = bool(moved["pending_steer"])
         consumed = list(incorporated_keys)
-        if source_entry_consumed and run["source_entry_id"] is not None:
-            consumed.append(run["source_entry_id"])
+        if source_entry_consumed and run.source_entry_id is not None:
+            consumed.append(run.source_entry_id)
         inbox_changed = False
         if consumed:
             statement = consume_entries(run_id=lease.run_id, entry_ids=consumed, seq=seq, now=fenced.now)
@@ -424,7 +430,7 @@ async def _assign_steer_batch(
     if fenced.thread_archived:
         return ()
     run = fenced.run
-    rows = (await conn.execute(select_steer_candidates(run["thread_id"]))).all()
+    rows = (await conn.execute(select_steer_candidates(run.thread_id))).all()
     if not rows:
         return ()
     batch = select_steer_batch(
@@ -434,14 +440,14 @@ async def _assign_steer_batch(
             )
             for r in rows
         ),
-        run_agent=run["agent"],
-        run_options_digest=run["options_digest"],
+        run_agent=run.agent,
+        run_options_digest=run.options_digest,
         delivery_count=delivery_count,
         delivery_bytes=delivery_bytes,
     )
     if not batch.entry_ids:
         return ()
-    await conn.execute(assign_entries(run_id=run["id"], entry_ids=batch.entry_ids))
+    await conn.execute(assign_entries(run_id=run.id, entry_ids=batch.entry_ids))
     payloads = (await conn.execute(select_entry_payloads(batch.entry_ids))).all()
     return tuple(AssignedEntry(id=row.id, payload=dict(row.payload or {})) for row in payloads)
 
@@ -456,8 +462,10 @@ async def seal_locked(
     attempt_failure: Mapping[str, str] | None = None,
 ) -> None:
     """§7.10 inside a fenced transaction: attempt, run, thread pointers, entries (S-71)."""
-    run_id, thread_id, now = fenced.run["id"], fenced.run["thread_id"], fenced.now
-    await materialize_current_checkpoint(conn, fenced)  # S-48: a failed or cancelled seal keeps the last commit
+    run_id, thread_id, now = fenced.run.id, fenced.run.thread_id, fenced.now
+    fenced = await materialize_current_checkpoint(
+        conn, fenced
+    )  # S-48: a failed or cancelled seal keeps the last commit
     if attempt_failure is None and request.status in ("failed", "cancelled"):
         attempt_failure = request.failure
     end = end or request.attempt
@@ -481,8 +489,8 @@ def _sealed_run(fenced: Fenced, request: SealRequest, end: AttemptEnd) -> Sealed
     if fenced.thread_origin is None:
         return None  # fenced by the expiry sweep (`lock_for_expiry`), which reads less
     return SealedRun(
-        workspace_id=fenced.run["workspace_id"],
-        thread_id=fenced.run["thread_id"],
+        workspace_id=fenced.run.workspace_id,
+        thread_id=fenced.run.thread_id,
         status=request.status,
         failure=request.failure,
         wait_reason=request.wait_reason,
@@ -506,13 +514,13 @@ async def seal_run(
     """
     async with write_transaction(engine) as conn:
         fenced = await lock_fenced(conn, lease)
-        await materialize_current_checkpoint(conn, fenced)
+        fenced = await materialize_current_checkpoint(conn, fenced)
         if usage:
             await conn.execute(
                 insert_usage_record(
                     run_id=lease.run_id,
                     attempt_id=lease.attempt_id,
-                    checkpoint_seq=fenced.run["checkpoint_seq"],
+                    checkpoint_seq=fenced.run.checkpoint_seq,
                     usage=usage,
                 )
             )

@@ -1,29 +1,10 @@
-"""A plain step commit (§7.8): one fenced INSERT of the checkpoint row, written once, rendered per backend.
+"""A plain step commit (§7.8): one fenced INSERT of the checkpoint row, rendered per backend.
 
-A plain step (no entry incorporated, no seal, no steer entry pending) writes exactly one `checkpoints` row: its
-new messages are packed in it (packed_messages.py), its usage rides on it, and nothing else changes. The run's
-current checkpoint is its highest `seq` while it runs (`current_checkpoint.py`, written to `runs` at seal, handoff
-and failure), so no row that every step rewrites is touched (S-37). The live stream's entries of the step (its
-buffered deltas and its `boundary`) are inserted with it, atomically: selecting from the inserted row on
-PostgreSQL (the same statement), in the same `BEGIN IMMEDIATE` transaction on SQLite.
-
-The fence (§7.3, S-20, S-38) is the INSERT's own `WHERE`: the row is selected from the attempt and its run only
-while the run is `running` with this attempt current, the attempt live, of this worker, holding this token and
-unexpired. Racing the sweep or a claim that replaced it:
-
-* PostgreSQL (READ COMMITTED): the attempt row is locked `FOR SHARE`. Every change that ends an attempt (seal,
-  recovery, the expiry sweep, handoff) updates that row in the transaction that moves the run, so the insert either
-  locks first, and commits before the other transaction can lock the row (which then sees the checkpoint when it
-  writes the run's current checkpoint), or waits for it and re-evaluates its `WHERE` on the row's new version
-  (EvalPlanQual), which fails: the insert writes nothing. The clock in the predicate is read again on re-evaluation.
-* SQLite: one writer at a time; the statement's read and write are one atomic step.
-
-`unique(run_id, seq)` makes two commits of the same `seq` exclusive, so an attempt whose `seq` another attempt
-already committed fails (S-38, S-39); seqs are contiguous, so "another attempt committed since" always means that.
-The stored token hash is compared blinded (SHA-256 of it and a fresh nonce, against the same of the expected one),
-so the comparison's timing says nothing about the stored value (S-21). When nothing was inserted, `diagnose` reads
-why under the ordinary fence: `LeaseLost` with its reason, or None when a steer entry is pending, which only the
-general path (`seals.commit_checkpoint`) assigns.
+A plain step (no entry incorporated, no seal, no steer entry pending) writes one `checkpoints` row holding its packed
+messages and usage, and its stream entries with it, atomically; no row every step rewrites is touched (S-37): the
+run's current checkpoint is its highest `seq` while it runs (`current_checkpoint.py`). The fence (§7.3, S-20, S-38)
+is the INSERT's own `WHERE` (`_FENCED_ROW`); `unique(run_id, seq)` makes two commits of one `seq` exclusive (S-38,
+S-39); the token hash is compared blinded (S-21). When nothing was inserted, `diagnose` says why.
 """
 
 from __future__ import annotations
@@ -125,11 +106,18 @@ class StepCommit:
         kept = kept_count(base_encoded, new_encoded)
         packed = pack_messages(new_encoded[kept:])
         return cls(
-            lease=lease, checkpoint_id=checkpoint_id or new_checkpoint_id(), seq=expected_seq + 1, base_id=base_id,
-            kept=kept, count=len(new_encoded), messages=packed, envelope=envelope,
-            usage=dict(usage) if usage else None, stream_entries=tuple(stream_entries),
+            lease=lease,
+            checkpoint_id=checkpoint_id or new_checkpoint_id(),
+            seq=expected_seq + 1,
+            base_id=base_id,
+            kept=kept,
+            count=len(new_encoded),
+            messages=packed,
+            envelope=envelope,
+            usage=dict(usage) if usage else None,
+            stream_entries=tuple(stream_entries),
             bytes_written=written_bytes(envelope, packed),
-        )  # fmt: skip
+        )
 
     @property
     def written(self) -> CheckpointWritten:
@@ -142,16 +130,26 @@ class StepCommit:
         lease = self.lease
         entries = self.stream_entries
         return {
-            "thread_id": lease.thread_id, "run_id": lease.run_id, "attempt_id": lease.attempt_id,
-            "attempt_number": lease.attempt_number, "worker_id": lease.worker_id, "nonce": nonce,
+            "thread_id": lease.thread_id,
+            "run_id": lease.run_id,
+            "attempt_id": lease.attempt_id,
+            "attempt_number": lease.attempt_number,
+            "worker_id": lease.worker_id,
+            "nonce": nonce,
             "blinded": blind_hex(hash_lease_token(lease.token) + nonce),
-            "checkpoint_id": self.checkpoint_id, "seq": self.seq, "base_id": self.base_id, "kept": self.kept,
-            "count": self.count, "envelope": self.envelope.text, "envelope_digest": self.envelope.digest,
-            "messages": self.messages, "usage": json.dumps(dict(self.usage)) if self.usage else None,
+            "checkpoint_id": self.checkpoint_id,
+            "seq": self.seq,
+            "base_id": self.base_id,
+            "kept": self.kept,
+            "count": self.count,
+            "envelope": self.envelope.text,
+            "envelope_digest": self.envelope.digest,
+            "messages": self.messages,
+            "usage": json.dumps(dict(self.usage)) if self.usage else None,
             "stream_sequences": [entry.sequence for entry in entries],
             "stream_types": [entry.type for entry in entries],
             "stream_rests": [_stream_rest(entry) for entry in entries],
-        }  # fmt: skip
+        }
 
 
 def _stream_rest(entry: NewStreamEntry) -> str:
@@ -186,7 +184,12 @@ WHERE f.lease_expires_at > {now}
 general path's; both lookups name the thread by parameter, so PostgreSQL runs each once, as an init plan). The
 clock is compared above the locking subquery, whose `OFFSET 0` keeps PostgreSQL from pushing that condition down
 into it: "now" is read once the attempt's row lock was granted (a commit that waited for it past the lease's expiry
-writes nothing), as in every other fenced write."""
+writes nothing), as in every other fenced write.
+
+Racing whatever ends the attempt (seal, recovery, the expiry sweep, handoff), which updates the attempt row in the
+transaction that moves the run: on PostgreSQL the row is locked `FOR SHARE`, so the insert either commits first
+(and the other transaction then sees the checkpoint) or waits and re-evaluates its `WHERE` on the row's new
+version, which fails; on SQLite the single writer makes the read and the write one step."""
 
 _COLUMNS = (
     "id, workspace_id, thread_id, run_id, seq, attempt, format, base_id, kept, count, envelope, envelope_digest, "
@@ -223,8 +226,7 @@ nothing, S-37). The stream entries select from the inserted row, so without it n
 from the table's sequence in increasing order, each `prev` the id before it and the first one's the thread's last
 entry, as `streams.insert_stream_entries` makes them (only the current attempt of a thread's one running run
 writes its entries, and its writes are sequential). Stream ids are allocated over `unnest` of a parameter array,
-not `generate_series`, so the generic plan's estimate stays small and PostgreSQL keeps the statement's generic plan
-(issue 12)."""
+not `generate_series`, so the generic plan's estimate stays small and PostgreSQL keeps the statement's generic plan."""
 
 _SQLITE_STEP = "INSERT INTO checkpoints ({columns}){fenced_row}"
 _SQLITE_STREAM = (
@@ -244,9 +246,13 @@ def render_postgresql() -> tuple[str, tuple[str, ...]]:
     prepared), and the parameter names in placeholder order."""
     now = now_sql("postgresql")
     fenced = _FENCED_ROW.format(
-        format=CHECKPOINT_FORMAT, usage="CAST(:usage AS jsonb)", now=now, live=_LIVE,
-        token_check=_PG_TOKEN_CHECK, lock="OFFSET 0 FOR SHARE OF a",
-    )  # fmt: skip
+        format=CHECKPOINT_FORMAT,
+        usage="CAST(:usage AS jsonb)",
+        now=now,
+        live=_LIVE,
+        token_check=_PG_TOKEN_CHECK,
+        lock="OFFSET 0 FOR SHARE OF a",
+    )
     sql = _PG_STEP.format(columns=_COLUMNS, fenced_row=fenced.strip().replace("\n", "\n    "), now=now)
     return _positional(sql)
 
@@ -256,9 +262,13 @@ def render_sqlite() -> tuple[str, tuple[str, ...]]:
     """The step's SQLite statement, with sqlite3's `:name` placeholders, and its parameter names."""
     now = now_sql("sqlite")
     fenced = _FENCED_ROW.format(
-        format=CHECKPOINT_FORMAT, usage=":usage", now=now, live=_LIVE,
-        token_check=f"{SQLITE_BLIND_FUNCTION}(a.lease_token_hash || :nonce) = :blinded", lock="",
-    )  # fmt: skip
+        format=CHECKPOINT_FORMAT,
+        usage=":usage",
+        now=now,
+        live=_LIVE,
+        token_check=f"{SQLITE_BLIND_FUNCTION}(a.lease_token_hash || :nonce) = :blinded",
+        lock="",
+    )
     sql = _SQLITE_STEP.format(columns=_COLUMNS, fenced_row=fenced.rstrip())
     return sql, tuple(dict.fromkeys(_NAMED.findall(sql)))
 

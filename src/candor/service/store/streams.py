@@ -93,9 +93,11 @@ async def insert_stream_entries(
     their ids increase in commit order on both backends. `prev` is null for a thread's first entry: a reader that
     has seen entry `n` and next receives one whose `prev` is not `n` knows the entries between were trimmed."""
     params = {
-        "workspace_id": fenced.run["workspace_id"], "thread_id": lease.thread_id, "run_id": lease.run_id,
+        "workspace_id": fenced.run.workspace_id,
+        "thread_id": lease.thread_id,
+        "run_id": lease.run_id,
         "attempt": lease.attempt_number,
-    }  # fmt: skip
+    }
     if len(entries) == 1:  # the common case (a boundary alone): one statement reads `prev` and inserts
         entry = entries[0]
         rest = {"event": entry.event} if entry.type == "delta" else {"checkpoint_seq": entry.checkpoint_seq}
@@ -156,10 +158,15 @@ def _insert_values(*, with_id: bool) -> Insert:
 def _entry(row: Any) -> StreamEntry:
     payload = row["payload"] or {}
     return StreamEntry(
-        id=int(row["id"]), run_id=row["run_id"], attempt=int(row["attempt"]), sequence=int(row["sequence"]),
-        type=row["type"], prev=payload.get("prev"), event=payload.get("event"),
+        id=int(row["id"]),
+        run_id=row["run_id"],
+        attempt=int(row["attempt"]),
+        sequence=int(row["sequence"]),
+        type=row["type"],
+        prev=payload.get("prev"),
+        event=payload.get("event"),
         checkpoint_seq=payload.get("checkpoint_seq"),
-    )  # fmt: skip
+    )
 
 
 async def read_stream(

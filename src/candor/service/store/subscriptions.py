@@ -61,11 +61,19 @@ class SubscriptionRow:
     @classmethod
     def from_mapping(cls, row: Mapping[Any, Any]) -> SubscriptionRow:
         return cls(
-            id=row["id"], workspace_id=row["workspace_id"], name=row["name"], url=row["url"],
-            events=tuple(row["events"] or ()), filter=dict(row["filter"] or {}), enabled=bool(row["enabled"]),
-            version=row["version"], created_by_id=row["created_by_id"], updated_by_id=row["updated_by_id"],
-            created_at=row["created_at"], updated_at=row["updated_at"],
-        )  # fmt: skip
+            id=row["id"],
+            workspace_id=row["workspace_id"],
+            name=row["name"],
+            url=row["url"],
+            events=tuple(row["events"] or ()),
+            filter=dict(row["filter"] or {}),
+            enabled=bool(row["enabled"]),
+            version=row["version"],
+            created_by_id=row["created_by_id"],
+            updated_by_id=row["updated_by_id"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,11 +94,17 @@ class DeliveryRow:
     @classmethod
     def from_mapping(cls, row: Mapping[Any, Any]) -> DeliveryRow:
         return cls(
-            id=row["id"], subscription_id=row["subscription_id"], event_type=(row["payload"] or {}).get("type", ""),
-            status=row["status"], attempts=row["attempts"], available_at=row["available_at"],
-            last_error=row["last_error"], created_at=row["created_at"], delivered_at=row["delivered_at"],
+            id=row["id"],
+            subscription_id=row["subscription_id"],
+            event_type=(row["payload"] or {}).get("type", ""),
+            status=row["status"],
+            attempts=row["attempts"],
+            available_at=row["available_at"],
+            last_error=row["last_error"],
+            created_at=row["created_at"],
+            delivered_at=row["delivered_at"],
             settled_at=row["settled_at"],
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,8 +118,13 @@ class SubscriptionChanges:
     enabled: bool | None = None
 
     def values(self) -> dict[str, Any]:
-        chosen: dict[str, Any] = {"name": self.name, "url": self.url, "events": self.events, "filter": self.filter,
-                  "enabled": self.enabled}  # fmt: skip
+        chosen: dict[str, Any] = {
+            "name": self.name,
+            "url": self.url,
+            "events": self.events,
+            "filter": self.filter,
+            "enabled": self.enabled,
+        }
         return {
             name: (list(value) if name == "events" else dict(value) if name == "filter" else value)
             for name, value in chosen.items()
@@ -115,9 +134,17 @@ class SubscriptionChanges:
 
 _PUBLIC_COLUMNS = [column for column in subscriptions.c if column.name != "signing_secret"]
 _DELIVERY_COLUMNS = [
-    outbox.c.id, outbox.c.subscription_id, outbox.c.payload, outbox.c.status, outbox.c.attempts,
-    outbox.c.available_at, outbox.c.last_error, outbox.c.created_at, outbox.c.delivered_at, outbox.c.settled_at,
-]  # fmt: skip
+    outbox.c.id,
+    outbox.c.subscription_id,
+    outbox.c.payload,
+    outbox.c.status,
+    outbox.c.attempts,
+    outbox.c.available_at,
+    outbox.c.last_error,
+    outbox.c.created_at,
+    outbox.c.delivered_at,
+    outbox.c.settled_at,
+]
 
 
 # --- statements --------------------------------------------------------------------------------------------------
@@ -189,11 +216,21 @@ async def insert_subscription(
     try:
         await conn.execute(
             insert(subscriptions).values(
-                id=subscription_id, workspace_id=workspace_id, name=name, url=url, events=list(events),
-                filter=dict(filter), enabled=enabled, signing_secret=encrypted_secret, version=1,
-                created_by_id=principal_id, updated_by_id=principal_id, created_at=now, updated_at=now,
+                id=subscription_id,
+                workspace_id=workspace_id,
+                name=name,
+                url=url,
+                events=list(events),
+                filter=dict(filter),
+                enabled=enabled,
+                signing_secret=encrypted_secret,
+                version=1,
+                created_by_id=principal_id,
+                updated_by_id=principal_id,
+                created_at=now,
+                updated_at=now,
             )
-        )  # fmt: skip
+        )
     except sa_exc.IntegrityError as exc:  # a concurrent create took the name
         raise AlreadyExists("subscription") from exc
     created = await get_subscription(conn, workspace_id=workspace_id, subscription_id=subscription_id)

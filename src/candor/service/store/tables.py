@@ -1,24 +1,13 @@
 """The service schema (spec §5.1, §6): every table, index, constraint and trigger, one schema for both dialects.
 
-Schema decisions, the same on SQLite and PostgreSQL:
-
-* **Timestamps** are `DOUBLE` float seconds since the Unix epoch (`dialect.TIMESTAMP`), always written from the
-  database clock (`dialect.db_now()`: PostgreSQL `clock_timestamp()`, the host clock on SQLite). Lease and due-time
-  comparisons are then plain number comparisons in SQL, in triggers and in both dialects alike.
-* **JSON** columns use `sqlalchemy.JSON` with a PostgreSQL `JSONB` variant (`dialect.JSON_TYPE`). Checkpoint message
-  bodies and envelopes are the exception: they are stored as `TEXT` holding their canonical JSON, so the SHA-256
-  digests verified on read cover exactly the stored bytes (§6).
-* **Identifiers** are `String(64)` (`<prefix>_<32 hex>`); stream entries and usage records use auto-increment
-  integers.
-* **Foreign keys** point from owned rows to their owners only (workspace, thread, run, checkpoint). Back-pointers
-  (`threads.current_run_id`, `runs.current_attempt_id`, `runs.checkpoint_id`, `threads.base_checkpoint_id`, …)
-  carry no foreign key, so the schema has no cycles. SQLite enforces foreign keys (`PRAGMA foreign_keys = ON`).
-  One difference between the dialects: the rows a step commit inserts (`checkpoints`, `usage_records`,
-  `stream_entries`) reference their workspace by a foreign key on SQLite only (`_step_workspace_key`).
-* **Triggers** (S-6, S-7, S-8, S-9, S-40) are declared below as data (`StatusGuard`, `LeaseGuard`, `InsertOnly`;
-  the status guards generated from the transition tables of protocol/transitions.py),
-  rendered per dialect by dialect.py and created by `after_create` events of their tables; migration 0001 creates
-  the same triggers. Violations surface as `sqlalchemy.exc.IntegrityError`.
+* Timestamps are `DOUBLE` epoch seconds written from the database clock (`dialect.db_now()`), so lease and due-time
+  comparisons are plain number comparisons everywhere. JSON columns are `JSON`/`JSONB`, except checkpoint bodies
+  and envelopes: canonical JSON `TEXT`, so their digests cover the stored bytes (§6).
+* Identifiers are `String(64)` (`<prefix>_<32 hex>`); stream entries and usage records use integers.
+* Foreign keys point from owned rows to their owners only, so back-pointers carry none and there are no cycles; the
+  rows a step commit inserts reference their workspace by a foreign key on SQLite only (`_step_workspace`).
+* Triggers (S-6…S-9, S-40) are declared as data (`StatusGuard`, `LeaseGuard`, `InsertOnly`), rendered per dialect
+  by dialect.py; violations surface as `sqlalchemy.exc.IntegrityError`.
 """
 
 from __future__ import annotations
@@ -139,7 +128,7 @@ def _workspace(*, index: bool = True) -> Column[str]:
 
 
 def _sqlite_only(*constraints: ForeignKeyConstraint | CheckConstraint) -> tuple[Any, ...]:
-    """Constraints of `checkpoints` kept on SQLite only (migration 0007, issue 33): on PostgreSQL a plain step is one
+    """Constraints of `checkpoints` kept on SQLite only (migration 0007): on PostgreSQL a plain step is one
     fenced INSERT, and each foreign-key check there locked the referenced thread or run row at every step. The
     fence reads both rows in the same statement, and `step_commit.StepCommit` checks the values the CHECKs did."""
     return tuple(constraint.ddl_if(dialect="sqlite") for constraint in _limited(constraints))
@@ -156,11 +145,10 @@ def _step_workspace() -> tuple[Column[str], ForeignKeyConstraint]:
 
     On PostgreSQL a foreign-key check locks the referenced row (`FOR KEY SHARE`). With this key every step commit
     of every run in a workspace locked that workspace's one row, and commits running at the same time share such a
-    lock only through a MultiXact: 0.84 of them per commit with 16 runs committing at once, each one spending
-    MultiXact ids and member space that `VACUUM` must later freeze, and 10–15% of the server's CPU per commit
-    (issue 12, docs/worker-cost.md). The workspace exists all the same: the row's thread or run references it
-    by a foreign key of its own, and the step commit locks that thread or run row anyway. On SQLite, one writer
-    and no row locks, the check is an index lookup and stays. `info["dialects"]` lets the schema comparison
+    lock only through a MultiXact, spending MultiXact ids and member space that `VACUUM` must later freeze and
+    server CPU on every commit (docs/worker-cost.md). The workspace exists all the same: the row's thread or run
+    references it by a foreign key of its own, and the step commit locks that thread or run row anyway. On SQLite,
+    one writer and no row locks, the check is an index lookup and stays. `info["dialects"]` lets the schema comparison
     (`migrate.include_object_for`) skip the key where `ddl_if` keeps it out of `CREATE TABLE`.
     """
     key = ForeignKeyConstraint(["workspace_id"], ["workspaces.id"], info={"dialects": ("sqlite",)})
@@ -367,7 +355,7 @@ checkpoints = Table(
     Column("count", Integer, nullable=False),
     Column("envelope", Text),
     Column("envelope_digest", DIGEST, nullable=False),
-    # §6 amended (issue 33): the new messages packed into the row (store/packed_messages.py); NULL on rows written
+    # §6 amended: the new messages packed into the row (store/packed_messages.py); NULL on rows written
     # before migration 0007, whose messages are `checkpoint_messages` rows.
     Column("messages", Text),
     # The usage the commit's boundary incurred (a delta, like a `usage_records` row); summed at seal (§7.8).

@@ -90,8 +90,12 @@ def select_workspace_threads(
 
 
 async def list_workspace_threads(
-    conn: AsyncConnection, *, workspace_id: str, filters: ThreadFilters, limit: int,
+    conn: AsyncConnection,
+    *,
+    workspace_id: str,
+    filters: ThreadFilters,
+    limit: int,
     before: tuple[float, str] | None = None,
-) -> list[ThreadRow]:  # fmt: skip
+) -> list[ThreadRow]:
     query = select_workspace_threads(workspace_id=workspace_id, filters=filters, limit=limit, before=before)
     return [thread_row(row) for row in (await conn.execute(query)).mappings()]

@@ -319,15 +319,27 @@ as stored, and nothing later in `start_run` changes the row, so there is no read
 def new_run_params(run: NewRun, run_id: str) -> dict[str, Any]:
     """The `new_<column>` bind parameters of `NEW_RUN_VALUES` for `run`, inserted as `run_id`."""
     values = {
-        "id": run_id, "workspace_id": run.workspace_id, "thread_id": run.thread_id, "agent": run.agent,
-        "principal_id": run.principal_id, "authority": run.authority, "options": run.options,
-        "options_digest": options_digest(run.options), "source_entry_id": run.source_entry_id, "resume": run.resume,
-        "resumed_by_id": run.resumed_by_id, "request_key": run.request_key, "request_digest": run.request_digest,
-        "trigger": run.trigger, "lineage": run.lineage, "parent_run_id": run.parent_run_id,
-        "max_attempts": run.max_attempts, "tool_recovery": run.tool_recovery,
+        "id": run_id,
+        "workspace_id": run.workspace_id,
+        "thread_id": run.thread_id,
+        "agent": run.agent,
+        "principal_id": run.principal_id,
+        "authority": run.authority,
+        "options": run.options,
+        "options_digest": options_digest(run.options),
+        "source_entry_id": run.source_entry_id,
+        "resume": run.resume,
+        "resumed_by_id": run.resumed_by_id,
+        "request_key": run.request_key,
+        "request_digest": run.request_digest,
+        "trigger": run.trigger,
+        "lineage": run.lineage,
+        "parent_run_id": run.parent_run_id,
+        "max_attempts": run.max_attempts,
+        "tool_recovery": run.tool_recovery,
         "start_checkpoint_id": run.start_checkpoint_id,
         "trace_context": recorded_traceparent(),  # the request's (or attempt's) context: docs/telemetry.md
-    }  # fmt: skip
+    }
     return {f"new_{name}": value for name, value in values.items()}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -19,7 +19,10 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, Sta
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from ..protocol.outcomes import Seal, SealAfterRecovery
+from candor import RunStream
+
+from ..protocol.fencing import Lease
+from ..protocol.outcomes import RecoveryDecision, Seal, SealAfterRecovery, SealDecision
 from ..protocol.recovered import RecoveredCall, recovered_calls
 from .context import RunSpanIds, TraceParent, recording_traceparent, run_span_ids
 from .steps import StepSpans, traceparent_of
@@ -28,6 +31,7 @@ __all__ = (
     "ATTEMPT_SPAN",
     "RUN_SPAN",
     "RECOVERY_EVENT",
+    "ClaimedAttempt",
     "AttemptEnd",
     "attempt_attributes",
     "attempt_end",
@@ -45,8 +49,29 @@ _ERRORS: Final = frozenset({"failed", "crashed", "abandoned"})
 _NOT_CODES: Final = frozenset({"sealed", "handoff"})
 
 
-def attempt_attributes(claimed: Any) -> dict[str, Any]:
-    """The ids and settings of a claimed attempt (`store.runs.ClaimedRun`), as span attributes."""
+class ClaimedAttempt(Protocol):
+    """What the spans read of a claimed attempt (`store.runs.ClaimedRun`)."""
+
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def start_reason(self) -> str: ...
+    @property
+    def agent(self) -> str: ...
+    @property
+    def workspace_id(self) -> str: ...
+    @property
+    def trigger(self) -> str: ...
+    @property
+    def tool_recovery(self) -> str: ...
+    @property
+    def trace_context(self) -> str | None: ...
+    @property
+    def created_at(self) -> float: ...
+
+
+def attempt_attributes(claimed: ClaimedAttempt) -> dict[str, Any]:
+    """The ids and settings of a claimed attempt, as span attributes."""
     lease = claimed.lease
     return {
         "candor.run.id": lease.run_id,
@@ -77,7 +102,7 @@ class AttemptEnd:
     """The failure code of the run this attempt sealed failed or cancelled."""
 
 
-def attempt_end(status: str, reason: str, *, decision: Any = None) -> AttemptEnd:
+def attempt_end(status: str, reason: str, *, decision: SealDecision | RecoveryDecision | None = None) -> AttemptEnd:
     """`status`/`reason` as the worker logs them ("Attempt ended"): a sealed run's status and `sealed` or its failure
     code; `yielded`/`failed` and `handoff` or a failure code for a recovered attempt; `abandoned` or `crashed` with
     why. `decision` is the last settling decision the attempt reached: a `Seal` seals the run only if the attempt got
@@ -94,22 +119,26 @@ def attempt_end(status: str, reason: str, *, decision: Any = None) -> AttemptEnd
         sealed, run_code = decision.status, decision.failure_code
     elif isinstance(decision, Seal) and status in _SEALED:
         sealed, run_code = status, code
-    return AttemptEnd(attributes=attributes, error=error, sealed_status=sealed, failure_code=code,
-                      run_failure_code=run_code)  # fmt: skip
+    return AttemptEnd(
+        attributes=attributes, error=error, sealed_status=sealed, failure_code=code, run_failure_code=run_code
+    )
 
 
 def recovery_event_attributes(calls: Sequence[RecoveredCall]) -> list[dict[str, Any]]:
     """One `candor.recovery` event per call recovery closed: which call, and replayed / reconciled / rerun / unknown."""
     return [
-        {"candor.tool_call.id": call.tool_call_id, "candor.tool.name": call.tool_name,
-         "candor.recovery.outcome": call.outcome}
+        {
+            "candor.tool_call.id": call.tool_call_id,
+            "candor.tool.name": call.tool_name,
+            "candor.recovery.outcome": call.outcome,
+        }
         for call in calls
-    ]  # fmt: skip
+    ]
 
 
-def _recovered_by(stream: Any) -> list[RecoveredCall]:
+def _recovered_by(stream: RunStream[object] | None) -> list[RecoveredCall]:
     """The calls this attempt's recovery closed: read from the messages its run result added (none without one)."""
-    result = getattr(stream, "outcome", None)
+    result = stream.outcome if stream is not None else None
     if result is None:
         return []
     added = ModelMessagesTypeAdapter.dump_python(result.new_messages(), mode="json")
@@ -126,11 +155,11 @@ class AttemptTrace:
     def active(self) -> Iterator[None]:
         yield
 
-    def decided(self, decision: Any) -> None:
+    def decided(self, decision: SealDecision | RecoveryDecision | None) -> None:
         """The attempt's seal decision (`protocol.outcomes.SealDecision`) before it is written, then, for a
         recovery, the `RecoveryDecision` once written."""
 
-    def ended(self, status: str, reason: str, stream: Any) -> None:
+    def ended(self, status: str, reason: str, stream: RunStream[object] | None) -> None:
         """How the attempt ended (as logged), and its harness stream (None when it never started)."""
 
 
@@ -142,14 +171,14 @@ class TracedAttempt(AttemptTrace):
     """The attempt span (a child of the run span, whose ids every process derives alike), the step spans under it,
     and the run span when this attempt seals the run."""
 
-    def __init__(self, tracer: Tracer, claimed: Any, *, emit_run_span: RunSpanEmitter) -> None:
+    def __init__(self, tracer: Tracer, claimed: ClaimedAttempt, *, emit_run_span: RunSpanEmitter) -> None:
         self._tracer = tracer
         self._claimed = claimed
         self._emit_run_span = emit_run_span
         self._attributes = attempt_attributes(claimed)
         self._ids = run_span_ids(claimed.lease.run_id, claimed.trace_context)
         self._span: Span | None = None
-        self._decision: Any = None
+        self._decision: SealDecision | RecoveryDecision | None = None
         self.capabilities = (StepSpans(tracer, self._attributes),)
 
     @contextlib.contextmanager
@@ -166,10 +195,10 @@ class TracedAttempt(AttemptTrace):
                 span.set_status(Status(StatusCode.ERROR, "not_ended"))
                 span.end()
 
-    def decided(self, decision: Any) -> None:
+    def decided(self, decision: SealDecision | RecoveryDecision | None) -> None:
         self._decision = decision
 
-    def ended(self, status: str, reason: str, stream: Any) -> None:
+    def ended(self, status: str, reason: str, stream: RunStream[object] | None) -> None:
         if self._span is None:
             return
         end = attempt_end(status, reason, decision=self._decision)
@@ -188,7 +217,7 @@ class TracedAttempt(AttemptTrace):
             if end.run_failure_code is not None:
                 attributes["candor.failure.code"] = end.run_failure_code
             error = end.run_failure_code if end.sealed_status == "failed" else None
-            self._emit_run_span(self._ids, RUN_SPAN, self._claimed.created_at, attributes, error)  # fmt: skip
+            self._emit_run_span(self._ids, RUN_SPAN, self._claimed.created_at, attributes, error)
 
 
 def parent_context(parent: TraceParent | None) -> otel_context.Context:
@@ -196,6 +225,7 @@ def parent_context(parent: TraceParent | None) -> otel_context.Context:
     if parent is None:
         return otel_context.Context()
     flags = TraceFlags(TraceFlags.SAMPLED if parent.sampled else TraceFlags.DEFAULT)
-    remote = SpanContext(trace_id=int(parent.trace_id, 16), span_id=int(parent.span_id, 16), is_remote=True,
-                         trace_flags=flags)  # fmt: skip
+    remote = SpanContext(
+        trace_id=int(parent.trace_id, 16), span_id=int(parent.span_id, 16), is_remote=True, trace_flags=flags
+    )
     return trace.set_span_in_context(NonRecordingSpan(remote))

@@ -1,15 +1,10 @@
 """Trace context (pure): W3C `traceparent` values, the ids of a run's span, and the context a new run records.
 
-A run outlives the request that created it and is executed by whichever worker claims it, possibly several (one per
-attempt). So that every attempt of a run lands in one trace under one run span, the ids are derived, not remembered:
-the trace is the `traceparent`'s trace when the request carried one (else one derived from the run id), and the run
-span's id is derived from the run id. Any process can then parent an attempt on the run span, and the worker that
-seals the run exports the run span itself, with those ids.
-
-The request's `traceparent` reaches the store through `RECORDED_TRACEPARENT`, a context variable, the way the request
-id reaches the logs: every run a request creates (a thread's first run, a queued one started by the same request, a
-resume successor) records it, whatever the command; a run an attempt creates (a child run, the thread's next run
-after a seal) records the attempt's span instead.
+Every attempt of a run lands in one trace under one run span whose ids are derived, not remembered: the trace is
+the creating request's `traceparent` trace (else derived from the run id) and the run span's id is derived from the
+run id, so any worker can parent an attempt on it and the sealing worker exports it. The request's `traceparent`
+reaches the store through the `RECORDED_TRACEPARENT` context variable: every run a request creates records it; a
+run an attempt creates (a child, the thread's next run) records the attempt's span instead.
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ def traceparent_of(span: Span) -> TraceParent | None:
     context = span.get_span_context()
     if not context.is_valid:
         return None
-    return TraceParent(trace_id=f"{context.trace_id:032x}", span_id=f"{context.span_id:016x}",
-                       sampled=context.trace_flags.sampled)  # fmt: skip
+    return TraceParent(
+        trace_id=f"{context.trace_id:032x}", span_id=f"{context.span_id:016x}", sampled=context.trace_flags.sampled
+    )
 
 
 @dataclass
@@ -47,14 +48,21 @@ class StepSpans(AbstractCapability[Any]):
 
     async def wrap_model_request(self, ctx: Any, *, request_context: Any, handler: Any) -> Any:
         model = getattr(request_context, "model", None) or getattr(ctx, "model", None)
-        attributes = {"candor.step.kind": "model_request", "candor.step.number": ctx.run_step,
-                      "candor.model": getattr(model, "model_name", None) or type(model).__name__}  # fmt: skip
+        attributes = {
+            "candor.step.kind": "model_request",
+            "candor.step.number": ctx.run_step,
+            "candor.model": getattr(model, "model_name", None) or type(model).__name__,
+        }
         with self._span(MODEL_REQUEST_SPAN, attributes):
             return await handler(request_context)
 
     async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any) -> Any:
-        attributes = {"candor.step.kind": "tool_call", "candor.step.number": ctx.run_step,
-                      "candor.tool.name": call.tool_name, "candor.tool_call.id": call.tool_call_id}  # fmt: skip
+        attributes = {
+            "candor.step.kind": "tool_call",
+            "candor.step.number": ctx.run_step,
+            "candor.tool.name": call.tool_name,
+            "candor.tool_call.id": call.tool_call_id,
+        }
         with self._span(TOOL_CALL_SPAN, attributes) as span, recording_traceparent(traceparent_of(span)):
             return await handler(args)  # a child run the tool starts records this span as its parent
 

@@ -11,7 +11,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from ..errors import SettingsError
-from .attempts import AttemptTrace, TracedAttempt, parent_context
+from .attempts import AttemptTrace, ClaimedAttempt, TracedAttempt, parent_context
 from .context import RunSpanIds
 
 __all__ = ("Telemetry", "TRACER_NAME")
@@ -56,7 +56,7 @@ class Telemetry:
     def enabled(self) -> bool:
         return self._tracer is not None
 
-    def attempt(self, claimed: Any) -> AttemptTrace:
+    def attempt(self, claimed: ClaimedAttempt) -> AttemptTrace:
         """The tracing of the attempt `claimed` (`store.runs.ClaimedRun`)."""
         if self._tracer is None:
             return _OFF
@@ -70,8 +70,9 @@ class Telemetry:
 
         assert self._tracer is not None
         with RunSpanIdGenerator.chosen(ids.trace_id, ids.span_id):
-            span = self._tracer.start_span(name, context=parent_context(ids.parent), attributes=attributes,
-                                           start_time=int(started_at * 1e9))  # fmt: skip
+            span = self._tracer.start_span(
+                name, context=parent_context(ids.parent), attributes=attributes, start_time=int(started_at * 1e9)
+            )
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=max(time.time_ns(), int(started_at * 1e9)))

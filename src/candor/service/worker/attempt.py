@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import assert_never
 
 from pydantic import JsonValue
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.usage import RunUsage
 from pydantic_core import to_jsonable_python
 
-from candor import BoundaryEvent, DeferredToolResume, HarnessState, RunBindings
+from candor import BoundaryEvent, DeferredToolResume, HarnessState, RunBindings, RunResult, RunResultEvent
 from candor.errors import HarnessError
 
 from .. import failpoints
@@ -27,8 +29,18 @@ from ..core import Service
 from ..errors import CheckpointCorrupt, LeaseLost, StoreUnavailable
 from ..metrics import ATTEMPT_DURATION, CHECKPOINT_COMMIT_BYTES, attempt_status_label
 from ..protocol.db_faults import describe_database_error
-from ..protocol.outcomes import AttemptOutcome, NoSeal, Recover, Requeue, Seal, classify_outcome
+from ..protocol.outcomes import (
+    AttemptOutcome,
+    HarnessStatus,
+    NoSeal,
+    OutcomeKind,
+    Recover,
+    Requeue,
+    Seal,
+    classify_outcome,
+)
 from ..protocol.pending import PendingInvalid, build_pending, wait_reason
+from ..protocol.transitions import SealedRunStatus
 from ..store.checkpoints import (
     EncodedEnvelope,
     EncodedMessage,
@@ -44,7 +56,7 @@ from .attempt_store import AttemptStore
 from .children import child_toolsets
 from .client_tools import CLIENT_TOOL_CONFLICT, agent_tool_names, client_tools_of, client_toolsets
 from .deltas import DeltaBuffer
-from .handle import AttemptHandle
+from .handle import AgentRunStream, AttemptHandle
 from .inputs import deferred_json, input_content, resume_batch, resume_input, start_state, usage_delta, usage_json
 from .lease_check import LeaseCheck, holding
 
@@ -58,19 +70,28 @@ class _Finished:
     """How the attempt ended, before classification."""
 
     outcome: AttemptOutcome
-    result: Any = None
-    """The harness `RunResult` when the stream produced one."""
+    result: RunResult[object] | None = None
+    """The harness result when the stream produced one."""
     message: str | None = None
     """A people-facing failure message from the harness (SafeFailure or HarnessError), if any."""
     cause: str | None = None
     """For the operator's log line only (never stored): why a transient failure happened, in words."""
 
 
-def _ended(kind: Any, **fields: Any) -> _Finished:
-    message = fields.pop("message", None)
-    result = fields.pop("result", None)
-    cause = fields.pop("cause", None)
-    return _Finished(outcome=AttemptOutcome(kind=kind, **fields), result=result, message=message, cause=cause)
+def _ended(
+    kind: OutcomeKind,
+    *,
+    harness_status: HarnessStatus | None = None,
+    failure_code: str | None = None,
+    output_bytes: int | None = None,
+    result: RunResult[object] | None = None,
+    message: str | None = None,
+    cause: str | None = None,
+) -> _Finished:
+    outcome = AttemptOutcome(
+        kind=kind, harness_status=harness_status, failure_code=failure_code, output_bytes=output_bytes
+    )
+    return _Finished(outcome=outcome, result=result, message=message, cause=cause)
 
 
 async def run_attempt(service: Service, handle: AttemptHandle) -> None:
@@ -88,18 +109,18 @@ class _Attempt:
         self.lease = handle.claimed.lease
         self.settings = service.settings
         self.store = AttemptStore(service, handle)
-        """Every database call of the attempt, retried through a blip within the lease (issue 34)."""
+        """Every database call of the attempt, retried through a blip within the lease."""
         self.cause: str | None = None
         """Why the attempt failed or was abandoned, in words, for its "Attempt ended" line."""
         self.trace = service.telemetry.attempt(handle.claimed)
         self.expected_seq = self.claimed.checkpoint_seq
         self.base_id: str | None = self.claimed.checkpoint_id or self.claimed.start_checkpoint_id
         self.base_encoded: list[EncodedMessage] = []
-        self.base_messages: tuple[Any, ...] = ()
+        self.base_messages: tuple[ModelMessage, ...] = ()
         """The message objects `base_encoded` encodes (identity lets a boundary re-encode only new messages)."""
         self.recorded = RunUsage()
         """The usage already written to `usage_records` by this attempt."""
-        self.stream: Any = None
+        self.stream: AgentRunStream | None = None
         self.has_resume_input = resume_input(self.claimed.resume, consumed=False) is not None
         """Whether the run carries a resume `input`; every envelope it commits records it as in history (S-88)."""
         self.stream_sequence = 0
@@ -174,7 +195,7 @@ class _Attempt:
         if verdict == "unavailable":
             return _ended("authority_unavailable", cause="authority check unavailable")
         try:
-            start = await self.store.load_start(claimed)
+            start = await self.store.load_start()
             state = self._start_state(start)
         except CheckpointCorrupt:
             return _ended("checkpoint_corrupt")
@@ -197,10 +218,10 @@ class _Attempt:
         if claimed.resume_problem is not None:  # corrupt stored answers: parsed at the claim, reported here
             return _ended("harness_error", failure_code="deferred_results_invalid", message=claimed.resume_problem)
         try:
-            stream = harness.stream(
+            stream: AgentRunStream = harness.stream(
                 self._input(start),
                 previous_state=state,
-                tool_recovery=claimed.tool_recovery,  # issue 13 item 1: the run's mode, fixed at acceptance
+                tool_recovery=claimed.tool_recovery,  # the run's mode, fixed at acceptance
                 bindings=RunBindings(
                     deferred_tools_supported=True,
                     model=model,
@@ -264,7 +285,7 @@ class _Attempt:
             return None
         return resume_batch(start.resume_requests, self.claimed.resume, attempt_number=self.lease.attempt_number)
 
-    async def _consume(self, stream: Any, start: AttemptStart) -> _Finished:
+    async def _consume(self, stream: AgentRunStream, start: AttemptStart) -> _Finished:
         try:
             async with stream:
                 for entry in start.assigned:  # §7.7 step 6, S-34
@@ -274,7 +295,7 @@ class _Attempt:
                         stop = await self._boundary(stream, event)
                         if stop is not None:
                             return stop  # leaving the block closes the stream: nothing more runs
-                    elif getattr(event, "event_kind", None) != "candor_run_result":
+                    elif not isinstance(event, RunResultEvent):
                         self._delta(event)  # §7.7 step 7: deltas → stream_entries (§8.7)
             return self._classify_end(stream)
         finally:
@@ -286,7 +307,8 @@ class _Attempt:
         self.stream_sequence += 1
         return self.stream_sequence
 
-    def _delta(self, event: Any) -> None:
+    def _delta(self, event: object) -> None:
+        """Any other stream event (pydantic-ai's part and tool events), stored as JSON as it is."""
         event_json = to_jsonable_python(event, fallback=str)
         entry = NewStreamEntry(type="delta", sequence=self._next_sequence(), event=event_json)
         self.deltas.add(entry)
@@ -297,7 +319,7 @@ class _Attempt:
         try:
             self._guard()
             await append_stream_entries(self.service.engine, self.lease, entries)
-        except (LeaseLost, StoreUnavailable) as exc:  # expected: one line, no traceback (issue 34)
+        except (LeaseLost, StoreUnavailable) as exc:  # expected: one line, no traceback
             _log_dropped(self.lease.run_id, exc)
 
     async def _flush_deltas(self) -> None:
@@ -310,13 +332,13 @@ class _Attempt:
                 except StoreUnavailable as exc:
                     _log_dropped(self.lease.run_id, exc)
 
-    async def _steer(self, stream: Any, entry_id: str, payload: dict[str, Any]) -> None:
+    async def _steer(self, stream: AgentRunStream, entry_id: str, payload: Mapping[str, JsonValue]) -> None:
         self.store.offered.add(entry_id)
         content = input_content(payload)
         if content is not None:
             await stream.steer(content, key=entry_id)
 
-    async def _boundary(self, stream: Any, event: BoundaryEvent) -> _Finished | None:
+    async def _boundary(self, stream: AgentRunStream, event: BoundaryEvent) -> _Finished | None:
         """§7.8: commit the boundary before asking for the next event (S-35, S-36); then the stop checks."""
         if event.kind == "tool":
             failpoints.hit(failpoints.AFTER_MODEL_RESPONSE)
@@ -327,14 +349,7 @@ class _Attempt:
         history = state.history_view()
         encoded = encode_history_reusing(history, self.base_messages, self.base_encoded)
         usage = stream.usage
-        result = await self._commit(
-            envelope,
-            encoded,
-            usage,
-            incorporated_keys=event.incorporated_keys,
-            delivery_count=self.settings.worker.delivery_count,
-            delivery_bytes=self.settings.worker.delivery_bytes,
-        )
+        result = await self._commit(envelope, encoded, usage, incorporated_keys=event.incorporated_keys)
         CHECKPOINT_COMMIT_BYTES.labels(boundary=event.kind).observe(result.bytes_written)
         self._committed(result.checkpoint_id, result.seq, encoded, usage)
         self.base_messages = history
@@ -350,7 +365,13 @@ class _Attempt:
         return None
 
     async def _commit(
-        self, envelope: EncodedEnvelope, encoded: list[EncodedMessage], usage: RunUsage, **options: Any
+        self,
+        envelope: EncodedEnvelope,
+        encoded: list[EncodedMessage],
+        usage: RunUsage,
+        *,
+        incorporated_keys: Sequence[str] = (),
+        seal: SealRequest | None = None,
     ) -> CommitResult:
         """The fenced commit of a boundary or of the seal (§7.8). Its usage record is what ran since the last commit
         (step 5); the buffered deltas ride in its transaction (§8.7) and its `boundary` entry takes the next stream
@@ -366,7 +387,11 @@ class _Attempt:
                 usage=usage_json(usage - self.recorded),
                 stream_entries=deltas,
                 boundary_sequence=self._next_sequence(),
-                **options,
+                incorporated_keys=incorporated_keys,
+                # how many steer entries a boundary commit may assign to the run; a sealing commit assigns none
+                delivery_count=self.settings.worker.delivery_count,
+                delivery_bytes=self.settings.worker.delivery_bytes,
+                seal=seal,
             )
 
     def _committed(self, checkpoint_id: str, seq: int, encoded: list[EncodedMessage], usage: RunUsage) -> None:
@@ -383,7 +408,7 @@ class _Attempt:
             case other:
                 assert_never(other)
 
-    def _classify_end(self, stream: Any) -> _Finished:
+    def _classify_end(self, stream: AgentRunStream) -> _Finished:
         result = stream.outcome
         if result is None:
             return _ended("unexpected_exception")
@@ -432,23 +457,28 @@ class _Attempt:
             case _:
                 assert_never(decision)
 
-    async def _seal(self, status: Any, code: str, message: str | None) -> None:
+    async def _seal(self, status: SealedRunStatus, code: str, message: str | None) -> None:
         request = SealRequest(status=status, failure=failure(code, message))
         current = self._current_usage()
         await self.store.seal(request, usage=usage_delta(current, self.recorded))
         self.recorded = current
 
-    async def _final_commit(self, decision: Seal, result: Any) -> tuple[str, str]:
+    async def _final_commit(self, decision: Seal, result: RunResult[object] | None) -> tuple[str, str]:
         """§7.9: the final checkpoint and the `completed`/`waiting` seal in one transaction (S-5, S-89)."""
-        state: HarnessState = result.state
+        if result is None or result.state is None:  # classify_outcome seals this way only after a harness result
+            raise AssertionError("a final commit without the harness result's state")
+        state = result.state
         deferred: JsonValue = None
         if decision.status == "waiting":
+            requests = result.deferred
+            if requests is None:  # a suspended result always carries them (RunResult checks it)
+                raise AssertionError("a waiting seal without deferred requests")
             try:
-                pending = build_pending(result.deferred)
+                pending = build_pending(requests)
             except PendingInvalid as exc:
                 await self._seal("failed", exc.code, None)
                 return "failed", exc.code
-            deferred = deferred_json(result.deferred)
+            deferred = deferred_json(requests)
             request = SealRequest(
                 status="waiting", pending=pending.model_dump(mode="json"), wait_reason=wait_reason(pending)
             )
@@ -465,7 +495,7 @@ class _Attempt:
         # §10.4 knows only model and tool boundaries; the final commit ends a model turn (its last response).
         CHECKPOINT_COMMIT_BYTES.labels(boundary="model").observe(committed.bytes_written)
         self.recorded = result.usage
-        if committed.queued:  # otherwise nothing to start: no thread lock, no transaction (issue 12)
+        if committed.queued:  # otherwise nothing to start: no thread lock, no transaction
             await self._advance_thread()
         return decision.status, "sealed"
 
@@ -531,6 +561,6 @@ def _raise_if_cancelling() -> None:
         raise asyncio.CancelledError
 
 
-def _output_json(output: Any) -> JsonValue:
+def _output_json(output: object) -> JsonValue:
     value: JsonValue = to_jsonable_python(output, fallback=str)
     return value

@@ -1,25 +1,19 @@
-"""An attempt's database calls, retried through a blip within the lease (issue 34 item 1; S-25, S-50, §7.8.1).
+"""An attempt's database calls, retried through a blip within the lease (S-25, S-50, §7.8.1).
 
-Every read and write an attempt makes goes through `AttemptStore`: a transient fault (`protocol.db_faults`: a
-refused or reset connection, too many clients, a server restart, a serialization failure or deadlock, SQLite
-busy or full, a timeout) is tried again after a short jittered backoff (`protocol.store_retry`) for as long as the
-next try starts more than `database.timeout` before the local lease deadline; the supervisor keeps renewing the
-lease meanwhile whenever the database answers it, which moves that deadline. Only when the window closes does the
-fault reach the attempt, which then ends as before (`attempt_failed`, or no write at all near the deadline).
-
-A write retried after a fault may already have committed (the connection broke after the statement was sent).
-Each write therefore first looks for its own result (`store.landed`): the checkpoint of its next `seq` written by
-this attempt number, the attempt row's ending. Found, the write is not sent again, so a commit is neither applied
-twice nor mistaken for a lost lease, and a webhook is not staged twice.
-
-Each retry logs one line naming the cause in words; giving up logs one more. No traceback: these are expected.
+Every read and write of an attempt goes through `AttemptStore`. A transient fault (`protocol.db_faults`) is tried
+again after a jittered backoff (`protocol.store_retry`) while the next try starts more than `database.timeout`
+before the local lease deadline (renewals move it); after that the fault reaches the attempt. A write tried again
+first looks for its own result (`store.landed`): found, it is not sent again, so a commit is never applied twice,
+mistaken for a lost lease, or a webhook staged twice. Each retry and the giving up log one line, no traceback.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Literal, TypeVar
+
+from pydantic import JsonValue
 
 from ..core import Service
 from ..errors import LeaseLost, StoreUnavailable
@@ -35,6 +29,7 @@ from ..store.recovery import recover_attempt
 from ..store.run_inputs import AttemptStart, load_attempt_start
 from ..store.runs import start_attempt
 from ..store.seals import CommitResult, SealRequest, commit_checkpoint, seal_run
+from ..store.streams import NewStreamEntry
 from .handle import AttemptHandle
 
 __all__ = ("AttemptStore",)
@@ -105,7 +100,7 @@ class AttemptStore:
             random_fraction=self.service.entropy.random().random(),
         )
 
-    def _extra(self, what: str, **fields: Any) -> dict[str, Any]:
+    def _extra(self, what: str, **fields: str | int) -> dict[str, str | int]:
         return {"run_id": self.lease.run_id, "attempt": self.lease.attempt_number, "call": what, **fields}
 
     # -- reads -----------------------------------------------------------------------------------------------------
@@ -118,9 +113,9 @@ class AttemptStore:
         except StoreUnavailable:
             return "unavailable"
 
-    async def load_start(self, claimed: Any) -> AttemptStart:
-        """§7.7 step 2's reads (`CheckpointCorrupt` is not retried: it is no blip)."""
-        engine = self.service.engine
+    async def load_start(self) -> AttemptStart:
+        """§7.7 step 2's reads for the claimed run (`CheckpointCorrupt` is not retried: it is no blip)."""
+        engine, claimed = self.service.engine, self.handle.claimed
         return await self.retrying("load start", lambda: load_attempt_start(engine, claimed), fenced=False)
 
     # -- writes ----------------------------------------------------------------------------------------------------
@@ -143,19 +138,40 @@ class AttemptStore:
         self,
         *,
         expected_seq: int,
-        envelope: EncodedEnvelope,
+        base_id: str | None,
+        base_encoded: Sequence[EncodedMessage],
         new_encoded: list[EncodedMessage],
-        seal: SealRequest | None = None,
-        **options: Any,
+        envelope: EncodedEnvelope,
+        source_entry_consumed: bool,
+        usage: Mapping[str, JsonValue] | None,
+        stream_entries: Sequence[NewStreamEntry],
+        boundary_sequence: int,
+        incorporated_keys: Sequence[str],
+        delivery_count: int,
+        delivery_bytes: int,
+        seal: SealRequest | None,
     ) -> CommitResult:
         """§7.8's fenced commit (`seals.commit_checkpoint`); found committed, its result is rebuilt from its rows."""
         engine, lease = self.service.engine, self.lease
 
         async def call() -> CommitResult:
             return await commit_checkpoint(
-                engine, lease, expected_seq=expected_seq, envelope=envelope, new_encoded=new_encoded, seal=seal,
-                **options,
-            )  # fmt: skip
+                engine,
+                lease,
+                expected_seq=expected_seq,
+                base_id=base_id,
+                base_encoded=base_encoded,
+                new_encoded=new_encoded,
+                envelope=envelope,
+                incorporated_keys=incorporated_keys,
+                source_entry_consumed=source_entry_consumed,
+                usage=usage,
+                seal=seal,
+                stream_entries=stream_entries,
+                boundary_sequence=boundary_sequence,
+                delivery_count=delivery_count,
+                delivery_bytes=delivery_bytes,
+            )
 
         async def landed() -> CommitResult | None:
             own = await find_own_checkpoint(
@@ -167,15 +183,19 @@ class AttemptStore:
             written = len(envelope.text) + len(envelope.digest) + sum(len(m.body) + len(m.digest) for m in fresh)
             assigned = () if seal is not None else await read_assigned_entries(engine, lease.run_id)
             return CommitResult(
-                checkpoint_id=own.id, seq=own.seq, kept=own.kept, count=own.count, bytes_written=written,
+                checkpoint_id=own.id,
+                seq=own.seq,
+                kept=own.kept,
+                count=own.count,
+                bytes_written=written,
                 assigned=tuple(entry for entry in assigned if entry.id not in self.offered),
                 sealed=seal is not None,
                 queued=seal is not None and seal.status == "completed",  # the thread advance finds out (§8.5)
-            )  # fmt: skip
+            )
 
         return await self.retrying("checkpoint commit", call, fenced=True, landed=landed)
 
-    async def seal(self, request: SealRequest, *, usage: Mapping[str, Any] | None) -> None:
+    async def seal(self, request: SealRequest, *, usage: Mapping[str, JsonValue] | None) -> None:
         """§7.10 without a final commit (`failed`/`cancelled`); found sealed by this attempt, it had committed."""
         engine, lease = self.service.engine, self.lease
         end = request.attempt
@@ -197,7 +217,7 @@ class AttemptStore:
         outcome: Literal["failed", "yielded"],
         failure_code: str | None,
         failure_message: str | None,
-        usage: Mapping[str, Any] | None,
+        usage: Mapping[str, JsonValue] | None,
     ) -> RecoveryDecision | None:
         """§7.6 for this attempt (a transient failure or a handoff), fenced; None when it is found done already."""
         engine, lease = self.service.engine, self.lease
@@ -205,9 +225,15 @@ class AttemptStore:
 
         async def call() -> RecoveryDecision | Literal[False] | None:
             return await recover_attempt(
-                engine, run_id=lease.run_id, attempt_id=lease.attempt_id, outcome=outcome, failure_code=failure_code,
-                failure_message=failure_message, lease=lease, usage=usage,
-            )  # fmt: skip
+                engine,
+                run_id=lease.run_id,
+                attempt_id=lease.attempt_id,
+                outcome=outcome,
+                failure_code=failure_code,
+                failure_message=failure_message,
+                lease=lease,
+                usage=usage,
+            )
 
         async def landed() -> Literal[False] | None:
             row = await read_attempt_end(engine, lease.attempt_id)

@@ -1,20 +1,15 @@
 """The `start_child_run` tool (§7.13): a toolset the worker adds to runs of agents that may start child runs.
 
-An agent opts in with `[agents.<name>] children = ["agent_a", ...]` (docs/child-runs.md); without that list its
-runs get no tool at all. The tool's one effect is `store.children.spawn_child()`, a fenced transaction of this
-attempt that is idempotent per (parent run, tool call id), so the tool is declared retry-safe at its source
-(`recovery_retryable`): after a crash the recovering attempt replays the call (`tool_recovery="declared"`) and gets
-the child the first execution created, never a second one.
-
-A refusal (agent not allowed, limits `worker.child_count` / `worker.child_depth`, empty or oversized input) is a
-`ModelRetry`: the model sees `<code>: <message>` as the tool's error and nothing was created. A lost lease
-propagates (`LeaseLost`): the attempt cannot seal any more and ends as it would at a commit.
+Only agents with `[agents.<name>] children = [...]` get it (docs/child-runs.md). Its one effect,
+`store.children.spawn_child()`, is fenced and idempotent per (parent run, tool call id), so the tool is retry-safe
+(`recovery_retryable`): a recovering attempt replays the call and gets the same child. A refusal (agent not
+allowed, `worker.child_count` / `worker.child_depth`, empty or oversized input) is a `ModelRetry` that created
+nothing; a lost lease propagates as `LeaseLost`.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from pydantic_ai import ModelRetry, RunContext, Tool
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
@@ -24,6 +19,7 @@ from candor.tools import recovery_retryable
 from ..core import Service
 from ..errors import StoreUnavailable
 from ..protocol.children import CHILD_TOOL_NAME, SpawnRefusal
+from ..protocol.fencing import Lease
 from ..store.children import ChildSpawn, SpawnedChild, spawn_child
 from ..store.runs import ClaimedRun
 
@@ -54,7 +50,7 @@ SPAWN_RETRY_DELAYS: tuple[float, ...] = (0.25, 1.0)
 id) identity, so a try whose commit did land is found, never repeated; only after the last try is the model told."""
 
 
-async def _spawn_with_retries(service: Service, lease: Any, spawn: ChildSpawn) -> SpawnedChild | SpawnRefusal:
+async def _spawn_with_retries(service: Service, lease: Lease, spawn: ChildSpawn) -> SpawnedChild | SpawnRefusal:
     for delay in (*SPAWN_RETRY_DELAYS, None):
         try:
             return await spawn_child(service.engine, lease, spawn, settings=service.settings, entropy=service.entropy)
@@ -67,14 +63,14 @@ async def _spawn_with_retries(service: Service, lease: Any, spawn: ChildSpawn) -
     raise AssertionError("unreachable")
 
 
-def child_toolsets(service: Service, claimed: ClaimedRun) -> list[AbstractToolset[Any]]:
+def child_toolsets(service: Service, claimed: ClaimedRun) -> list[AbstractToolset[object]]:
     """The spawn toolset for this attempt's run, or nothing when its agent may start no child (§7.13)."""
     allowed = allowed_child_agents(service, claimed.agent)
     if not allowed:
         return []
     lease = claimed.lease
 
-    async def start_child_run(ctx: RunContext[Any], agent: str, input: str) -> dict[str, str]:  # noqa: A002
+    async def start_child_run(ctx: RunContext[object], agent: str, input: str) -> dict[str, str]:  # noqa: A002
         """Start a child run of `agent` with `input` as its first message."""
         spawn = ChildSpawn(agent=agent, text=input, tool_call_id=ctx.tool_call_id or "", allowed_agents=allowed)
         result = await _spawn_with_retries(service, lease, spawn)

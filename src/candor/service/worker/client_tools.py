@@ -8,10 +8,12 @@ run's frozen options, so successors that inherit the options offer the same tool
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from pydantic import JsonValue
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ExternalToolset
+
+from candor import Harness
 
 from ..protocol.client_tools import ClientTool, ClientToolsProblem, parameters_schema, validate_client_tools
 
@@ -21,11 +23,11 @@ CLIENT_TOOL_CONFLICT = "client_tool_conflict"
 """Seal code of a run whose client tool is named like one of its agent's tools (when not caught at post time)."""
 
 
-def client_tools_of(options: Mapping[str, Any]) -> list[ClientTool] | ClientToolsProblem:
+def client_tools_of(options: Mapping[str, JsonValue]) -> list[ClientTool] | ClientToolsProblem:
     return validate_client_tools(options.get("client_tools"))
 
 
-def client_toolsets(tools: list[ClientTool]) -> list[AbstractToolset[Any]]:
+def client_toolsets(tools: list[ClientTool]) -> list[AbstractToolset[object]]:
     """One `ExternalToolset` holding every client tool, or nothing when the run has none."""
     if not tools:
         return []
@@ -36,7 +38,7 @@ def client_toolsets(tools: list[ClientTool]) -> list[AbstractToolset[Any]]:
     return [ExternalToolset(definitions, id="candor_client_tools")]
 
 
-def agent_tool_names(harness: Any) -> set[str]:
+def agent_tool_names(harness: Harness[object]) -> set[str]:
     """Best effort: the names of the tools an agent declares statically (function toolsets, external toolsets).
 
     Dynamic toolsets (MCP servers and the like) are only known during a run; a collision with one of those
@@ -51,7 +53,7 @@ def agent_tool_names(harness: Any) -> set[str]:
         except TypeError:
             return names
 
-    def visit(toolset: AbstractToolset[Any]) -> None:
+    def visit(toolset: AbstractToolset[object]) -> None:
         tools = getattr(toolset, "tools", None)
         if isinstance(tools, Mapping):
             names.update(name for name in tools if isinstance(name, str))

@@ -11,14 +11,20 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypeAlias
+
+from candor import RunStream
 
 from ..protocol.fencing import Lease, local_deadline, local_deadline_reached, may_start_fenced_write
 from ..store.runs import ClaimedRun
 
-__all__ = ("StopReason", "AttemptHandle")
+__all__ = ("StopReason", "AgentRunStream", "AttemptHandle")
 
 StopReason = Literal["cancelled", "authority_revoked"]
+
+AgentRunStream: TypeAlias = RunStream[object]
+"""The run stream of whichever agent the run names: the worker never relies on the output's type, it only stores
+the output as JSON."""
 
 
 @dataclass(kw_only=True, eq=False)
@@ -29,9 +35,9 @@ class AttemptHandle:
     lease_seconds: float
     sent_at: float
     """Process monotonic time at which the claim (or the last confirmed renewal) was sent (§7.4 step 3)."""
-    task: asyncio.Task[Any] | None = None
-    stream: Any = None
-    """The attempt's `RunStream` once started; `request_stop()` cancels it (H-105)."""
+    task: asyncio.Task[None] | None = None
+    stream: AgentRunStream | None = None
+    """The attempt's run stream once started; `request_stop()` cancels it (H-105)."""
     stop_reason: StopReason | None = None
     handoff_requested: bool = False
     deadline_cancelled: bool = False
@@ -64,7 +70,7 @@ class AttemptHandle:
         return not self.deadline_cancelled and may_start_fenced_write(now, self.deadline, db_timeout)
 
     def lease_held(self, now: float) -> bool:
-        """Issue 34 item 3: whether an effect may still start under this lease: not known lost, not cancelled at
+        """Whether an effect may still start under this lease: not known lost, not cancelled at
         the deadline, and the local deadline (S-24: a third of the lease left unconfirmed) not reached."""
         return not (self.lease_lost or self.deadline_cancelled or self.deadline_reached(now))
 

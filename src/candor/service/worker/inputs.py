@@ -8,7 +8,7 @@ counters into the JSON deltas `usage_records` hold.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 from pydantic import JsonValue, TypeAdapter
 from pydantic_ai import DeferredToolRequests
@@ -17,6 +17,7 @@ from pydantic_ai.usage import RunUsage
 from candor import DeferredToolResume, HarnessState
 
 from ..errors import CheckpointCorrupt
+from ..protocol.json_types import JsonObject
 from ..protocol.resume import ResumeAnswers
 
 __all__ = (
@@ -33,7 +34,7 @@ _requests_adapter: Final = TypeAdapter(DeferredToolRequests)
 _usage_adapter: Final = TypeAdapter(RunUsage)
 
 
-def input_content(payload: Mapping[str, Any] | None) -> str | list[str] | None:
+def input_content(payload: Mapping[str, JsonValue] | None) -> str | list[str] | None:
     """§8.1 input content `{"content": [{"type": "text", "text": str}, ...]}` as harness input.
 
     One text item becomes a plain string, several a list of strings; items of other types are skipped. A payload
@@ -42,13 +43,14 @@ def input_content(payload: Mapping[str, Any] | None) -> str | list[str] | None:
     if not payload:
         return None
     content = payload.get("content")
-    if content is None and isinstance(payload.get("input"), Mapping):
-        content = payload["input"].get("content")
+    wrapped = payload.get("input")
+    if content is None and isinstance(wrapped, Mapping):
+        content = wrapped.get("content")
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         return None
-    texts = [item["text"] for item in content if isinstance(item, Mapping) and isinstance(item.get("text"), str)]
+    texts = [text for item in content if isinstance(item, Mapping) and isinstance(text := item.get("text"), str)]
     if not texts:
         return None
     return texts[0] if len(texts) == 1 else texts
@@ -97,12 +99,12 @@ def deferred_json(requests: DeferredToolRequests) -> JsonValue:
     return value
 
 
-def usage_json(usage: RunUsage) -> dict[str, Any]:
-    dumped: dict[str, Any] = _usage_adapter.dump_python(usage, mode="json")
+def usage_json(usage: RunUsage) -> JsonObject:
+    dumped: JsonObject = _usage_adapter.dump_python(usage, mode="json")
     return dumped
 
 
-def usage_delta(current: RunUsage, recorded: RunUsage) -> dict[str, Any] | None:
+def usage_delta(current: RunUsage, recorded: RunUsage) -> JsonObject | None:
     """The usage incurred since the last record, as JSON; None when nothing was incurred."""
     delta = current - recorded
     if delta == RunUsage():

@@ -1,31 +1,21 @@
-"""No tool starts once its attempt's lease is not held (issue 34 item 3), and `lease_held()` for long tools.
+"""No tool starts once its attempt's lease is not held, and `lease_held()` for long tools (§13).
 
-Fencing protects the database, not the outside world (§13): a worker frozen past its lease (SIGSTOP, a paused VM,
-a long GC) that wakes up must not charge a card after another worker has already finished the run. So:
-
-* `LeaseCheck`, a pydantic-ai capability the worker binds to every run, checks right before each tool starts that
-  the lease is still held: not known lost (a fenced write said so), not cancelled at the deadline, and the local
-  deadline (S-24: a third of the lease left unconfirmed, on the worker's monotonic clock, which keeps counting while
-  the process is stopped) not reached. Otherwise the tool does not start: the attempt is cancelled without any
-  further write (as at the deadline) and the run is recovered elsewhere, where the call is an unknown outcome or is
-  run again if retry-safe (S-29), exactly as after a crash at that point.
-* `lease_held()` answers the same question from inside a tool (a plain function: no argument, no `ctx.deps`
-  needed), so a long tool can check it between steps and before its effect. Outside a service attempt (the harness
-  alone, tests) there is no lease to lose and it answers True.
-
-What remains is the window between the check and the effect itself: a process frozen right after the check that
-wakes after its lease ran out still performs the effect (docs/operations.md, "Leases and effects").
+`LeaseCheck`, bound to every run, checks right before each tool starts that the lease is not known lost, not
+cancelled at the deadline, and its local deadline (S-24) not reached; otherwise the tool does not start, the attempt
+is cancelled without a further write, and the run is recovered elsewhere as after a crash (S-29). `lease_held()`
+asks the same from inside a tool (True outside an attempt). A process frozen between the check and the effect still
+performs it (docs/operations.md, "Leases and effects").
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import RunContext, ToolDefinition
 
 from .handle import AttemptHandle
@@ -50,7 +40,7 @@ def holding(handle: AttemptHandle) -> Iterator[None]:
 
 
 def lease_held() -> bool:
-    """Whether the attempt running this code still holds its lease (issue 34 item 3); True outside an attempt.
+    """Whether the attempt running this code still holds its lease; True outside an attempt.
 
     Call it from a tool before an effect that must not happen twice (and between the steps of a long tool): False
     means the run is being handed to another worker, so do not start the effect; return or raise instead."""
@@ -61,8 +51,8 @@ def lease_held() -> bool:
 
 
 @dataclass
-class LeaseCheck(AbstractCapability[Any]):
-    """Checks the lease right before each tool of the run starts (issue 34 item 3)."""
+class LeaseCheck(AbstractCapability[object]):
+    """Checks the lease right before each tool of the run starts."""
 
     handle: AttemptHandle
 
@@ -71,8 +61,14 @@ class LeaseCheck(AbstractCapability[Any]):
         return None
 
     async def wrap_tool_execute(
-        self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition, args: Any, handler: Any
-    ) -> Any:
+        self,
+        ctx: RunContext[object],
+        *,
+        call: ToolCallPart[object],
+        tool_def: ToolDefinition,
+        args: dict[str, object],
+        handler: Callable[[dict[str, object]], Awaitable[object]],
+    ) -> object:
         if not self.handle.lease_held(self.handle.monotonic()):
             self.handle.cancel_for_deadline()  # nothing more runs or is written for this lease (S-24)
             raise LeaseNotHeld(f"tool {tool_def.name!r} not started: the attempt's lease is no longer held")

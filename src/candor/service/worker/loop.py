@@ -1,15 +1,10 @@
 """The worker loop (§7.1): slots, claim scans, wake-ups, and one task per claimed lease.
 
-`run_forever()` claims up to the free slots (never more, S-12), waits for a wake-up or `worker.scan_seconds` when
-it got fewer runs than it asked for, and backs off `worker.scan_seconds` after a claim error (S-18). Each lease
-runs `run_attempt()` in its own task whose slot is released in a `finally` (S-19); an exception escaping it is
-logged as "Attempt crashed" and the attempt is left to lease expiry. The supervisor runs beside the loop.
-`run_until_idle()` is the same loop that returns once nothing is claimable and no attempt is running (tests,
-one-shot tools). Draining is in `drain.py`.
-
-`candor_worker_slots{state}` (§10.4): `busy` counts live attempts; `free` counts the slots the loop could still
-claim into, so it is 0 while the loop is not running or no longer claiming (draining, stopped). Each loop adds its
-own share to the process-wide gauges (tests run several loops in one process), see `slot_counts()`.
+`run_forever()` claims at most the free slots (S-12), waits for a wake-up or `worker.scan_seconds` when it got fewer
+runs than it asked for, and backs off after a claim error (S-18). Each lease runs `run_attempt()` in its own task
+whose slot is released in a `finally` (S-19); an escaping exception is logged "Attempt crashed" and left to lease
+expiry. `run_until_idle()` returns once nothing is claimable or running. `candor_worker_slots{state}` (§10.4):
+`busy` live attempts, `free` the slots the loop could still claim into; each loop adds its share (`slot_counts()`).
 """
 
 from __future__ import annotations
@@ -18,8 +13,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
 
 from ..core import Service
 from ..metrics import ATTEMPT_QUEUE_WAIT, WORKER_SLOTS
@@ -192,7 +186,7 @@ class WorkerLoop:
     # -- helpers ---------------------------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def _supervised(self) -> Any:
+    async def _supervised(self) -> AsyncIterator[None]:
         supervisor = asyncio.create_task(self.supervisor.run_forever(), name=f"candor-supervisor-{self.worker_id}")
         self._running = True
         self._publish_slots()
@@ -215,7 +209,7 @@ class WorkerLoop:
 
     async def _wait(self, seconds: float | None, *, wakeups: bool = True) -> None:
         """Until a slot is released, the loop stops, a wake-up arrives (if `wakeups`), or `seconds` pass."""
-        waits: list[Awaitable[Any]] = [self._changed.wait(), self._stopped.wait()]
+        waits: list[Awaitable[object]] = [self._changed.wait(), self._stopped.wait()]
         wakeup = self.service.wakeups
         if wakeups and wakeup is not None:
             waits.append(wakeup.wait())

@@ -1,16 +1,10 @@
 """The supervisor (§7.4): every `worker.authority_seconds`, cancellation and authority checks, renewal, deadlines.
 
-One heartbeat, bounded by a timeout of `worker.authority_seconds`:
-
-1. in one read statement, read each running attempt's run without locks with the authority facts of its
-   principal; `cancel_requested_at` → stop it `cancelled` (S-57); otherwise *refused* → stop it
-   `failed`/`authority_revoked` (S-61, S-62, S-127). When any check is *unavailable* the heartbeat fails: it stops
-   nothing and extends nothing (S-26);
-2. renew the leases that are due (S-23), in a write transaction of its own, only when some lease is due by the
-   local clock (`renewal_due_locally`); a confirmed renewal moves the handle's local deadline.
-
-After every tick, heartbeat or not, each attempt whose local deadline is reached (a third of the lease left
-unconfirmed) has its task cancelled once and writes nothing more (S-24); its run is picked up after expiry.
+One heartbeat, bounded by `worker.authority_seconds`: one lock-free read of each running attempt's run and its
+principal's authority stops it `cancelled` (S-57) or `failed`/`authority_revoked` (S-61, S-62, S-127), and any
+*unavailable* check fails the heartbeat, stopping and extending nothing (S-26); then the leases due by the local
+clock are renewed in a write transaction of their own (S-23), each confirmed renewal moving its local deadline.
+After every tick an attempt whose local deadline is reached is cancelled once and writes nothing more (S-24).
 """
 
 from __future__ import annotations

@@ -38,9 +38,13 @@ async def list_workspace_runs(
     filters = {"status": status, "awaiting": awaiting}
     before = None if cursor is None else keyset(read_cursor(cursor, "workspace_runs", scope=scope, filters=filters))
     rows, more = await list_workspace_runs_page(
-        caller.service, caller.principal, status=status, awaiting_resume=awaiting == "resume", limit=limit,
+        caller.service,
+        caller.principal,
+        status=status,
+        awaiting_resume=awaiting == "resume",
+        limit=limit,
         before=before,
-    )  # fmt: skip
+    )
     next_cursor = None
     if more:
         position = [rows[-1].created_at, rows[-1].id]

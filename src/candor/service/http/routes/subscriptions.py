@@ -36,9 +36,12 @@ _PRECONDITION: dict[int | str, dict[str, Any]] = {
     428: {"model": ErrorBody, "description": "precondition_required"},
 }
 _CREATE: dict[int | str, dict[str, Any]] = _DISABLED | {
-    409: {"model": ErrorBody, "description": "already_exists (the name is taken), or conflict "
-          "`signing_secret_unavailable` (no key ring) or `subscription_limit` (`control.subscriptions`)"},
-}  # fmt: skip
+    409: {
+        "model": ErrorBody,
+        "description": "already_exists (the name is taken), or conflict "
+        "`signing_secret_unavailable` (no key ring) or `subscription_limit` (`control.subscriptions`)",
+    },
+}
 _UPDATE: dict[int | str, dict[str, Any]] = (
     _DISABLED
     | _PRECONDITION

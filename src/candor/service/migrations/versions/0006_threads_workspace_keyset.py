@@ -5,10 +5,7 @@ Revises: 0005
 
 `GET /v1/threads` (the run inspector of the console) lists a workspace's threads newest first. Without an index on
 (`workspace_id`, `created_at`, `id`) each page would read and sort every thread of the workspace; with it a page is
-an index range from its cursor (store/thread_lists.py), like `ix_runs_workspace_created` for runs (0003). On
-PostgreSQL, with 100,000 threads in the workspace (200,000 in the table), a page of 26 past a cursor took 107 ms
-without it and 4.4 ms with it; filtered by an agent owning one thread in ten, 57 ms and 8.5 ms (medians of 15
-reads, each with its connection checkout, a throwaway script on the shared test machine).
+an index range from its cursor (store/thread_lists.py), like `ix_runs_workspace_created` for runs (0003).
 
 On PostgreSQL `CREATE INDEX` blocks writes to `threads` while it builds: on a large database, apply this revision
 (`candor migrate`) while no new thread is created, or expect thread creation to wait for the build.

@@ -1,4 +1,4 @@
-"""A plain step is one INSERT of its checkpoint row (issue 33).
+"""A plain step is one INSERT of its checkpoint row.
 
 Revision ID: 0007
 Revises: 0006
