@@ -47,7 +47,7 @@ _CONNECTIONS = text(
 
 def worker_application_name(pid: int) -> str:
     """The `application_name` of the worker process `pid` started on this machine (`connections.application_name`)."""
-    from candor.service.store.connections import application_name
+    from candor.service.store.db.connections import application_name
 
     return application_name("worker", pid=pid, host=socket.gethostname())
 
@@ -156,7 +156,7 @@ async def _sample(db: _service.ServiceDatabase, name: str, worker: _service.Serv
 
 
 async def _outcomes(db: _service.ServiceDatabase, run_ids: list[str]) -> dict[str, Any]:
-    from candor.service.store.tables import runs
+    from candor.service.store.schema.tables import runs
 
     async with db.service.engine.connect() as conn:
         rows = (await conn.execute(select(runs.c.status, runs.c.failure, runs.c.attempts)

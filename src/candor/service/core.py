@@ -15,10 +15,8 @@ from .agents import AgentRegistry
 from .runtime import Clock, Entropy, SystemClock, SystemEntropy
 from .settings import ServiceSettings
 from .signing_keys import KeyRing
-from .store.connections import application_name
-from .store.dialect import is_postgresql_url
-from .store.engine import Engine, bind_key_ring, create_engine
-from .store.notify import Notifier
+from .store.db import Engine, application_name, bind_key_ring, create_engine, is_postgresql_url
+from .store.wakeups import Notifier
 from .telemetry import Telemetry
 
 __all__ = ("Service", "DEFAULT_AGENTS", "agent_registry", "pool_size_for")

@@ -14,16 +14,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.dialect import async_url, db_now
-from candor.service.store.engine import (
+from candor.service.store.db.dialect import async_url
+from candor.service.store.db.engine import (
     after_commit,
     create_engine,
     guarded_writes,
     read_transaction,
     write_transaction,
 )
-from candor.service.store.statements import fetch_rows
-from candor.service.store.tables import workspaces
+from candor.service.store.db.statements import fetch_rows
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import workspaces
 
 from .rows import add_workspace, new_id
 

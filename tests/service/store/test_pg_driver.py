@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import bindparam, select
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.engine import create_engine
-from candor.service.store.pg_driver import pooled_asyncpg, prepared_statement
-from candor.service.store.tables import principals
+from candor.service.store.db.engine import create_engine
+from candor.service.store.db.pg_driver import pooled_asyncpg, prepared_statement
+from candor.service.store.schema.tables import principals
 
 pytestmark = pytest.mark.postgres
 

@@ -17,15 +17,15 @@ from sqlalchemy.engine.default import CacheStats
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from candor.service.errors import LeaseLost, StoreUnavailable
-from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history, load_state
-from candor.service.store.dialect import allocate_stream_ids, db_now
-from candor.service.store.engine import create_engine, read_transaction, write_transaction
-from candor.service.store.pg_driver import pooled_asyncpg
-from candor.service.store.runs import lock_attempt
-from candor.service.store.seals import commit_checkpoint
-from candor.service.store.step_commit import render_postgresql
-from candor.service.store.streams import NewStreamEntry
-from candor.service.store.tables import (
+from candor.service.store.attempts.seals import commit_checkpoint
+from candor.service.store.attempts.step_commit import render_postgresql
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history, load_state
+from candor.service.store.db.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.db.pg_driver import pooled_asyncpg
+from candor.service.store.reads.views import select_run
+from candor.service.store.runs.claims import lock_attempt
+from candor.service.store.schema.dialect import allocate_stream_ids, db_now
+from candor.service.store.schema.tables import (
     checkpoint_messages,
     checkpoints,
     inbox_entries,
@@ -35,7 +35,7 @@ from candor.service.store.tables import (
     threads,
     usage_records,
 )
-from candor.service.store.views import select_run
+from candor.service.store.threads.streams import NewStreamEntry
 
 from .step_commits import commit_twice_and_once_refused, first_commit_in_background, leased_run, stored_checkpoints
 from .test_checkpoints import prompt, step

@@ -7,7 +7,7 @@ import errno
 import pytest
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.unreachable import database_location, unreachable_message, unreachable_reason
+from candor.service.store.db.unreachable import database_location, unreachable_message, unreachable_reason
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,11 @@ from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
-from candor.service.store.engine import create_engine, read_transaction, write_transaction
-from candor.service.store.seals import commit_checkpoint
-from candor.service.store.tables import checkpoints, workspaces
-from candor.service.store.writer_gate import WriterGate, writer_turn
+from candor.service.store.attempts.seals import commit_checkpoint
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history
+from candor.service.store.db.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.db.writer_gate import WriterGate, writer_turn
+from candor.service.store.schema.tables import checkpoints, workspaces
 
 from .rows import add_workspace
 from .step_commits import leased_run

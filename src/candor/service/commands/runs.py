@@ -11,10 +11,13 @@ from ..protocol.authority import Principal, key_allows
 from ..protocol.idempotency import replay_or_conflict, request_digest, resume_digest
 from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
 from ..protocol.resume import ResumeAnswers, resume_refusal, successor_of
-from ..store import auth, interrupts, threads, views
-from ..store.engine import guarded_writes, write_transaction
-from ..store.resume import read_resume, start_successor
-from ..store.views import RunRow
+from ..store import reads as views
+from ..store import threads
+from ..store import threads as interrupts
+from ..store import workspaces as auth
+from ..store.db import guarded_writes, write_transaction
+from ..store.reads import RunRow
+from ..store.threads import read_resume, start_successor
 from .acceptance import (
     Accepted,
     accepted,

@@ -12,9 +12,8 @@ import asyncio
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from candor.service.store.engine import create_engine
-from candor.service.store.migrate import include_name, include_object_for
-from candor.service.store.tables import metadata
+from candor.service.store.db import create_engine
+from candor.service.store.schema import include_name, include_object_for, metadata
 
 config = context.config
 
