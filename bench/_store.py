@@ -27,7 +27,7 @@ from candor.service.protocol.fencing import Lease
 from candor.service.store.db.engine import create_engine
 from candor.service.store.runs.claims import claim_runs, start_attempt
 from candor.service.store.schema.dialect import db_now
-from candor.service.store.schema.migrate import migrate
+from candor.service.store.schema.migration import migrate
 from candor.service.store.schema.tables import principals, runs, threads, workspaces
 
 DEFAULT_POSTGRES_URL = os.environ.get("CANDOR_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

@@ -31,7 +31,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from candor.service.store.db.engine import create_engine
-from candor.service.store.schema.migrate import migrate
+from candor.service.store.schema.migration import migrate
 from candor.service.store.schema.tables import metadata
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"

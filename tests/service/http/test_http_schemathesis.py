@@ -33,7 +33,7 @@ from candor.service.http.stream import StreamTiming
 from candor.service.runtime import SystemEntropy
 from candor.service.settings import ServiceSettings
 from candor.service.store.db.engine import create_engine, write_transaction
-from candor.service.store.schema.migrate import migrate
+from candor.service.store.schema.migration import migrate
 from candor.service.store.workspaces import auth as auth
 
 _DEEP_EXAMPLES = os.environ.get("CANDOR_SCHEMATHESIS_EXAMPLES")

@@ -24,7 +24,7 @@ from candor.service.store.checkpoints.incremental import (
 from candor.service.store.db.dialect import MIGRATION_LOCK_KEY
 from candor.service.store.db.engine import create_engine
 from candor.service.store.schema.dialect import trigger_names
-from candor.service.store.schema.migrate import (
+from candor.service.store.schema.migration import (
     alembic_config,
     check_schema,
     head_revision,

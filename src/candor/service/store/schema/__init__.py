@@ -5,7 +5,7 @@ This is the face code outside `store/` imports; modules inside `store/` import e
 
 from __future__ import annotations
 
-from .migrate import (
+from .migration import (
     SchemaStatus,
     check_schema,
     current_revisions,
