@@ -21,10 +21,10 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Subquery
 
-from ...admin.rules import checked_name
 from ...errors import AlreadyBootstrapped, AlreadyExists, InvalidArgument, NotFound
 from ...protocol.authority import PERMISSIONS, AuthorityVerdict, Principal, decide_authority
 from ...protocol.canonical import sha256_hex
+from ...protocol.requests import checked_name
 from ...runtime import Entropy
 from ..db.dialect import statements_on_driver
 from ..db.engine import is_unavailable, read_transaction
