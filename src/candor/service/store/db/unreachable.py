@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import make_url
 
+from ...protocol.db_faults import plain_cause
 from .dialect import is_postgresql_url
 
 __all__ = ("database_location", "unreachable_message", "unreachable_reason")
@@ -30,19 +31,7 @@ def database_location(url: str) -> str:
 def unreachable_reason(error: BaseException) -> str:
     """The deepest cause in `error`'s chain said plainly: the OS's words for a socket error ("connection
     refused"), "timed out" for a timeout, else the cause's own message or type."""
-    causes: list[BaseException] = []
-    current: BaseException | None = error
-    while current is not None and current not in causes:
-        causes.append(current)
-        current = current.__cause__ or current.__context__
-    for cause in reversed(causes):
-        if isinstance(cause, TimeoutError):
-            return "timed out"
-        if isinstance(cause, OSError) and cause.strerror:
-            return cause.strerror.lower()
-    deepest = causes[-1]
-    text = str(deepest).strip().splitlines()
-    return f"{type(deepest).__name__}: {text[0]}" if text else type(deepest).__name__
+    return plain_cause(error)  # one wording of database errors: protocol/db_faults.py
 
 
 def unreachable_message(url: str, error: BaseException) -> str:
