@@ -9,7 +9,7 @@ once all are queued (so that how many are in flight at once depends on the worke
 submits), then, every `--sample-seconds` until every run is sealed, reads:
 
 * the worker's PostgreSQL connections from `pg_stat_activity`, by its `application_name`
-  (`candor-worker-<host>-<pid>`, store/connections.py): all of them, and those running a statement (`active`);
+  (`candor-worker-<host>-<pid>`, store/db/connections.py): all of them, and those running a statement (`active`);
 * the worker's resident set (`VmRSS`, and `VmHWM` at the end) from `/proc/<pid>/status`;
 * the runs `running` at that moment (the runs in flight).
 

@@ -1,4 +1,4 @@
-"""Connection budgets (§7.8.1, store/connections.py): a process's PostgreSQL connections are bounded by its pool
+"""Connection budgets (§7.8.1, store/db/connections.py): a process's PostgreSQL connections are bounded by its pool
 settings, never by `worker.slots`; a full pool or a full server makes work wait (bounded by `database.timeout`)
 instead of failing it; the startup check warns when the processes could exceed `max_connections`."""
 

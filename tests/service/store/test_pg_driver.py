@@ -1,4 +1,4 @@
-"""Statements straight on asyncpg (`store/pg_driver.py`): errors that mean "unavailable" become `StoreUnavailable`
+"""Statements straight on asyncpg (`store/db/pg_driver.py`): errors that mean "unavailable" become `StoreUnavailable`
 (503 `unavailable`) as they do through SQLAlchemy, others stay the driver's; a connection the body left inside a
 transaction never goes back to the pool; Core statements are compiled once with their parameters in order."""
 

@@ -43,7 +43,7 @@ from transactions import sent_in_transactions_on_driver
 from waiting import wait_until
 
 COMMIT_STATEMENTS = {"postgresql": 1, "sqlite": 1}
-"""A plain step (store/step_commit.py) is one INSERT on both backends: the checkpoint row, its new messages packed in
+"""A plain step (store/attempts/step_commit.py) is one INSERT on both backends: the checkpoint row, its new messages packed in
 it and its usage, selected from the fence (attempt and run) and, on PostgreSQL, the step's stream entries as CTEs of
 the same statement (none here). On SQLite, without stream entries, the INSERT commits on its own."""
 
@@ -74,7 +74,7 @@ def statements(engine: AsyncEngine) -> Iterator[list[tuple[str, CacheStats]]]:
 async def driver_statements(engine: AsyncEngine) -> AsyncIterator[list[str]]:
     """The SQL statements `engine`'s connections send inside the block, as the driver sees them: asyncpg's query log
     (its type introspection, once per connection, left out) or SQLite's trace callback. A plain step commit runs on the
-    driver directly on PostgreSQL (`store/step_commit.py`), so SQLAlchemy's events (`statements`) do not see it.
+    driver directly on PostgreSQL (`store/attempts/step_commit.py`), so SQLAlchemy's events (`statements`) do not see it.
     BEGIN, COMMIT and ROLLBACK are left out (PostgreSQL's step commit has none: it is one statement).
     Only connections checked out inside the block are observed. asyncpg hands its log to the loggers on the event
     loop's next turn (`call_soon`), so the block ends with one."""

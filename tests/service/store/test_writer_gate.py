@@ -1,5 +1,5 @@
 """The writers of one process take turns on a SQLite engine before they ask SQLite for its writer lock
-(`store/writer_gate.py`, issue 12): a queued writer waits on the event loop, in order, instead of sleeping in
+(`store/db/writer_gate.py`, issue 12): a queued writer waits on the event loop, in order, instead of sleeping in
 SQLite's busy handler; it is bounded by `database.timeout`; PostgreSQL engines have no turns.
 
 §2.2: SQLite's single writer lock stays what serializes writes; these tests check the queue in front of it."""

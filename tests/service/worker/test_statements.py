@@ -1,4 +1,4 @@
-"""Every statement builder of store/runs.py and store/seals.py compiles for both dialects (STYLE habit 4)."""
+"""Every statement builder of store/runs/claims.py and store/attempts/seals.py compiles for both dialects (STYLE habit 4)."""
 
 from __future__ import annotations
 
