@@ -194,7 +194,7 @@ async def settle(
     current: Scene, fault: str, started: float, evidence: dict[str, Any], lost_lease: tuple[int, float] | None = None
 ) -> FaultReport:
     """Wait (bounded) for every run to seal, then count what the fault cost."""
-    from candor.service.store.tables import run_attempts, runs
+    from candor.service.store.schema.tables import run_attempts, runs
 
     ids = list(current.tags)
 
@@ -346,7 +346,7 @@ async def _freeze_past_the_lease(current: Scene, fault: str, marker: Awaitable[t
     run_id = next(r for r, t in current.tags.items() if t == tag)
 
     async def sealed() -> bool:
-        from candor.service.store.tables import runs as runs_table
+        from candor.service.store.schema.tables import runs as runs_table
 
         async with current.db.service.engine.connect() as conn:
             status = (await conn.execute(select(runs_table.c.status).where(runs_table.c.id == run_id))).scalar()

@@ -22,7 +22,7 @@ from pydantic_ai import Agent
 from pydantic_ai.usage import UsageLimits
 
 from candor import BoundaryEvent, Harness, HarnessState
-from candor.service.store.checkpoints import EncodedMessage, encode_history_reusing
+from candor.service.store.checkpoints.incremental import EncodedMessage, encode_history_reusing
 
 from . import _store
 

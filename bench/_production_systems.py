@@ -27,7 +27,7 @@ import asyncpg
 import httpx
 
 from candor.service import operator
-from candor.service.store.migrate import migrate
+from candor.service.store.schema.migration import migrate
 
 from . import _service, _store
 from ._server_cpu import ServerCpu, ServerCpuSampler, observer_connection

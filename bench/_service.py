@@ -31,8 +31,8 @@ from sqlalchemy import func, select
 from candor.service import commands, operator
 from candor.service.core import Service
 from candor.service.settings import ServiceSettings, SettingsError
-from candor.service.store.migrate import migrate
-from candor.service.store.tables import runs
+from candor.service.store.schema.migration import migrate
+from candor.service.store.schema.tables import runs
 
 from . import _agents, _store
 

@@ -24,11 +24,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from candor.service.protocol.fencing import Lease
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import create_engine
-from candor.service.store.migrate import migrate
-from candor.service.store.runs import claim_runs, start_attempt
-from candor.service.store.tables import principals, runs, threads, workspaces
+from candor.service.store.db.engine import create_engine
+from candor.service.store.runs.claims import claim_runs, start_attempt
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.migration import migrate
+from candor.service.store.schema.tables import principals, runs, threads, workspaces
 
 DEFAULT_POSTGRES_URL = os.environ.get("CANDOR_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BACKENDS = ("sqlite", "postgresql")

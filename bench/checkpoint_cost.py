@@ -25,13 +25,13 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
 
 from candor import HarnessState
-from candor.service.store.checkpoints import (
+from candor.service.store.attempts.seals import commit_checkpoint
+from candor.service.store.checkpoints.incremental import (
     EncodedMessage,
     encode_envelope,
     encode_history_reusing,
     envelope_for_state,
 )
-from candor.service.store.seals import commit_checkpoint
 
 from . import _cli, _store
 

@@ -39,13 +39,13 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
 
 from candor import BoundaryEvent, Harness, HarnessState
-from candor.service.store.checkpoints import (
+from candor.service.store.attempts.seals import SealRequest, commit_checkpoint
+from candor.service.store.checkpoints.incremental import (
     EncodedMessage,
     encode_envelope,
     encode_history_reusing,
     envelope_for_state,
 )
-from candor.service.store.seals import SealRequest, commit_checkpoint
 from candor.service.worker.inputs import usage_json
 
 from . import _cli, _store

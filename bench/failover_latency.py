@@ -37,7 +37,7 @@ from rich.console import Console
 from sqlalchemy import func, select
 
 from candor.service.protocol.outcomes import recovery_decision
-from candor.service.store.tables import checkpoints, run_attempts, runs
+from candor.service.store.schema.tables import checkpoints, run_attempts, runs
 
 from . import _cli, _service, _store
 

@@ -35,8 +35,8 @@ from sqlalchemy import func, select
 from candor.service.outbox.delivery import DeliveryLoop
 from candor.service.process import loop_factory
 from candor.service.settings_sections import ServerSettings
-from candor.service.store.outbox import enqueue_once
-from candor.service.store.tables import outbox
+from candor.service.store.runs.outbox_staging import enqueue_once
+from candor.service.store.schema.tables import outbox
 
 from . import _cli, _service, _store
 

@@ -45,7 +45,7 @@ from rich.console import Console
 from rich.progress import Progress
 from sqlalchemy import func, select
 
-from candor.service.store.tables import outbox, runs
+from candor.service.store.schema.tables import outbox, runs
 
 from . import _agents, _cli, _service, _store
 

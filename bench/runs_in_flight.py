@@ -9,7 +9,7 @@ once all are queued (so that how many are in flight at once depends on the worke
 submits), then, every `--sample-seconds` until every run is sealed, reads:
 
 * the worker's PostgreSQL connections from `pg_stat_activity`, by its `application_name`
-  (`candor-worker-<host>-<pid>`, store/connections.py): all of them, and those running a statement (`active`);
+  (`candor-worker-<host>-<pid>`, store/db/connections.py): all of them, and those running a statement (`active`);
 * the worker's resident set (`VmRSS`, and `VmHWM` at the end) from `/proc/<pid>/status`;
 * the runs `running` at that moment (the runs in flight).
 
@@ -47,7 +47,7 @@ _CONNECTIONS = text(
 
 def worker_application_name(pid: int) -> str:
     """The `application_name` of the worker process `pid` started on this machine (`connections.application_name`)."""
-    from candor.service.store.connections import application_name
+    from candor.service.store.db.connections import application_name
 
     return application_name("worker", pid=pid, host=socket.gethostname())
 
@@ -178,7 +178,7 @@ async def _sample(db: _service.ServiceDatabase, name: str, worker: _service.Serv
 
 
 async def _outcomes(db: _service.ServiceDatabase, run_ids: list[str]) -> dict[str, Any]:
-    from candor.service.store.tables import runs
+    from candor.service.store.schema.tables import runs
 
     async with db.service.engine.connect() as conn:
         rows = (

@@ -54,9 +54,9 @@ from sqlalchemy import func, select
 from candor.service import operator
 from candor.service.core import Service
 from candor.service.errors import StoreUnavailable
-from candor.service.store.engine import read_transaction
-from candor.service.store.migrate import migrate
-from candor.service.store.tables import outbox, run_attempts, runs
+from candor.service.store.db.engine import read_transaction
+from candor.service.store.schema.migration import migrate
+from candor.service.store.schema.tables import outbox, run_attempts, runs
 
 from . import _cli, _service, _store
 from . import _server_profile as server_profile

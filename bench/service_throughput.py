@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import Progress
 from sqlalchemy import select
 
-from candor.service.store.tables import run_attempts, runs
+from candor.service.store.schema.tables import run_attempts, runs
 
 from . import _cli, _service, _store
 

@@ -295,7 +295,7 @@ async def _submit(db: _service.ServiceDatabase, options: dict[str, Any], key: st
 
 
 async def _unsealed(db: _service.ServiceDatabase, run_ids: list[str]) -> int:
-    from candor.service.store.tables import runs
+    from candor.service.store.schema.tables import runs
 
     async with db.service.engine.connect() as conn:
         rows = (await conn.execute(select(runs.c.id).where(runs.c.status.in_(_service.SEALED)))).all()
@@ -309,7 +309,7 @@ async def _running(db: _service.ServiceDatabase) -> int:
 async def _figures(
     db: _service.ServiceDatabase, run_ids: list[str], kills: list[float], wall0: float
 ) -> dict[str, Any]:
-    from candor.service.store.tables import checkpoints, run_attempts, runs
+    from candor.service.store.schema.tables import checkpoints, run_attempts, runs
 
     async with db.service.engine.connect() as conn:
         run_rows = {

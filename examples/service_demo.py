@@ -27,8 +27,8 @@ from candor.service import commands, operator
 from candor.service.control.sweeps import expire_leases
 from candor.service.core import Service
 from candor.service.settings import ServiceSettings
-from candor.service.store.migrate import migrate
-from candor.service.store.views import AttemptRow, RunRow
+from candor.service.store.reads import AttemptRow, RunRow
+from candor.service.store.schema import migrate
 from candor.service.worker.loop import WorkerLoop
 
 CHARGE_PROMPT = "Please charge order A1 $40 for the replacement part."

@@ -114,26 +114,18 @@ def test_harness_never_imports_service() -> None:
     library = [p for p in _imports_by_file().items() if not _under(p[0], SERVICE) and p[0] != SRC / "candor" / "cli.py"]
     assert library, "no library modules found"
     offending = {
-        str(path.relative_to(SRC)): sorted(
-            n for n in names if n.startswith(FORBIDDEN_FOR_LIBRARY) and not _client_reexport(path, n)
-        )
+        str(path.relative_to(SRC)): sorted(n for n in names if n.startswith(FORBIDDEN_FOR_LIBRARY))
         for path, names in library
     }
     assert {k: v for k, v in offending.items() if v} == {}
 
 
-def _client_reexport(path: Path, name: str) -> bool:
-    """The HTTP client re-exports the service's webhook verifier (one implementation of the signature)."""
-    return _under(path, CANDOR / "client") and name.startswith(CLIENT_MAY_IMPORT)
-
-
-CLIENT_MAY_IMPORT = "candor.service.outbox.webhooks"
-
-
-def test_client_import_loads_no_sql_or_server() -> None:
-    """`candor.client` loads neither the database layer nor the HTTP server, only the webhook signature module."""
+def test_client_import_loads_no_service() -> None:
+    """`candor.client` loads no module of the service, nor the database layer, the HTTP server or aiohttp: the
+    webhook verifier it re-exports lives in `candor.webhook_signature` (standard library only)."""
     loaded = _loaded_modules("import candor.client")
-    heavy = ("sqlalchemy", "fastapi", "uvicorn", "candor.service.store", "candor.service.http")
+    assert "candor.webhook_signature" in loaded
+    heavy = ("candor.service", "sqlalchemy", "fastapi", "uvicorn", "aiohttp")
     assert [m for m in loaded if any(m == f or m.startswith(f + ".") for f in heavy)] == []
 
 
@@ -315,10 +307,147 @@ def test_dialect_branch_scanner() -> None:
 
 
 def test_dialect_branches_only_in_dialect_py() -> None:
-    """STYLE habit 4: only store/dialect.py branches on SQLite vs PostgreSQL (migrations are frozen history)."""
+    """STYLE habit 4: only the two halves of the dialect, store/db/dialect.py (connections) and
+    store/schema/dialect.py (DDL and statement fragments), branch on SQLite vs PostgreSQL (migrations are frozen
+    history)."""
+    allowed = {SERVICE / "store" / "db" / "dialect.py", SERVICE / "store" / "schema" / "dialect.py"}
+    assert all(path.is_file() for path in allowed)
     offending = {
         str(path.relative_to(SRC)): lines
         for path, tree in _trees().items()
-        if path != SERVICE / "store" / "dialect.py" and (lines := dialect_branches(tree))
+        if path not in allowed and (lines := dialect_branches(tree))
     }
     assert offending == {}
+
+
+# --- the store's faces and the package graph (issue 37 item 1) -------------------------------------------------
+
+STORE = SERVICE / "store"
+ALEMBIC_SCRIPTS = (MIGRATIONS / "env.py", MIGRATIONS / "versions")
+"""Files Alembic executes (from `store/schema/migration.py`), never imported as modules: env.py reaches into the
+store it is run by, and the revisions are frozen history."""
+
+
+def private_store_modules(names: set[str]) -> list[str]:
+    """The names in `names` that are (or are inside) a module of a store subpackage, `candor.service.store.<sub>.
+    <module>`, rather than a subpackage's face; a name imported from a face (`…store.db.read_transaction`) is not
+    one, as no file of that name exists."""
+    found: set[str] = set()
+    for name in names:
+        parts = name.split(".")
+        if parts[:3] != ["candor", "service", "store"] or len(parts) < 5:
+            continue
+        if (SRC.joinpath(*parts[:4]) / f"{parts[4]}.py").is_file():
+            found.add(".".join(parts[:5]))
+    return sorted(found)
+
+
+def test_private_store_module_scanner() -> None:
+    """The check can fail: a store module is caught, a face and a name imported from a face are not."""
+    assert private_store_modules(
+        {
+            "candor.service.store.db.engine",
+            "candor.service.store.db.engine.write_transaction",
+            "candor.service.store.db",
+            "candor.service.store.db.write_transaction",
+        }
+    ) == ["candor.service.store.db.engine"]
+
+
+def test_code_outside_the_store_imports_only_its_faces() -> None:
+    """Issue 37 item 1: commands/, worker/, control/, http/, admin/, outbox/ and every other module outside
+    store/ import a store subpackage's `__init__` (its face), never one of its modules."""
+    offending = {
+        str(path.relative_to(SRC)): found
+        for path, names in _imports_by_file().items()
+        if not _under(path, STORE) and (found := private_store_modules(names))
+    }
+    assert offending == {}
+
+
+def test_faces_export_what_they_import() -> None:
+    """Each store subpackage's face lists in `__all__` exactly the names it imports (no silent extra exports), and
+    none is named like a module of its package (`schema.migrate` would be the function or the module by turns)."""
+    subpackages = [p for p in STORE.iterdir() if (p / "__init__.py").is_file()]
+    assert subpackages
+    for package in subpackages:
+        tree = _parse((package / "__init__.py").read_text(encoding="utf-8"))
+        imported = {
+            alias.asname or alias.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__"
+            for alias in node.names
+        }
+        exported = next(
+            ast.literal_eval(node.value)
+            for node in tree.body
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets)
+        )
+        assert sorted(exported) == sorted(imported), package.name
+        assert not {name for name in exported if (package / f"{name}.py").is_file()}, package.name
+
+
+def package_graph(parent: Path, imports: dict[Path, set[str]]) -> dict[str, set[str]]:
+    """Which children of the package at `parent` (subpackages and modules) import which other children."""
+    prefix = _module_name(parent / "__init__.py") + "."
+    children = {p.stem if p.is_file() else p.name for p in parent.iterdir() if p.suffix == ".py" or p.is_dir()}
+    children.discard("__init__")
+    graph: dict[str, set[str]] = {}
+    for path, names in imports.items():
+        if not _under(path, parent) or (path.parent == parent and path.name == "__init__.py"):
+            continue
+        source = path.relative_to(parent).parts[0].removesuffix(".py")
+        for name in names:
+            if name.startswith(prefix):
+                target = name[len(prefix) :].split(".")[0]
+                if target != source and target in children:
+                    graph.setdefault(source, set()).add(target)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """A cycle of `graph` as `[a, b, …, a]`, or `[]` when it has none (depth-first search, nodes in name order)."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return []
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if cycle := visit(target):
+                return cycle
+        path.pop()
+        done.add(node)
+        return []
+
+    for node in sorted(graph):
+        if cycle := visit(node):
+            return cycle
+    return []
+
+
+def test_cycle_finder() -> None:
+    """The check can fail: a cycle is named from its first node; a diamond is no cycle."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"d"}, "c": {"d"}}) == []
+    package = SERVICE / "store"
+    fake = {package / "db" / "engine.py": {"candor.service.store.schema.tables"}, package / "schema" / "x.py": set()}
+    fake[package / "schema" / "tables.py"] = {"candor.service.store.db"}
+    assert find_cycle(package_graph(package, fake)) == ["db", "schema", "db"]
+
+
+def _scanned_imports() -> dict[Path, set[str]]:
+    return {p: n for p, n in _imports_by_file().items() if not any(p == s or _under(p, s) for s in ALEMBIC_SCRIPTS)}
+
+
+@pytest.mark.parametrize("parent", [SERVICE, STORE], ids=["service", "store"])
+def test_package_import_graph_has_no_cycle(parent: Path) -> None:
+    """Issue 37 item 1: the children of candor.service (subpackages and modules) and the subpackages of
+    candor.service.store import each other without a cycle, counting every import (in functions and
+    TYPE_CHECKING blocks too), so each layer can be read, tested and changed without the ones above it."""
+    graph = package_graph(parent, _scanned_imports())
+    assert graph, parent
+    assert find_cycle(graph) == []

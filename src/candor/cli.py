@@ -78,7 +78,7 @@ def fail(message: str, code: int) -> NoReturn:
 
 def load_settings(config: Path | None) -> ServiceSettings:
     """Settings or one line and exit code 2 (S-124): unknown keys, unsafe combinations and bad database URLs."""
-    from .service.store.dialect import async_url
+    from .service.store.db import async_url
 
     try:
         settings = ServiceSettings.load(config)
@@ -93,7 +93,7 @@ def load_settings(config: Path | None) -> ServiceSettings:
 
 def is_unreachable(error: BaseException) -> bool:
     """A failure to reach the database at all (refused, unknown host, timeout), as opposed to a refusal."""
-    from .service.store.engine import is_unavailable
+    from .service.store.db import is_unavailable
 
     if isinstance(error, StoreUnavailable) or is_unavailable(error):
         return True
@@ -104,7 +104,7 @@ def is_unreachable(error: BaseException) -> bool:
 def run_database(action: Coroutine[Any, Any, T] | Callable[[], T], settings: ServiceSettings) -> T:
     """Run one database action (a coroutine, or a callable that runs its own event loop); a service refusal → exit 1,
     an unreachable database → exit 3 (one line each, naming where the database was looked for)."""
-    from .service.store.unreachable import unreachable_message
+    from .service.store.db import unreachable_message
 
     try:
         return action() if callable(action) else asyncio.run(action)
@@ -130,8 +130,8 @@ def migrate(
     ] = False,
 ) -> None:
     """Apply pending schema migrations under the migration lock."""
-    from .service.store.migrate import check_schema
-    from .service.store.migrate import migrate as apply_migrations
+    from .service.store.schema import check_schema
+    from .service.store.schema import migrate as apply_migrations
 
     settings = load_settings(config)
     url = settings.database.url

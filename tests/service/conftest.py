@@ -30,9 +30,9 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from candor.service.store.engine import create_engine
-from candor.service.store.migrate import migrate
-from candor.service.store.tables import metadata
+from candor.service.store.db.engine import create_engine
+from candor.service.store.schema.migration import migrate
+from candor.service.store.schema.tables import metadata
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 POSTGRES_URL = os.environ.get("CANDOR_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from candor.service.logs import configure_logging
 from candor.service.settings import LogSettings
-from candor.service.store.engine import create_engine
+from candor.service.store.db.engine import create_engine
 
 
 def test_json_lines_carry_the_extras(restore_logging: None) -> None:

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from candor.service.core import Service, pool_size_for
 from candor.service.process import loop_factory
 from candor.service.settings import ServiceSettings
-from candor.service.store.engine import create_engine
+from candor.service.store.db.engine import create_engine
 
 
 def test_defaults_are_uvloop_httptools_and_a_pool_of_ten_plus_four() -> None:

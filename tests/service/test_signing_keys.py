@@ -36,7 +36,7 @@ async def test_each_service_owns_its_ring(tmp_path) -> None:
     """Two services in one process keep their own rings (no process-wide global) and bind them to their engines."""
     from candor.service.core import Service
     from candor.service.settings import ServiceSettings
-    from candor.service.store.engine import key_ring_of
+    from candor.service.store.db.engine import key_ring_of
 
     keys = [_key()]
     with_keys = await Service.open(

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from candor.service.core import Service
 from candor.service.process import prepare
 from candor.service.settings import ServiceSettings
-from candor.service.store.dialect import BEGIN_OPTION, install_connection_hooks
-from candor.service.store.engine import create_engine
+from candor.service.store.db.dialect import BEGIN_OPTION, install_connection_hooks
+from candor.service.store.db.engine import create_engine
 
 # `PRAGMA synchronous` reads back as a number.
 _LEVELS = {0: "off", 1: "normal", 2: "full", 3: "extra"}

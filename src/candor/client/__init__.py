@@ -11,12 +11,12 @@
 
 Both clients share one request-building core (`_core.Operations`): idempotency keys generated per logical call and
 reused on its retries, bounded retries on connection errors, 5xx and 429, typed errors from the error envelope.
-`verify_signature` checks a webhook delivery (the service's own verifier, re-exported).
+`verify_signature` checks a webhook delivery (the service's own verifier, re-exported from `candor.webhook_signature`).
 """
 
 from __future__ import annotations
 
-from ..service.outbox.webhooks import verify_signature
+from ..webhook_signature import verify_signature
 from ._core import RetryPolicy, new_idempotency_key, text_input
 from .aio import AsyncCandorClient
 from .batch import ResumeBatch

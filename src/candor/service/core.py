@@ -15,10 +15,8 @@ from .agents import AgentRegistry
 from .runtime import Clock, Entropy, SystemClock, SystemEntropy
 from .settings import ServiceSettings
 from .signing_keys import KeyRing
-from .store.connections import application_name
-from .store.dialect import is_postgresql_url
-from .store.engine import Engine, bind_key_ring, create_engine
-from .store.notify import Notifier
+from .store.db import Engine, application_name, bind_key_ring, create_engine, is_postgresql_url
+from .store.wakeups import Notifier
 from .telemetry import Telemetry
 
 __all__ = ("Service", "DEFAULT_AGENTS", "agent_registry", "pool_size_for")
@@ -41,7 +39,7 @@ heartbeat connections, a process holds at most 16 connections, and six processes
 
 def pool_size_for(settings: ServiceSettings) -> int:
     """`database.pool_size`, or `DEFAULT_POOL_SIZE` when unset (pure), whatever the role and `worker.slots`: a run in
-    flight holds a connection only while one of its statements runs (§7.8.1, store/connections.py)."""
+    flight holds a connection only while one of its statements runs (§7.8.1, store/db/connections.py)."""
     return settings.database.pool_size if settings.database.pool_size is not None else DEFAULT_POOL_SIZE
 
 

@@ -1,7 +1,7 @@
 """The service error family: stable string codes (spec §12) for everything the service raises on purpose.
 
 `ServiceError` shows the tree with each class's HTTP status. Foreign exceptions are translated where they enter
-(store/engine.py for driver errors) and chained with `raise … from exc`. Messages never echo secrets or submitted
+(store/db/engine.py for driver errors) and chained with `raise … from exc`. Messages never echo secrets or submitted
 values.
 """
 

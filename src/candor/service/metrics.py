@@ -64,7 +64,7 @@ HTTP_REQUEST_DURATION = Histogram(
 )
 SQLITE_WRITER_WAIT = Histogram(
     "candor_sqlite_writer_wait_seconds",
-    "Time a SQLite write transaction waited for its turn among the process's writers (store/writer_gate.py).",
+    "Time a SQLite write transaction waited for its turn among the process's writers (store/db/writer_gate.py).",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
 DB_CONNECTIONS = Gauge(

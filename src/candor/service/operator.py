@@ -13,10 +13,9 @@ from typing import Any, TypeVar
 from .errors import NotFound
 from .runtime import Entropy, SystemEntropy
 from .settings import ServiceSettings
-from .store import auth
-from .store.dialect import display_url
-from .store.engine import create_engine, read_transaction, write_transaction
-from .store.migrate import require_current_schema
+from .store import workspaces as auth
+from .store.db import create_engine, display_url, read_transaction, write_transaction
+from .store.schema import require_current_schema
 
 T = TypeVar("T")
 

@@ -27,10 +27,9 @@ from .http.readiness import Readiness, Role, SchemaWatch
 from .listen import bind_listener, split_listen
 from .settings import ServiceSettings
 from .store.checkpoints import build_message_schemas
-from .store.connections import check_server_budget, connection_budget, watch_connections
-from .store.dialect import is_postgresql_url
-from .store.migrate import migrate, require_current_schema
-from .store.notify import listen_for_wakeups
+from .store.db import check_server_budget, connection_budget, is_postgresql_url, watch_connections
+from .store.schema import migrate, require_current_schema
+from .store.wakeups import listen_for_wakeups
 from .worker.drain import drain
 from .worker.loop import WorkerLoop
 

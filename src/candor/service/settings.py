@@ -5,7 +5,7 @@ and also refuses any `CANDOR_` variable that does not name a setting, except the
 `NON_SETTING_VARIABLES`. Every model forbids extra keys, so an unknown section, field or outbox kind fails
 validation (S-124); the sections are in settings_sections.py and settings_agents.py. `check_startup()` enforces
 the cross-setting checks of §3.3 (S-56). `database.url` keeps the operator's spelling (`sqlite:///…`,
-`postgresql://…`); store/engine.py maps it to an async driver. This module is the settings' home: every name
+`postgresql://…`); store/db/engine.py maps it to an async driver. This module is the settings' home: every name
 below is imported from here.
 """
 

@@ -90,7 +90,7 @@ class DatabaseSettings(Section):
     returned while the pool is full, so a busy process that keeps needing them pays a new connection every time."""
     processes: int | None = Field(None, ge=1, le=10000)
     """candor processes of every role sharing this PostgreSQL database, for the startup check that their connection
-    budgets fit the server's `max_connections` (store/connections.py). Unset: estimated from the candor processes
+    budgets fit the server's `max_connections` (store/db/connections.py). Unset: estimated from the candor processes
     connected when this one starts."""
     sqlite_synchronous: Literal["full", "normal"] = "full"
     """SQLite's `PRAGMA synchronous` (PostgreSQL ignores it). `full`: every commit is on disk before it returns, so

@@ -21,12 +21,12 @@ from candor.service.protocol.authority import Principal
 from candor.service.protocol.pending import Pending, build_pending, wait_reason
 from candor.service.runtime import SystemEntropy
 from candor.service.settings import ServiceSettings
-from candor.service.store import auth
-from candor.service.store.checkpoints import CheckpointEnvelope, encode_history, insert_checkpoint
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.store.tables import inbox_entries, run_attempts, runs, threads
-from candor.service.store.views import EntryRow, RunRow, ThreadRow, get_entry, load_run, load_thread
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_history, insert_checkpoint
+from candor.service.store.db.engine import read_transaction, write_transaction
+from candor.service.store.reads.views import EntryRow, RunRow, ThreadRow, get_entry, load_run, load_thread
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import inbox_entries, run_attempts, runs, threads
+from candor.service.store.workspaces import auth as auth
 
 AGENTS = ("demo", "other")
 TEXT = {"content": [{"type": "text", "text": "hello"}]}

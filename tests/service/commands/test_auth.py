@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import event, select
 
 from candor.service.errors import AlreadyBootstrapped, AlreadyExists, InvalidArgument, NotFound
-from candor.service.store import auth
-from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.store.tables import principals, workspaces
+from candor.service.store.db.engine import read_transaction, write_transaction
+from candor.service.store.schema.tables import principals, workspaces
+from candor.service.store.workspaces import auth as auth
 
 from .helpers import count, make_service, new_key, new_workspace
 

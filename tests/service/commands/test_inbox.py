@@ -20,10 +20,10 @@ from candor.service.errors import (
     PreconditionFailed,
     RateLimited,
 )
-from candor.service.store import auth
-from candor.service.store.engine import write_transaction
-from candor.service.store.tables import inbox_entries
-from candor.service.store.threads import options_digest, payload_size
+from candor.service.store.db.engine import write_transaction
+from candor.service.store.schema.tables import inbox_entries
+from candor.service.store.threads.submit import options_digest, payload_size
+from candor.service.store.workspaces import auth as auth
 
 from .helpers import TEXT, entry_row, make_service, new_key, seal_run, text, thread_row
 

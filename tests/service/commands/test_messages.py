@@ -13,11 +13,11 @@ from sqlalchemy import select, update
 
 from candor.service import commands
 from candor.service.errors import CheckpointCorrupt, NotFound
-from candor.service.store.checkpoints import EncodedMessage
-from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.store.messages import iter_added_messages, window_ranges
-from candor.service.store.packed_messages import pack_messages, unpack_messages
-from candor.service.store.tables import checkpoints
+from candor.service.store.checkpoints.incremental import EncodedMessage
+from candor.service.store.checkpoints.packed_messages import pack_messages, unpack_messages
+from candor.service.store.db.engine import read_transaction, write_transaction
+from candor.service.store.reads.messages import iter_added_messages, window_ranges
+from candor.service.store.schema.tables import checkpoints
 
 from .helpers import TEXT, claim_run, commit_history, make_service, new_key
 from transactions import statements_sent

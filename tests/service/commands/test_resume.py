@@ -15,12 +15,12 @@ from candor.service.errors import Conflict, Disabled, Forbidden, InvalidArgument
 from candor.service.protocol.idempotency import resume_digest
 from candor.service.protocol.pending import Pending, pending_problem
 from candor.service.protocol.resume import ResumeAnswers, resume_refusal, split_resume_lookup, successor_of
-from candor.service.store import auth
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import guarded_writes, read_transaction, write_transaction
-from candor.service.store.resume import GUARD_LOST, read_resume, start_successor
-from candor.service.store.tables import outbox, runs, subscriptions
-from candor.service.store.threads import start_run
+from candor.service.store.db.engine import guarded_writes, read_transaction, write_transaction
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import outbox, runs, subscriptions
+from candor.service.store.threads.resume import GUARD_LOST, read_resume, start_successor
+from candor.service.store.threads.submit import start_run
+from candor.service.store.workspaces import auth as auth
 
 from .helpers import TEXT, count, make_service, new_key, pending_of, run_row, seal_run, text, thread_row
 from store.test_round_trips import statements

@@ -10,7 +10,7 @@ import pytest
 
 from candor.service import commands
 from candor.service.errors import ServiceError
-from candor.service.store import views
+from candor.service.store import reads as views
 
 from .helpers import TEXT, entry_row, make_service, new_key, seal_run, text, thread_row
 

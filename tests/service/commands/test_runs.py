@@ -10,9 +10,9 @@ from candor.service import commands
 from candor.service.commands.acceptance import still_there
 from candor.service.errors import Conflict, Disabled, PreconditionFailed, ServiceError
 from candor.service.protocol.outcomes import CANCELLED_MESSAGE
-from candor.service.store import auth
-from candor.service.store.engine import write_transaction
-from candor.service.store.tables import run_attempts, runs
+from candor.service.store.db.engine import write_transaction
+from candor.service.store.schema.tables import run_attempts, runs
+from candor.service.store.workspaces import auth as auth
 
 from .helpers import TEXT, claim_run, count, entry_row, make_service, new_key, run_row, seal_run, text
 

@@ -13,11 +13,11 @@ from sqlalchemy import select
 
 from candor.service import commands
 from candor.service.errors import Conflict, Disabled, EntryTooLarge, Forbidden, InvalidArgument, RateLimited
-from candor.service.store import auth
-from candor.service.store.checkpoints import load_state
-from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.store.tables import checkpoints, inbox_entries, runs, threads
-from candor.service.store.threads import NewEntry, advance_thread, append_entry, lock_thread
+from candor.service.store.checkpoints.incremental import load_state
+from candor.service.store.db.engine import read_transaction, write_transaction
+from candor.service.store.schema.tables import checkpoints, inbox_entries, runs, threads
+from candor.service.store.threads.submit import NewEntry, advance_thread, append_entry, lock_thread
+from candor.service.store.workspaces import auth as auth
 
 from .helpers import TEXT, count, entry_row, make_service, new_key, run_row, seal_run, text, thread_row
 

@@ -13,7 +13,7 @@ from candor.service.agents import AgentRegistry
 from candor.service.core import Service
 from candor.service.http import create_app
 from candor.service.settings import ServiceSettings
-from candor.service.store.engine import create_engine
+from candor.service.store.db.engine import create_engine
 
 from http_support import REQUEST_ID, TEXT, app_for, client_for, create_thread, error_of
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from candor.service.store import auth
-from candor.service.store.engine import write_transaction
+from candor.service.store.db.engine import write_transaction
+from candor.service.store.workspaces import auth as auth
 
 from commands.helpers import pending_of, seal_run
 from http_support import TEXT, create_thread, error_of

@@ -21,7 +21,7 @@ from candor.client import (
     Unauthenticated,
 )
 from candor.service.http.stream import StreamTiming
-from candor.service.store.tables import runs
+from candor.service.store.schema.tables import runs
 
 from commands.helpers import count, pending_of, seal_run
 from http_support import BASE_URL, error_of

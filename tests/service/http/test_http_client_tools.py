@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from candor.service.agents import AgentRegistry
-from candor.service.store.tables import runs, threads
+from candor.service.store.schema.tables import runs, threads
 
 from commands.helpers import count, run_row
 from http_support import TEXT, create_thread, error_of

@@ -25,8 +25,8 @@ from candor.service.core import Service
 from candor.service.http import create_app
 from candor.service.http.edge import MAX_JSON_DEPTH, body_problems, header_problems, media_type_ok
 from candor.service.http.errors import bounded
-from candor.service.store.engine import read_transaction
-from candor.service.store.tables import metadata
+from candor.service.store.db.engine import read_transaction
+from candor.service.store.schema.tables import metadata
 
 from commands.helpers import make_service, seal_run
 from http_support import TEXT, Key, client_for, create_thread, error_of, new_key, text

@@ -6,9 +6,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from candor.service.store import auth
-from candor.service.store.engine import write_transaction
-from candor.service.store.tables import principals
+from candor.service.store.db.engine import write_transaction
+from candor.service.store.schema.tables import principals
+from candor.service.store.workspaces import auth as auth
 
 from http_support import Key, create_thread, error_of
 

@@ -9,7 +9,7 @@ import pytest
 
 from candor.service.http import Readiness
 from candor.service.http import readiness as readiness_module
-from candor.service.store.migrate import SchemaStatus
+from candor.service.store.schema.migration import SchemaStatus
 
 from http_support import app_for, client_for, error_of
 

@@ -15,7 +15,7 @@ from candor.service.http import readiness as readiness_module
 from candor.service.http.readiness import SCHEMA_RECHECK_SECONDS, SchemaWatch
 from candor.service.process import prepare
 from candor.service.settings import ServiceSettings
-from candor.service.store.migrate import SchemaStatus, head_revision
+from candor.service.store.schema.migration import SchemaStatus, head_revision
 
 from http_support import app_for, client_for
 

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic_ai import ModelMessagesTypeAdapter
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-from candor.service.store.tables import runs
+from candor.service.store.schema.tables import runs
 
 from commands.helpers import claim_run, commit_history, count, pending_of, run_row, seal_run
 from http_support import TEXT, create_thread, error_of, text

@@ -32,9 +32,9 @@ from candor.service.http import Readiness, create_app
 from candor.service.http.stream import StreamTiming
 from candor.service.runtime import SystemEntropy
 from candor.service.settings import ServiceSettings
-from candor.service.store import auth
-from candor.service.store.engine import create_engine, write_transaction
-from candor.service.store.migrate import migrate
+from candor.service.store.db.engine import create_engine, write_transaction
+from candor.service.store.schema.migration import migrate
+from candor.service.store.workspaces import auth as auth
 
 _DEEP_EXAMPLES = os.environ.get("CANDOR_SCHEMATHESIS_EXAMPLES")
 MAX_EXAMPLES = int(_DEEP_EXAMPLES) if _DEEP_EXAMPLES else 25

@@ -13,9 +13,9 @@ from candor.service.agents import AgentRegistry
 from candor.service.control.sweeps import trim_streams
 from candor.service.http import stream as http_stream
 from candor.service.http.stream import StreamTiming
-from candor.service.store.dialect import db_now
-from candor.service.store.streams import trim_streams as trim_stream_entries
-from candor.service.store.tables import principals, stream_entries
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import principals, stream_entries
+from candor.service.store.threads.streams import trim_streams as trim_stream_entries
 from candor.service.worker import WorkerLoop
 
 from http_support import TEXT, create_thread, error_of

@@ -20,9 +20,9 @@ from candor.service.http import create_app
 from candor.service.outbox.delivery import deliver_outbox
 from candor.service.outbox.webhooks import verify_signature
 from candor.service.signing_keys import KeyRing
-from candor.service.store import auth
-from candor.service.store.engine import bind_key_ring, write_transaction
-from candor.service.store.tables import subscriptions
+from candor.service.store.db.engine import bind_key_ring, write_transaction
+from candor.service.store.schema.tables import subscriptions
+from candor.service.store.workspaces import auth as auth
 
 from commands.helpers import make_service
 from http_support import Key, client_for, create_thread, error_of, new_key

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from candor.service.store.streams import read_stream
+from candor.service.store.threads.streams import read_stream
 from candor.service.worker import WorkerLoop
 from candor.tools import UNKNOWN_OUTCOME_CONTENT
 

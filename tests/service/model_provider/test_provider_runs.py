@@ -17,8 +17,8 @@ from sqlalchemy import select, text
 
 from candor.service import commands
 from candor.service.protocol.authority import Principal
-from candor.service.store.streams import read_stream
-from candor.service.store.tables import metadata
+from candor.service.store.schema.tables import metadata
+from candor.service.store.threads.streams import read_stream
 from candor.service.worker import WorkerLoop
 
 from .agents import AGENT, charges

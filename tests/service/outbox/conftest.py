@@ -9,7 +9,7 @@ import pytest
 
 from candor.service import failpoints
 from candor.service.runtime import FakeClock
-from candor.service.store.engine import bind_key_ring
+from candor.service.store.db.engine import bind_key_ring
 
 from . import support
 from worker import support as worker_support

@@ -16,9 +16,9 @@ from candor.service.core import Service
 from candor.service.runtime import FakeClock, SeededEntropy
 from candor.service.settings import ServiceSettings
 from candor.service.signing_keys import KeyRing
-from candor.service.store.dialect import db_now
-from candor.service.store.outbox import enqueue_once, new_outbox_id
-from candor.service.store.tables import outbox, subscriptions
+from candor.service.store.runs.outbox_staging import enqueue_once, new_outbox_id
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import outbox, subscriptions
 
 from worker import support as worker_support
 

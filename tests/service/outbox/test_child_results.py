@@ -13,10 +13,10 @@ from typing import Any
 from sqlalchemy import insert, select, update
 
 from candor.service.outbox.delivery import deliver_outbox, handle_child_result
-from candor.service.store import interrupts
-from candor.service.store.dialect import db_now
-from candor.service.store.outbox import enqueue_once
-from candor.service.store.tables import inbox_entries, outbox, threads
+from candor.service.store.runs.outbox_staging import enqueue_once
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import inbox_entries, outbox, threads
+from candor.service.store.threads import interrupts as interrupts
 from candor.service.worker import WorkerLoop
 
 from . import support

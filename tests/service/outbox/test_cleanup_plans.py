@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from candor.service.store.cleanup import cleanup_checkpoint_page
+from candor.service.store.outbox.cleanup import cleanup_checkpoint_page
 from candor.service.worker import WorkerLoop
 
 from . import support

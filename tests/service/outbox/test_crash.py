@@ -14,9 +14,9 @@ from sqlalchemy import func, select, update
 
 from candor.service.failpoints import ENV_VAR, EXIT_CODE
 from candor.service.outbox.delivery import deliver_outbox
-from candor.service.store.dialect import db_now
-from candor.service.store.outbox import stage_run_event
-from candor.service.store.tables import checkpoints, outbox
+from candor.service.store.runs.outbox_staging import stage_run_event
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import checkpoints, outbox
 from candor.service.worker import WorkerLoop
 
 from . import support

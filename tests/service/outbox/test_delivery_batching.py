@@ -18,9 +18,9 @@ from candor.service.outbox.delivery import DeliveryLoop, HandlerResult, settleme
 from candor.service.outbox.webhooks import DRAIN_LIMIT_BYTES, drainable_body, webhook_client
 from candor.service.runtime import FakeClock
 from candor.service.settings import ServiceSettings
-from candor.service.store.dialect import db_now
-from candor.service.store.outbox_claims import ClaimedRow, Settlement, claim_rows, group_settlements, settle_many
-from candor.service.store.tables import outbox
+from candor.service.store.outbox.claims import ClaimedRow, Settlement, claim_rows, group_settlements, settle_many
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import outbox
 
 from . import support
 from .support import outbox_row

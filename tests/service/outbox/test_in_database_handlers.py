@@ -12,9 +12,9 @@ from sqlalchemy import func, select, update
 
 from candor.service.outbox import delivery
 from candor.service.outbox.delivery import HandlerResult, InDatabaseHandler, deliver_outbox
-from candor.service.store.dialect import db_now
-from candor.service.store.outbox import enqueue_once
-from candor.service.store.tables import checkpoints, outbox
+from candor.service.store.runs.outbox_staging import enqueue_once
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import checkpoints, outbox
 from candor.service.worker import WorkerLoop
 
 from . import support

@@ -14,7 +14,7 @@ from candor.service.control.sweeps import Sweep, run_sweep, sweep_table
 from candor.service.metrics import attempt_status_label
 from candor.service.outbox.delivery import deliver_outbox
 from candor.service.runtime import FakeClock
-from candor.service.store.engine import write_transaction
+from candor.service.store.db.engine import write_transaction
 from candor.service.worker import WorkerLoop
 from candor.service.worker.loop import slot_counts
 

@@ -16,11 +16,11 @@ from candor.service.errors import Conflict
 from candor.service.metrics import OUTBOX_BACKLOG_ALERT, OUTBOX_DEAD
 from candor.service.outbox.delivery import deliver_outbox
 from candor.service.outbox.webhooks import canonical_body, sign, verify_signature
-from candor.service.store.dialect import db_now
-from candor.service.store.outbox import enqueue_once, stage_run_event
-from candor.service.store.outbox_backlog import redeliver
-from candor.service.store.outbox_claims import claim_rows, settle
-from candor.service.store.tables import checkpoints, outbox, subscriptions
+from candor.service.store.outbox.backlog import redeliver
+from candor.service.store.outbox.claims import claim_rows, settle
+from candor.service.store.runs.outbox_staging import enqueue_once, stage_run_event
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import checkpoints, outbox, subscriptions
 from candor.service.worker import WorkerLoop
 
 from . import support
@@ -358,7 +358,7 @@ async def test_staged_rows_survive_subscription_edits_and_unreadable_secrets_sta
 
 async def test_checkpoint_cleanup_keeps_the_run_readable(db, tenant, clock) -> None:
     """§9.6, S-47: cleanup clears superseded envelopes but never data reachable from a current checkpoint."""
-    from candor.service.store.checkpoints import load_state
+    from candor.service.store.checkpoints.incremental import load_state
 
     service = support.make_service(db.url, db.engine, clock=clock)
     async with db.engine.begin() as conn:
@@ -387,8 +387,8 @@ async def test_checkpoint_cleanup_keeps_the_run_readable(db, tenant, clock) -> N
 async def test_recovery_stages_accepted_and_failed_attempt(db, tenant, receiver, clock) -> None:
     """S-106, §7.6 step 3: a lease-expiry recovery stages `run.accepted` and `run_attempt.failed`."""
     from candor.service.control.sweeps import expire_leases
-    from candor.service.store.runs import claim_runs
-    from candor.service.store.tables import run_attempts
+    from candor.service.store.runs.claims import claim_runs
+    from candor.service.store.schema.tables import run_attempts
 
     service = support.make_service(db.url, db.engine, clock=clock)
     async with db.engine.begin() as conn:
@@ -421,9 +421,9 @@ async def test_checkpoint_cleanup_deletes_rows_shadowed_by_a_history_rewrite(db,
     checkpoint that is another run's start keeps everything."""
     from pydantic_ai.messages import ModelRequest, UserPromptPart
 
-    from candor.service.store.checkpoints import encode_message, load_state
-    from candor.service.store.cleanup import cleanup_checkpoints
-    from candor.service.store.tables import checkpoint_messages, checkpoints, runs
+    from candor.service.store.checkpoints.incremental import encode_message, load_state
+    from candor.service.store.outbox.cleanup import cleanup_checkpoints
+    from candor.service.store.schema.tables import checkpoint_messages, checkpoints, runs
 
     def message(text: str):
         return encode_message(ModelRequest(parts=[UserPromptPart(content=text)]))
@@ -470,7 +470,7 @@ async def as_message_rows(conn, checkpoint_id, first_index, messages) -> None:
     """Store a checkpoint's new messages as a checkpoint written before migration 0007 did: one row each."""
     from sqlalchemy import insert
 
-    from candor.service.store.tables import checkpoint_messages, checkpoints
+    from candor.service.store.schema.tables import checkpoint_messages, checkpoints
 
     await conn.execute(update(checkpoints).where(checkpoints.c.id == checkpoint_id).values(messages=None))
     for offset, encoded in enumerate(messages):
@@ -482,7 +482,7 @@ async def as_message_rows(conn, checkpoint_id, first_index, messages) -> None:
 
 
 async def insert_checkpoint_for(conn, ref, *, seq, base, base_encoded, new) -> str:
-    from candor.service.store.checkpoints import CheckpointEnvelope, insert_checkpoint
+    from candor.service.store.checkpoints.incremental import CheckpointEnvelope, insert_checkpoint
 
     written = await insert_checkpoint(
         conn,
@@ -504,7 +504,7 @@ async def test_checkpoint_cleanup_pages_with_a_cursor_and_deferred_settles(db, t
     import functools
 
     from candor.service.outbox import delivery
-    from candor.service.store.cleanup import cleanup_page_locked
+    from candor.service.store.outbox.cleanup import cleanup_page_locked
 
     monkeypatch.setattr(delivery, "cleanup_page_locked", functools.partial(cleanup_page_locked, limit=1))
     service = support.make_service(db.url, db.engine, clock=clock)

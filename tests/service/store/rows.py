@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import insert, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from candor.service.store.dialect import db_now
-from candor.service.store.tables import principals, run_attempts, runs, threads, workspaces
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import principals, run_attempts, runs, threads, workspaces
 
 
 def new_id(prefix: str) -> str:

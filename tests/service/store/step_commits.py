@@ -13,13 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from candor.service.errors import LeaseLost
 from candor.service.protocol.fencing import Lease
-from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
-from candor.service.store.current_checkpoint import run_columns
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.store.runs import claim_runs, start_attempt
-from candor.service.store.seals import commit_checkpoint
-from candor.service.store.tables import checkpoints, inbox_entries, runs
+from candor.service.store.attempts.seals import commit_checkpoint
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history
+from candor.service.store.db.engine import read_transaction, write_transaction
+from candor.service.store.runs.claims import claim_runs, start_attempt
+from candor.service.store.runs.current_checkpoint import run_columns
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import checkpoints, inbox_entries, runs
 
 from .rows import add_run, add_thread, add_workspace, new_id
 from .test_checkpoints import prompt, step

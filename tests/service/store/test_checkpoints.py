@@ -23,7 +23,7 @@ from sqlalchemy import func, select, update
 
 from candor.harness.state import CapabilityState, HarnessState
 from candor.service.errors import CheckpointCorrupt
-from candor.service.store.checkpoints import (
+from candor.service.store.checkpoints.incremental import (
     CheckpointEnvelope,
     EncodedMessage,
     LoadedCheckpoint,
@@ -39,10 +39,10 @@ from candor.service.store.checkpoints import (
     plan_ranges,
     sha256_hex,
 )
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import read_transaction, write_transaction
-from candor.service.store.packed_messages import pack_messages, unpack_messages
-from candor.service.store.tables import checkpoint_messages, checkpoints, runs
+from candor.service.store.checkpoints.packed_messages import pack_messages, unpack_messages
+from candor.service.store.db.engine import read_transaction, write_transaction
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import checkpoint_messages, checkpoints, runs
 
 from .rows import add_run, add_thread, add_workspace
 
@@ -452,8 +452,8 @@ def test_encoding_is_reused_only_for_the_same_message_objects() -> None:
     is encoded again from there on; the result always equals a full encoding."""
     from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-    from candor.service.store import checkpoints as store_checkpoints
-    from candor.service.store.checkpoints import encode_history, encode_history_reusing
+    from candor.service.store.checkpoints import incremental as store_checkpoints
+    from candor.service.store.checkpoints.incremental import encode_history, encode_history_reusing
 
     first = [ModelRequest(parts=[UserPromptPart(f"q{i}")]) for i in range(3)]
     encoded = encode_history(first)

@@ -1,4 +1,4 @@
-"""Connection budgets (§7.8.1, store/connections.py): a process's PostgreSQL connections are bounded by its pool
+"""Connection budgets (§7.8.1, store/db/connections.py): a process's PostgreSQL connections are bounded by its pool
 settings, never by `worker.slots`; a full pool or a full server makes work wait (bounded by `database.timeout`)
 instead of failing it; the startup check warns when the processes could exceed `max_connections`."""
 
@@ -17,7 +17,7 @@ from sqlalchemy import text
 from candor.service.core import Service
 from candor.service.errors import StoreUnavailable
 from candor.service.settings import ServiceSettings
-from candor.service.store.connections import (
+from candor.service.store.db.connections import (
     ConnectionBudget,
     application_name,
     check_server_budget,
@@ -29,7 +29,7 @@ from candor.service.store.connections import (
     server_budget_warning,
     watch_connections,
 )
-from candor.service.store.engine import read_transaction
+from candor.service.store.db.engine import read_transaction
 
 
 def test_the_budget_counts_the_pool_its_overflow_and_a_workers_listen_connection() -> None:

@@ -10,9 +10,10 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from candor.service.store.dialect import db_now, dialect_name, insert_ignoring_conflicts, violated_constraint
-from candor.service.store.engine import write_transaction
-from candor.service.store.tables import (
+from candor.service.store.db.dialect import dialect_name
+from candor.service.store.db.engine import write_transaction
+from candor.service.store.schema.dialect import db_now, insert_ignoring_conflicts, violated_constraint
+from candor.service.store.schema.tables import (
     checkpoint_messages,
     checkpoints,
     inbox_entries,

@@ -14,16 +14,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.dialect import async_url, db_now
-from candor.service.store.engine import (
+from candor.service.store.db.dialect import async_url
+from candor.service.store.db.engine import (
     after_commit,
     create_engine,
     guarded_writes,
     read_transaction,
     write_transaction,
 )
-from candor.service.store.statements import fetch_rows
-from candor.service.store.tables import workspaces
+from candor.service.store.db.statements import fetch_rows
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import workspaces
 
 from .rows import add_workspace, new_id
 
@@ -139,7 +140,7 @@ async def test_a_connection_closed_by_the_server_is_replaced_at_checkout(postgre
 
 
 async def test_guarded_writes_commit_each_statement_on_postgresql_and_one_transaction_on_sqlite(db: Any) -> None:
-    """§8.6 as `store/resume.py` runs it (S-85): on PostgreSQL `guarded_writes` holds no transaction, each statement
+    """§8.6 as `store/threads/resume.py` runs it (S-85): on PostgreSQL `guarded_writes` holds no transaction, each statement
     sent with `fetch_rows` commits on its own and another connection sees it before the block ends; on SQLite the
     block is one `BEGIN IMMEDIATE` transaction, committed when it ends. `after_commit` hooks run once the block has
     ended without an error, never after an error."""

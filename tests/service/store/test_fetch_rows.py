@@ -11,10 +11,10 @@ from sqlalchemy import bindparam, func, insert, select, text
 from sqlalchemy import exc as sa_exc
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.dialect import violated_constraint
-from candor.service.store.engine import create_engine, read_transaction, write_transaction
-from candor.service.store.statements import fetch_rows
-from candor.service.store.tables import principals, workspaces
+from candor.service.store.db.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.db.statements import fetch_rows
+from candor.service.store.schema.dialect import violated_constraint
+from candor.service.store.schema.tables import principals, workspaces
 
 from .rows import add_principal, add_workspace
 from transactions import sent_in_transactions_on_driver

@@ -17,9 +17,9 @@ from sqlalchemy import text
 
 from candor.service.protocol.fencing import FenceSnapshot, is_renewable
 from candor.service.protocol.transitions import ATTEMPT_STATUSES, RUN_STATUSES
-from candor.service.store.engine import create_engine, write_transaction
-from candor.service.store.leases import select_renewable
-from candor.service.store.runs import to_datetime
+from candor.service.store.db.engine import create_engine, write_transaction
+from candor.service.store.runs.claims import to_datetime
+from candor.service.store.runs.leases import select_renewable
 
 NOW = 1_700_000_000.0
 LEASE_SECONDS = 30.0

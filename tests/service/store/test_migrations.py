@@ -13,24 +13,25 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserProm
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from candor.service.errors import SchemaMismatch, StoreUnavailable
-from candor.service.store.checkpoints import (
+from candor.service.store.attempts.seals import select_run_usage, sum_usage
+from candor.service.store.checkpoints.incremental import (
     CheckpointEnvelope,
     encode_envelope,
     encode_history,
     insert_checkpoint,
     load_state,
 )
-from candor.service.store.dialect import MIGRATION_LOCK_KEY, trigger_names
-from candor.service.store.engine import create_engine
-from candor.service.store.migrate import (
+from candor.service.store.db.dialect import MIGRATION_LOCK_KEY
+from candor.service.store.db.engine import create_engine
+from candor.service.store.schema.dialect import trigger_names
+from candor.service.store.schema.migration import (
     alembic_config,
     check_schema,
     head_revision,
     migrate,
     require_current_schema,
 )
-from candor.service.store.seals import select_run_usage, sum_usage
-from candor.service.store.tables import GUARDS, metadata
+from candor.service.store.schema.tables import GUARDS, metadata
 
 
 async def _table_names(url: str) -> set[str]:

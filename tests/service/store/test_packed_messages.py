@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from candor.service.errors import CheckpointCorrupt
-from candor.service.store.checkpoints import EncodedMessage, sha256_hex
-from candor.service.store.packed_messages import pack_messages, unpack_messages
+from candor.service.store.checkpoints.incremental import EncodedMessage, sha256_hex
+from candor.service.store.checkpoints.packed_messages import pack_messages, unpack_messages
 
 
 def _message(body: str) -> EncodedMessage:

@@ -1,4 +1,4 @@
-"""Statements straight on asyncpg (`store/pg_driver.py`): errors that mean "unavailable" become `StoreUnavailable`
+"""Statements straight on asyncpg (`store/db/pg_driver.py`): errors that mean "unavailable" become `StoreUnavailable`
 (503 `unavailable`) as they do through SQLAlchemy, others stay the driver's; a connection the body left inside a
 transaction never goes back to the pool; Core statements are compiled once with their parameters in order."""
 
@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import bindparam, select
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.engine import create_engine
-from candor.service.store.pg_driver import pooled_asyncpg, prepared_statement
-from candor.service.store.tables import principals
+from candor.service.store.db.engine import create_engine
+from candor.service.store.db.pg_driver import pooled_asyncpg, prepared_statement
+from candor.service.store.schema.tables import principals
 
 pytestmark = pytest.mark.postgres
 

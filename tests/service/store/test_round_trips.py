@@ -17,15 +17,15 @@ from sqlalchemy.engine.default import CacheStats
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from candor.service.errors import LeaseLost, StoreUnavailable
-from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history, load_state
-from candor.service.store.dialect import allocate_stream_ids, db_now
-from candor.service.store.engine import create_engine, read_transaction, write_transaction
-from candor.service.store.pg_driver import pooled_asyncpg
-from candor.service.store.runs import lock_attempt
-from candor.service.store.seals import commit_checkpoint
-from candor.service.store.step_commit import render_postgresql
-from candor.service.store.streams import NewStreamEntry
-from candor.service.store.tables import (
+from candor.service.store.attempts.seals import commit_checkpoint
+from candor.service.store.attempts.step_commit import render_postgresql
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history, load_state
+from candor.service.store.db.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.db.pg_driver import pooled_asyncpg
+from candor.service.store.reads.views import select_run
+from candor.service.store.runs.claims import lock_attempt
+from candor.service.store.schema.dialect import allocate_stream_ids, db_now
+from candor.service.store.schema.tables import (
     checkpoint_messages,
     checkpoints,
     inbox_entries,
@@ -35,7 +35,7 @@ from candor.service.store.tables import (
     threads,
     usage_records,
 )
-from candor.service.store.views import select_run
+from candor.service.store.threads.streams import NewStreamEntry
 
 from .step_commits import commit_twice_and_once_refused, first_commit_in_background, leased_run, stored_checkpoints
 from .test_checkpoints import prompt, step
@@ -43,7 +43,7 @@ from transactions import sent_in_transactions_on_driver
 from waiting import wait_until
 
 COMMIT_STATEMENTS = {"postgresql": 1, "sqlite": 1}
-"""A plain step (store/step_commit.py) is one INSERT on both backends: the checkpoint row, its new messages packed in
+"""A plain step (store/attempts/step_commit.py) is one INSERT on both backends: the checkpoint row, its new messages packed in
 it and its usage, selected from the fence (attempt and run) and, on PostgreSQL, the step's stream entries as CTEs of
 the same statement (none here). On SQLite, without stream entries, the INSERT commits on its own."""
 
@@ -74,7 +74,7 @@ def statements(engine: AsyncEngine) -> Iterator[list[tuple[str, CacheStats]]]:
 async def driver_statements(engine: AsyncEngine) -> AsyncIterator[list[str]]:
     """The SQL statements `engine`'s connections send inside the block, as the driver sees them: asyncpg's query log
     (its type introspection, once per connection, left out) or SQLite's trace callback. A plain step commit runs on the
-    driver directly on PostgreSQL (`store/step_commit.py`), so SQLAlchemy's events (`statements`) do not see it.
+    driver directly on PostgreSQL (`store/attempts/step_commit.py`), so SQLAlchemy's events (`statements`) do not see it.
     BEGIN, COMMIT and ROLLBACK are left out (PostgreSQL's step commit has none: it is one statement).
     Only connections checked out inside the block are observed. asyncpg hands its log to the loggers on the event
     loop's next turn (`call_soon`), so the block ends with one."""

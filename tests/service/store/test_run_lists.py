@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from candor.service.store.run_lists import list_workspace_runs, select_workspace_runs
+from candor.service.store.reads.run_lists import list_workspace_runs, select_workspace_runs
 
 from .rows import add_run, add_thread, add_workspace
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select
 
-from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
-from candor.service.store.engine import create_engine, write_transaction
-from candor.service.store.seals import commit_checkpoint
+from candor.service.store.attempts.seals import commit_checkpoint
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history
+from candor.service.store.db.engine import create_engine, write_transaction
 
 from .step_commits import commit_twice_and_once_refused, first_commit_in_background, leased_run, stored_checkpoints
 from .test_checkpoints import prompt

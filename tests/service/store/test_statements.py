@@ -10,9 +10,9 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
-from candor.service.store import checkpoints
-from candor.service.store.dialect import db_now, insert_ignoring_conflicts
-from candor.service.store.tables import outbox
+from candor.service.store.checkpoints import incremental as checkpoints
+from candor.service.store.schema.dialect import db_now, insert_ignoring_conflicts
+from candor.service.store.schema.tables import outbox
 
 DIALECTS: dict[str, Dialect] = {"sqlite": sqlite.dialect(), "postgresql": postgresql.dialect()}
 

@@ -24,9 +24,10 @@ from candor.service.protocol.transitions import (
     may_update_attempt,
     may_update_run,
 )
-from candor.service.store.dialect import StatusGuard, dialect_name, guard_ddl
-from candor.service.store.engine import create_engine, write_transaction
-from candor.service.store.tables import ATTEMPT_GUARD, RUN_GUARD
+from candor.service.store.db.dialect import dialect_name
+from candor.service.store.db.engine import create_engine, write_transaction
+from candor.service.store.schema.dialect import StatusGuard, guard_ddl
+from candor.service.store.schema.tables import ATTEMPT_GUARD, RUN_GUARD
 
 CASES = [
     pytest.param(RUN_GUARD, RUN_STATUSES, may_update_run, can_transition, id="runs"),

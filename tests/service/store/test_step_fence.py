@@ -15,16 +15,16 @@ from sqlalchemy import func, insert, select, update
 from candor.service.errors import LeaseLost
 from candor.service.protocol.fencing import Lease
 from candor.service.protocol.transitions import attempt_end
-from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
-from candor.service.store.current_checkpoint import materialize_current_checkpoint
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import create_engine, read_transaction, write_transaction
-from candor.service.store.packed_messages import pack_messages, unpack_messages
-from candor.service.store.recovery import recover_attempt, requeue_run
-from candor.service.store.runs import claim_runs, lock_fenced, start_attempt
-from candor.service.store.seals import SealRequest, commit_checkpoint, failure, finish_attempt, seal_run
-from candor.service.store.step_commit import StepCommit
-from candor.service.store.tables import checkpoints, inbox_entries, run_attempts, runs
+from candor.service.store.attempts.recovery import recover_attempt, requeue_run
+from candor.service.store.attempts.seals import SealRequest, commit_checkpoint, failure, finish_attempt, seal_run
+from candor.service.store.attempts.step_commit import StepCommit
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history
+from candor.service.store.checkpoints.packed_messages import pack_messages, unpack_messages
+from candor.service.store.db.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.runs.claims import claim_runs, lock_fenced, start_attempt
+from candor.service.store.runs.current_checkpoint import materialize_current_checkpoint
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import checkpoints, inbox_entries, run_attempts, runs
 
 from .rows import new_id
 from .step_commits import leased_run

@@ -7,10 +7,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
-from candor.service.store.seals import commit_checkpoint
-from candor.service.store.streams import NewStreamEntry, append_stream_entries, read_stream
-from candor.service.store.tables import checkpoints, threads
+from candor.service.store.attempts.seals import commit_checkpoint
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history
+from candor.service.store.schema.tables import checkpoints, threads
+from candor.service.store.threads.streams import NewStreamEntry, append_stream_entries, read_stream
 
 from .step_commits import leased_run
 from .test_checkpoints import prompt

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from candor.service.store.thread_lists import ThreadFilters, list_workspace_threads, select_workspace_threads
+from candor.service.store.reads.thread_lists import ThreadFilters, list_workspace_threads, select_workspace_threads
 
 from .rows import add_thread, add_workspace
 from .test_run_lists import _assert_index_range, _plan

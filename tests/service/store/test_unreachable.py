@@ -7,7 +7,8 @@ import errno
 import pytest
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.unreachable import database_location, unreachable_message, unreachable_reason
+from candor.service.protocol.db_faults import describe_database_error
+from candor.service.store.db.unreachable import database_location, unreachable_message, unreachable_reason
 
 
 @pytest.mark.parametrize(
@@ -59,3 +60,15 @@ def test_unreachable_message() -> None:
         unreachable_message("postgresql://postgres@127.0.0.1:1/none", error)
         == "database unreachable at 127.0.0.1:1/none (connection refused)"
     )
+
+
+def test_unreachable_reason_reads_the_chain_the_logs_read() -> None:
+    """Issue 37 item 5: one wording of database errors. The CLI's reason and the logs' cause walk the same chain
+    (protocol/db_faults.py), SQLAlchemy's `orig` included, which `__cause__`/`__context__` alone would miss."""
+
+    class Wrapped(Exception):
+        orig = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+
+    error = Wrapped("(asyncpg) connection failed")
+    assert unreachable_reason(error) == "connection refused"
+    assert describe_database_error(error) == "connection refused (ConnectionRefusedError)"

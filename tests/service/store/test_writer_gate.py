@@ -1,5 +1,5 @@
 """The writers of one process take turns on a SQLite engine before they ask SQLite for its writer lock
-(`store/writer_gate.py`, issue 12): a queued writer waits on the event loop, in order, instead of sleeping in
+(`store/db/writer_gate.py`, issue 12): a queued writer waits on the event loop, in order, instead of sleeping in
 SQLite's busy handler; it is bounded by `database.timeout`; PostgreSQL engines have no turns.
 
 §2.2: SQLite's single writer lock stays what serializes writes; these tests check the queue in front of it."""
@@ -14,11 +14,11 @@ from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope, encode_history
-from candor.service.store.engine import create_engine, read_transaction, write_transaction
-from candor.service.store.seals import commit_checkpoint
-from candor.service.store.tables import checkpoints, workspaces
-from candor.service.store.writer_gate import WriterGate, writer_turn
+from candor.service.store.attempts.seals import commit_checkpoint
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history
+from candor.service.store.db.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.db.writer_gate import WriterGate, writer_turn
+from candor.service.store.schema.tables import checkpoints, workspaces
 
 from .rows import add_workspace
 from .step_commits import leased_run

@@ -49,9 +49,9 @@ from candor.service.agents import AgentRegistry
 from candor.service.core import Service
 from candor.service.runtime import SeededEntropy
 from candor.service.settings import ServiceSettings
-from candor.service.store.current_checkpoint import run_columns
-from candor.service.store.dialect import db_now
-from candor.service.store.tables import inbox_entries, principals, run_attempts, runs, threads, workspaces
+from candor.service.store.runs.current_checkpoint import run_columns
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import inbox_entries, principals, run_attempts, runs, threads, workspaces
 from candor.service.worker import WorkerLoop
 from candor.tools import NotDone, Reconciled, ReconcileRequest, call_key, recovery_retryable, with_reconciler
 

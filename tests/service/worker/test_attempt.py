@@ -8,11 +8,16 @@ from typing import Any
 from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
 from sqlalchemy import func, select, update
 
-from candor.service.store.checkpoints import CheckpointEnvelope, EncodedMessage, insert_checkpoint, load_state
-from candor.service.store.dialect import db_now
-from candor.service.store.packed_messages import unpack_messages
-from candor.service.store.seals import select_run_usage
-from candor.service.store.tables import (
+from candor.service.store.attempts.seals import select_run_usage
+from candor.service.store.checkpoints.incremental import (
+    CheckpointEnvelope,
+    EncodedMessage,
+    insert_checkpoint,
+    load_state,
+)
+from candor.service.store.checkpoints.packed_messages import unpack_messages
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import (
     checkpoint_messages,
     checkpoints,
     inbox_entries,

@@ -32,7 +32,7 @@ from candor.service.core import Service
 from candor.service.outbox.delivery import deliver_outbox, handle_child_result
 from candor.service.protocol.children import CHILD_TOOL_NAME
 from candor.service.runtime import SeededEntropy
-from candor.service.store.tables import inbox_entries, outbox, runs, threads
+from candor.service.store.schema.tables import inbox_entries, outbox, runs, threads
 from candor.service.worker import WorkerLoop
 
 from . import support

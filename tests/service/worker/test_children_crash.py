@@ -21,7 +21,7 @@ if __name__ == "__main__":  # the crashing worker process: make `worker.*` impor
 from sqlalchemy import select
 
 from candor.service.core import Service
-from candor.service.store.tables import runs, threads
+from candor.service.store.schema.tables import runs, threads
 from candor.service.worker import WorkerLoop
 
 from worker import support

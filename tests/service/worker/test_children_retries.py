@@ -9,7 +9,7 @@ import pytest
 from pydantic_ai import ModelRetry
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.children import ChildSpawn, SpawnedChild
+from candor.service.store.threads.children import ChildSpawn, SpawnedChild
 from candor.service.worker import children
 
 

@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import select, update
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store import runs as store_runs
-from candor.service.store.checkpoints import CheckpointEnvelope, insert_checkpoint
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import create_engine
-from candor.service.store.recovery import recover_attempt
-from candor.service.store.runs import claim_runs
-from candor.service.store.tables import checkpoints, run_attempts, runs
+from candor.service.store.attempts.recovery import recover_attempt
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, insert_checkpoint
+from candor.service.store.db.engine import create_engine
+from candor.service.store.runs import claims as store_runs
+from candor.service.store.runs.claims import claim_runs
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import checkpoints, run_attempts, runs
 from candor.service.worker import WorkerLoop
 from candor.service.worker import loop as loop_module
 

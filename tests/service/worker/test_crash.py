@@ -20,8 +20,8 @@ import pytest
 from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
 from sqlalchemy import select
 
-from candor.service.store.checkpoints import load_state
-from candor.service.store.tables import checkpoints
+from candor.service.store.checkpoints.incremental import load_state
+from candor.service.store.schema.tables import checkpoints
 from candor.service.worker import WorkerLoop
 from candor.tools import UNKNOWN_OUTCOME_CONTENT
 

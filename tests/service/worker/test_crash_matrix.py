@@ -36,10 +36,10 @@ from candor.service.control.sweeps import expire_leases
 from candor.service.core import Service
 from candor.service.protocol.tool_recovery import TOOL_RECOVERY_MODES
 from candor.service.runtime import SeededEntropy
-from candor.service.store.checkpoints import load_state
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import create_engine
-from candor.service.store.tables import run_attempts
+from candor.service.store.checkpoints.incremental import load_state
+from candor.service.store.db.engine import create_engine
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import run_attempts
 from candor.service.worker import WorkerLoop
 from candor.tools import UNKNOWN_OUTCOME_CONTENT
 

@@ -30,8 +30,8 @@ from candor.service.core import Service
 from candor.service.errors import StoreUnavailable
 from candor.service.runtime import SeededEntropy
 from candor.service.settings import ServiceSettings
-from candor.service.store.engine import create_engine, unavailable
-from candor.service.store.tables import checkpoints, run_attempts
+from candor.service.store.db.engine import create_engine, unavailable
+from candor.service.store.schema.tables import checkpoints, run_attempts
 from candor.service.worker import WorkerLoop, attempt_store
 from candor.service.worker import attempt as attempt_module
 from candor.service.worker import supervisor as supervisor_module

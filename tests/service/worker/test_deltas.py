@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from candor.service.store.streams import NewStreamEntry
+from candor.service.store.threads.streams import NewStreamEntry
 from candor.service.worker.deltas import DeltaBuffer
 
 

@@ -15,8 +15,8 @@ from sqlalchemy import text, update
 from candor.service.errors import StoreUnavailable
 from candor.service.logs import configure_logging
 from candor.service.settings import LogSettings
-from candor.service.store.engine import create_engine, read_transaction, write_transaction
-from candor.service.store.tables import run_attempts
+from candor.service.store.db.engine import create_engine, read_transaction, write_transaction
+from candor.service.store.schema.tables import run_attempts
 from candor.service.worker import WorkerLoop
 
 from . import support

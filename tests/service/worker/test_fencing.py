@@ -13,13 +13,13 @@ from sqlalchemy import func, select, update
 from candor.service.control.sweeps import ExpiryCursor, expire_leases
 from candor.service.errors import LeaseLost, StoreUnavailable
 from candor.service.protocol.outcomes import Requeue, SealAfterRecovery
-from candor.service.store.checkpoints import CheckpointEnvelope, encode_envelope
-from candor.service.store.dialect import db_now
-from candor.service.store.leases import renew_leases
-from candor.service.store.recovery import recover_attempt
-from candor.service.store.runs import claim_runs, start_attempt
-from candor.service.store.seals import SealRequest, commit_checkpoint, failure, seal_run
-from candor.service.store.tables import checkpoints, inbox_entries, run_attempts, runs, threads, usage_records
+from candor.service.store.attempts.recovery import recover_attempt
+from candor.service.store.attempts.seals import SealRequest, commit_checkpoint, failure, seal_run
+from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope
+from candor.service.store.runs.claims import claim_runs, start_attempt
+from candor.service.store.runs.leases import renew_leases
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import checkpoints, inbox_entries, run_attempts, runs, threads, usage_records
 from candor.service.worker import supervisor as supervisor_module
 from candor.service.worker.handle import AttemptHandle
 from candor.service.worker.supervisor import Supervisor

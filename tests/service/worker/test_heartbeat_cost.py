@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from sqlalchemy import event, select, update
 
 from candor.service.protocol.fencing import local_deadline, renewal_due_locally
-from candor.service.store.dialect import db_now
-from candor.service.store.runs import claim_runs
-from candor.service.store.tables import principals, run_attempts, runs
+from candor.service.store.runs.claims import claim_runs
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import principals, run_attempts, runs
 from candor.service.worker.handle import AttemptHandle
 from candor.service.worker.supervisor import Supervisor
 

@@ -18,10 +18,10 @@ from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
 from candor.service.http import create_app
-from candor.service.store import auth
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import write_transaction
-from candor.service.store.tables import run_attempts
+from candor.service.store.db.engine import write_transaction
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import run_attempts
+from candor.service.store.workspaces import auth as auth
 from candor.service.worker import WorkerLoop
 from candor.tools import CALL_KEY_METADATA_KEY, RECOVERY_METADATA_KEY, UNKNOWN_OUTCOME_METADATA_KEY
 

@@ -1,4 +1,4 @@
-"""Every statement builder of store/runs.py and store/seals.py compiles for both dialects (STYLE habit 4)."""
+"""Every statement builder of store/runs/claims.py and store/attempts/seals.py compiles for both dialects (STYLE habit 4)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ import pytest
 from sqlalchemy.dialects import postgresql, sqlite
 
 from candor.service.protocol.transitions import AttemptEnd
-from candor.service.store import leases, recovery, run_inputs, runs, seals
+from candor.service.store.attempts import inputs as run_inputs
+from candor.service.store.attempts import recovery as recovery
+from candor.service.store.attempts import seals as seals
+from candor.service.store.runs import claims as runs
+from candor.service.store.runs import leases as leases
 
 DIALECTS = {"sqlite": sqlite.dialect(), "postgresql": postgresql.dialect()}
 

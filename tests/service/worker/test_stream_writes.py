@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from candor.service.store.tables import checkpoints, stream_entries
+from candor.service.store.schema.tables import checkpoints, stream_entries
 from candor.service.worker import WorkerLoop
 
 from . import support

@@ -9,10 +9,10 @@ import pytest
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 from sqlalchemy import select, update
 
-from candor.service.store.checkpoints import load_state
-from candor.service.store.dialect import db_now
-from candor.service.store.runs import claim_runs
-from candor.service.store.tables import checkpoints, principals, runs, workspaces
+from candor.service.store.checkpoints.incremental import load_state
+from candor.service.store.runs.claims import claim_runs
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import checkpoints, principals, runs, workspaces
 from candor.service.worker import WorkerLoop, drain
 from candor.service.worker.attempt import run_attempt
 from candor.service.worker.handle import AttemptHandle

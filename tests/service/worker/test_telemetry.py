@@ -20,10 +20,10 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
 from candor.service.http import create_app
-from candor.service.store import auth
-from candor.service.store.dialect import db_now
-from candor.service.store.engine import write_transaction
-from candor.service.store.tables import run_attempts, runs
+from candor.service.store.db.engine import write_transaction
+from candor.service.store.schema.dialect import db_now
+from candor.service.store.schema.tables import run_attempts, runs
+from candor.service.store.workspaces import auth as auth
 from candor.service.telemetry import Telemetry
 from candor.service.telemetry.sdk import build_provider
 from candor.service.worker import WorkerLoop

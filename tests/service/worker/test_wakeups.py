@@ -12,10 +12,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from candor.service.store.dialect import sqlite_database_file as sqlite_file
-from candor.service.store.engine import create_engine
-from candor.service.store.local_wake import wake_directory
-from candor.service.store.notify import CHANNEL, Notifier, listen_for_wakeups, plain_postgres_dsn
+from candor.service.store.db.dialect import sqlite_database_file as sqlite_file
+from candor.service.store.db.engine import create_engine
+from candor.service.store.wakeups.local_wake import wake_directory
+from candor.service.store.wakeups.notify import CHANNEL, Notifier, listen_for_wakeups, plain_postgres_dsn
 
 
 class _Listener:
@@ -139,7 +139,7 @@ def test_a_long_database_path_gets_a_short_wake_directory(tmp_path: Any) -> None
 
 _CHILD = """
 import asyncio, sys
-from candor.service.store.notify import listen_for_wakeups
+from candor.service.store.wakeups.notify import listen_for_wakeups
 
 async def main():
     ready = asyncio.Event()

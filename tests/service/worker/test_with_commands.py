@@ -7,8 +7,8 @@ from sqlalchemy import select
 
 from candor.service import commands
 from candor.service.protocol.authority import Principal
-from candor.service.store.checkpoints import load_state
-from candor.service.store.tables import checkpoints
+from candor.service.store.checkpoints.incremental import load_state
+from candor.service.store.schema.tables import checkpoints
 from candor.service.worker import WorkerLoop, attempt
 
 from .support import content, run_row

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import Disabled, Forbidden
 from ..protocol.authority import Principal, key_allows
-from ..store import auth
+from ..store import workspaces as auth
 
 __all__ = ("recheck_admin", "audit")
 

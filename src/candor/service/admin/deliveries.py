@@ -17,10 +17,10 @@ from ..core import Service
 from ..errors import NotFound
 from ..protocol.authority import Principal
 from ..protocol.requests import require
-from ..store import outbox_backlog
-from ..store import subscriptions as store
-from ..store.engine import read_transaction, write_transaction
-from ..store.subscriptions import DeliveryRow
+from ..store import outbox as outbox_backlog
+from ..store import outbox as store
+from ..store.db import read_transaction, write_transaction
+from ..store.outbox import DeliveryRow
 from ._access import audit, recheck_admin
 from .rules import checked_limit
 

@@ -18,9 +18,9 @@ from ..core import Service
 from ..errors import Conflict, NotFound, PreconditionFailed, RaceLost
 from ..protocol.authority import Principal
 from ..protocol.requests import checked_key, require
-from ..store import auth
-from ..store.auth import CreatedKey, PrincipalRow
-from ..store.engine import read_transaction, write_transaction
+from ..store import workspaces as auth
+from ..store.db import read_transaction, write_transaction
+from ..store.workspaces import CreatedKey, PrincipalRow
 from ._access import audit, recheck_admin
 from .rules import checked_limit, checked_name, removes_last_admin
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..store.auth import CreatedKey, PrincipalRow
-from ..store.subscriptions import DeliveryRow, SubscriptionRow
+from ..store.outbox import DeliveryRow, SubscriptionRow
+from ..store.workspaces import CreatedKey, PrincipalRow
 
 __all__ = ("CreatedKey", "DeliveryRow", "PrincipalRow", "SubscriptionRow")

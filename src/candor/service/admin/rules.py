@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args
 
 from ..errors import InvalidArgument
 from ..outbox.webhooks import target_allowed
-from ..protocol.requests import checked_limit
+from ..protocol.requests import NAME_LIMIT, checked_limit, checked_name
 
 __all__ = (
     "EventType",
@@ -37,15 +37,7 @@ EventType = Literal[
 EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
 FILTER_FIELDS = ("agent", "thread_id")
 """§9.3: a subscription's optional `filter`; a run matches when every given field equals the run's."""
-NAME_LIMIT = 200
 URL_LIMIT = 2048
-
-
-def checked_name(name: Any) -> str:
-    """A label of 1–200 characters that is not only whitespace."""
-    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT:
-        raise InvalidArgument(fields=[("name", "invalid")])
-    return name
 
 
 def checked_url(url: Any, *, allow_insecure: bool) -> str:

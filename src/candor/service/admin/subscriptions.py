@@ -23,10 +23,10 @@ from ..core import Service
 from ..errors import Conflict, NotFound, PreconditionFailed
 from ..protocol.authority import Principal
 from ..protocol.requests import require
-from ..store import subscriptions as store
-from ..store.auth import new_id
-from ..store.engine import read_transaction, write_transaction
-from ..store.subscriptions import SubscriptionChanges, SubscriptionRow
+from ..store import outbox as store
+from ..store.db import read_transaction, write_transaction
+from ..store.outbox import SubscriptionChanges, SubscriptionRow
+from ..store.workspaces import new_id
 from ._access import audit, recheck_admin
 from .rules import checked_events, checked_filter, checked_limit, checked_name, checked_url
 

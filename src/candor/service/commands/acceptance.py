@@ -20,11 +20,13 @@ from ..protocol.authority import Principal
 from ..protocol.client_tools import CLIENT_TOOLS_FIELD, ClientToolsProblem, colliding_names, validate_client_tools
 from ..protocol.idempotency import replay_or_conflict
 from ..protocol.inbox import is_steer_compatible
+from ..protocol.new_run import NewRun
 from ..protocol.requests import Delivery
-from ..store import threads, views
-from ..store.auth import AuthorityFacts
-from ..store.threads import NewEntry, NewRun
-from ..store.views import EntryRow, RunRow, ThreadRow
+from ..store import reads as views
+from ..store import threads
+from ..store.reads import EntryRow, RunRow, ThreadRow
+from ..store.threads import NewEntry
+from ..store.workspaces import AuthorityFacts
 
 __all__ = (
     "Accepted",

@@ -18,7 +18,7 @@ from pydantic_ai.toolsets import AbstractToolset
 
 from ..core import Service
 from ..protocol.resume import Approve, ResumeAnswers
-from ..store.views import RunRow
+from ..store.reads import RunRow
 
 __all__ = ("edited_argument_problems", "walk_static_toolsets")
 

@@ -4,7 +4,7 @@ applied revisions alone; both change nothing."""
 from __future__ import annotations
 
 from ..core import Service
-from ..store.migrate import SchemaStatus, check_schema, current_revisions
+from ..store.schema import SchemaStatus, check_schema, current_revisions
 
 __all__ = ("SchemaStatus", "check_database_schema", "database_revisions")
 

@@ -19,10 +19,13 @@ from ..errors import Conflict, InvalidArgument, NotFound, NotSubmitter, Precondi
 from ..protocol.authority import Principal
 from ..protocol.inbox import entry_change_refusal, order_mismatch, reordered_positions
 from ..protocol.requests import checked_entry_edit, checked_entry_order, require
-from ..store import auth, inbox, threads, views
-from ..store.engine import write_transaction
-from ..store.inbox import EntryEdit
-from ..store.views import EntryRow, ThreadRow
+from ..store import reads as views
+from ..store import threads
+from ..store import threads as inbox
+from ..store import workspaces as auth
+from ..store.db import write_transaction
+from ..store.reads import EntryRow, ThreadRow
+from ..store.threads import EntryEdit
 from .acceptance import check_steer, checked_agent, checked_client_tool_names, may_write, still_there
 from .threads import check_entry_fits, check_inbox_room, thread_etag
 

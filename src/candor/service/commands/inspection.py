@@ -14,9 +14,8 @@ from ..errors import NotFound
 from ..protocol.authority import Principal
 from ..protocol.requests import checked_limit, require
 from ..protocol.tool_declarations import ToolDeclaration, client_tool_declarations, declaration_of
-from ..store.engine import read_transaction
-from ..store.thread_lists import ThreadFilters, list_workspace_threads
-from ..store.views import ThreadRow
+from ..store.db import read_transaction
+from ..store.reads import ThreadFilters, ThreadRow, list_workspace_threads
 from .edited_arguments import walk_static_toolsets
 from .reads import get_run
 

@@ -16,9 +16,13 @@ from ..protocol.authority import Principal
 from ..protocol.recovered import RecoveredCall, recovered_calls, with_basis
 from ..protocol.requests import checked_limit, require
 from ..protocol.transitions import ENTRY_STATUSES
-from ..store import auth, checkpoints, inbox, messages, views
-from ..store.engine import read_transaction
-from ..store.views import AttemptRow, EntryRow, RunRow, ThreadRow
+from ..store import checkpoints
+from ..store import reads as messages
+from ..store import reads as views
+from ..store import threads as inbox
+from ..store import workspaces as auth
+from ..store.db import read_transaction
+from ..store.reads import AttemptRow, EntryRow, RunRow, ThreadRow
 
 __all__ = (
     "authenticate",

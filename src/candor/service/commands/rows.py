@@ -6,7 +6,7 @@ commands layer imports the store (tests/test_layering.py).
 
 from __future__ import annotations
 
-from ..store.streams import StreamEntry
-from ..store.views import AttemptRow, EntryRow, RunRow, ThreadRow
+from ..store.reads import AttemptRow, EntryRow, RunRow, ThreadRow
+from ..store.threads import StreamEntry
 
 __all__ = ("AttemptRow", "EntryRow", "RunRow", "StreamEntry", "ThreadRow")

@@ -5,9 +5,8 @@ from __future__ import annotations
 from ..core import Service
 from ..protocol.authority import Principal
 from ..protocol.requests import checked_limit, require
-from ..store.engine import read_transaction
-from ..store.run_lists import list_workspace_runs
-from ..store.views import RunRow
+from ..store.db import read_transaction
+from ..store.reads import RunRow, list_workspace_runs
 
 __all__ = ("list_workspace_runs_page",)
 

@@ -11,10 +11,13 @@ from ..protocol.authority import Principal, key_allows
 from ..protocol.idempotency import replay_or_conflict, request_digest, resume_digest
 from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
 from ..protocol.resume import ResumeAnswers, resume_refusal, successor_of
-from ..store import auth, interrupts, threads, views
-from ..store.engine import guarded_writes, write_transaction
-from ..store.resume import read_resume, start_successor
-from ..store.views import RunRow
+from ..store import reads as views
+from ..store import threads
+from ..store import threads as interrupts
+from ..store import workspaces as auth
+from ..store.db import guarded_writes, write_transaction
+from ..store.reads import RunRow
+from ..store.threads import read_resume, start_successor
 from .acceptance import (
     Accepted,
     accepted,
@@ -112,8 +115,8 @@ async def resume_run(
 ) -> tuple[RunRow, bool]:
     """`POST /v1/runs/{id}/resume`, §8.6 in order: shape → replay → archived → last waiting run → coverage → `run`
     held → successor, the checks on one read and the successor's start guarded by it (the read and the guard take
-    the place of §8.6's thread lock: store/resume.py). Any rejection changes nothing (S-85); the waiting run stays
-    `waiting` (S-86).
+    the place of §8.6's thread lock: store/threads/resume.py). Any rejection changes nothing (S-85); the waiting
+    run stays `waiting` (S-86).
     `body` is the typed answers (the HTTP body) or a plain mapping, built into them once. Returns the successor and
     whether this request created it (201) or replayed it (200)."""
     require(principal, "run")
@@ -127,8 +130,8 @@ async def resume_run(
         return found
 
     async def attempt() -> tuple[RunRow, bool]:
-        # Read, decide, then one guarded write: no transaction spans them on PostgreSQL (store/resume.py says why
-        # the guard is enough); a lost guard is `RaceLost`, and `answer` reads again.
+        # Read, decide, then one guarded write: no transaction spans them on PostgreSQL (store/threads/resume.py says
+        # why the guard is enough); a lost guard is `RaceLost`, and `answer` reads again.
         async with guarded_writes(service.engine) as conn:
             read = await read_resume(
                 conn, principal_id=principal.id, key=key, workspace_id=principal.workspace_id, run_id=run_id

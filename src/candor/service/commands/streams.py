@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..core import Service
 from ..protocol.authority import Principal
-from ..store.streams import StreamEntry, read_stream
+from ..store.threads import StreamEntry, read_stream
 
 __all__ = ("read_stream_entries",)
 

@@ -19,10 +19,13 @@ from ..protocol.requests import (
     checked_options,
     require,
 )
-from ..store import auth, interrupts, threads, views
+from ..store import reads as views
+from ..store import threads
+from ..store import threads as interrupts
+from ..store import workspaces as auth
 from ..store.checkpoints import import_history
-from ..store.engine import write_transaction
-from ..store.views import ThreadRow
+from ..store.db import write_transaction
+from ..store.reads import ThreadRow
 from .acceptance import (
     Accepted,
     accepted,

@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 
 from ..core import Service
-from ..store.advance import threads_to_advance
-from ..store.engine import read_transaction, write_transaction
-from ..store.threads import advance_thread
+from ..store.db import read_transaction, write_transaction
+from ..store.threads import advance_thread, threads_to_advance
 
 log = logging.getLogger("candor.control")
 

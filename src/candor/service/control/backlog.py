@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ..core import Service
 from ..metrics import BACKLOG_OLDEST_AGE, BACKLOG_SIZE, OUTBOX_BACKLOG_ALERT, OUTBOX_DEAD
 from ..settings import OUTBOX_KINDS
-from ..store.outbox_backlog import has_dead, purge, read_backlog, read_runs_backlog
+from ..store.outbox import has_dead, purge, read_backlog, read_runs_backlog
 
 __all__ = ("purge_outbox", "BacklogAlarm", "report_backlog")
 

@@ -25,9 +25,9 @@ from ..protocol.db_faults import describe_database_error
 from ..protocol.outcomes import Requeue
 from ..runtime import Clock
 from ..settings import OUTBOX_KINDS
-from ..store.recovery import list_expired_attempts, recover_attempt
-from ..store.streams import TrimResult
-from ..store.streams import trim_streams as trim_stream_entries
+from ..store.attempts import list_expired_attempts, recover_attempt
+from ..store.threads import TrimResult
+from ..store.threads import trim_streams as trim_stream_entries
 from .advance import advance_threads
 from .backlog import BacklogAlarm, purge_outbox, report_backlog
 

@@ -1,1 +1,1 @@
-"""Alembic environment and revisions of the service schema; configured programmatically by store/migrate.py."""
+"""Alembic environment and revisions of the service schema; configured programmatically by store/schema/migration.py."""

@@ -1,6 +1,6 @@
 """Alembic environment for the service schema.
 
-store/migrate.py runs Alembic programmatically and hands over an open connection (already inside a transaction
+store/schema/migration.py runs Alembic programmatically and hands over an open connection (already inside a transaction
 that holds the migration lock) as `config.attributes["connection"]`. Without one (the `alembic` command line with
 `sqlalchemy.url` set), it opens an async engine itself; offline mode renders SQL.
 """
@@ -12,9 +12,8 @@ import asyncio
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from candor.service.store.engine import create_engine
-from candor.service.store.migrate import include_name, include_object_for
-from candor.service.store.tables import metadata
+from candor.service.store.db import create_engine
+from candor.service.store.schema import include_name, include_object_for, metadata
 
 config = context.config
 

@@ -26,17 +26,17 @@ from ..metrics import OUTBOX_DELIVERIES
 from ..protocol.backoff import outbox_backoff_seconds, outbox_failure_settlement
 from ..protocol.children import CHILD_RESULT_DEFER_SECONDS
 from ..settings import ServiceSettings
-from ..store.children import deliver_child_result
-from ..store.cleanup import cleanup_page_locked
-from ..store.engine import WriteConnection, write_transaction
-from ..store.outbox_claims import (
+from ..store.db import WriteConnection, write_transaction
+from ..store.outbox import (
     ClaimedRow,
     Settlement,
     claim_rows,
     claim_rows_locked,
+    cleanup_page_locked,
     settle_many,
     settle_many_locked,
 )
+from ..store.threads import deliver_child_result
 from .webhooks import WebhookClient, post_webhook, target_allowed, webhook_client
 
 __all__ = (

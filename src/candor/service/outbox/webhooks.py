@@ -10,9 +10,6 @@ with `verify_signature(secret, headers, body)`; deliveries are at-least-once: de
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import time
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +18,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from ...webhook_signature import DELIVERY_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, verify_signature
 from ..protocol.canonical import canonical_json
 
 __all__ = (
@@ -39,10 +37,6 @@ __all__ = (
     "webhook_client",
     "post_webhook",
 )
-
-DELIVERY_ID_HEADER = "Candor-Delivery-Id"
-TIMESTAMP_HEADER = "Candor-Timestamp"
-SIGNATURE_HEADER = "Candor-Signature"
 
 DRAIN_LIMIT_BYTES = 16 * 1024
 """The largest announced response body discarded to keep its connection; larger or unannounced ones close it."""
@@ -69,12 +63,6 @@ def canonical_body(*, delivery_id: str, payload: Mapping[str, Any]) -> bytes:
     return canonical_json(document).encode("utf-8")
 
 
-def sign(secret: str, *, timestamp: int, delivery_id: str, body: bytes) -> str:
-    """S-113: `v1=` + hex HMAC-SHA256 of `"{timestamp}.{delivery_id}.{body}"` under `secret`."""
-    message = f"{timestamp}.{delivery_id}.".encode() + body
-    return "v1=" + hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
-
-
 def signed_headers(secret: str, *, timestamp: int, delivery_id: str, body: bytes) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
@@ -82,40 +70,6 @@ def signed_headers(secret: str, *, timestamp: int, delivery_id: str, body: bytes
         TIMESTAMP_HEADER: str(timestamp),
         SIGNATURE_HEADER: sign(secret, timestamp=timestamp, delivery_id=delivery_id, body=body),
     }
-
-
-def verify_signature(
-    secret: str,
-    headers: Mapping[str, str],
-    body: bytes,
-    *,
-    tolerance_seconds: float = 300,
-    now: float | None = None,
-) -> bool:
-    """For receivers: whether `body` with `headers` was signed with `secret` within `tolerance_seconds` of now.
-
-    Header names are matched case-insensitively. Returns False on a missing or malformed header, a timestamp
-    outside the tolerance (a replay), or a signature mismatch (compared in constant time):
-
-        from candor.service.outbox.webhooks import verify_signature
-        if not verify_signature(secret, request.headers, await request.body()):
-            return Response(status_code=400)
-    """
-    lowered = {key.lower(): value for key, value in headers.items()}
-    delivery_id = lowered.get(DELIVERY_ID_HEADER.lower())
-    stamp = lowered.get(TIMESTAMP_HEADER.lower())
-    signature = lowered.get(SIGNATURE_HEADER.lower())
-    if not delivery_id or not stamp or not signature:
-        return False
-    try:
-        timestamp = int(stamp)
-    except ValueError:
-        return False
-    current = time.time() if now is None else now
-    if abs(current - timestamp) > tolerance_seconds:
-        return False
-    expected = sign(secret, timestamp=timestamp, delivery_id=delivery_id, body=body)
-    return hmac.compare_digest(expected, signature)
 
 
 def target_allowed(url: str | None, *, allow_insecure: bool) -> bool:

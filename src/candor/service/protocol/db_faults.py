@@ -27,7 +27,7 @@ from typing import Final
 
 from ..errors import StoreUnavailable
 
-__all__ = ("DatabaseFault", "classify_database_error", "describe_database_error", "fault_chain")
+__all__ = ("DatabaseFault", "classify_database_error", "describe_database_error", "fault_chain", "plain_cause")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +141,22 @@ def describe_database_error(error: BaseException, *, endpoint: str | None = None
     if fault is None:
         return type(innermost).__name__
     return f"{fault.cause} ({type(innermost).__name__})"
+
+
+def plain_cause(error: BaseException) -> str:
+    """The deepest cause in `error`'s chain said plainly, for an operator's one line (`candor` when the database
+    cannot be reached, store/db/unreachable.py): the OS's words for a socket error ("connection refused"), "timed
+    out" for a timeout, else the innermost cause's own first line or type. `describe_database_error` says the same
+    chain for the logs, by fault and class."""
+    links = list(fault_chain(error))
+    for link in reversed(links):
+        if isinstance(link, TimeoutError):
+            return "timed out"
+        if isinstance(link, OSError) and link.strerror:
+            return link.strerror.lower()
+    deepest = _innermost(error)
+    text = str(deepest).strip().splitlines()
+    return f"{type(deepest).__name__}: {text[0]}" if text else type(deepest).__name__
 
 
 def _innermost(error: BaseException) -> BaseException:

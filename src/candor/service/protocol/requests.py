@@ -24,6 +24,8 @@ from .tool_recovery import TOOL_RECOVERY_FIELD, tool_recovery_message, tool_reco
 
 __all__ = (
     "checked_limit",
+    "NAME_LIMIT",
+    "checked_name",
     "OPTIONS_LIMIT",
     "RESUME_BODY_LIMIT",
     "Delivery",
@@ -61,6 +63,16 @@ def checked_limit(limit: int) -> int:
     if not 1 <= limit <= 100:
         raise InvalidArgument(fields=[("limit", "out_of_range")])
     return limit
+
+
+NAME_LIMIT = 200
+
+
+def checked_name(name: object) -> str:
+    """A label of 1–200 characters that is not only whitespace."""
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_LIMIT:
+        raise InvalidArgument(fields=[("name", "invalid")])
+    return name
 
 
 def checked_key(key: str | None) -> str:

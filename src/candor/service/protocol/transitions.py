@@ -2,7 +2,7 @@
 
 The run and attempt tables map a state (``None`` = the row does not exist yet) to the states it may move to. A move
 to the same state is not a transition: ``may_update_*`` says whether a row may be rewritten while keeping its state.
-These tables are the one source of the state machines: the database triggers (store/tables.py) are rendered from
+These tables are the one source of the state machines: the database triggers (store/schema/tables.py) are rendered from
 them through ``moves``, ``initial_status`` and ``final_statuses``. Targets are tuples so that the rendered SQL keeps
 one order, and a migrated database's triggers compare equal to a fresh one's.
 """

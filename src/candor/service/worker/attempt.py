@@ -41,6 +41,7 @@ from ..protocol.outcomes import (
 )
 from ..protocol.pending import PendingInvalid, build_pending, wait_reason
 from ..protocol.transitions import SealedRunStatus
+from ..store.attempts import AttemptStart, CommitResult, SealRequest, advance_thread_after_seal, failure, record_usage
 from ..store.checkpoints import (
     EncodedEnvelope,
     EncodedMessage,
@@ -49,9 +50,7 @@ from ..store.checkpoints import (
     encode_history_reusing,
     envelope_for_state,
 )
-from ..store.run_inputs import AttemptStart
-from ..store.seals import CommitResult, SealRequest, advance_thread_after_seal, failure, record_usage
-from ..store.streams import NewStreamEntry, append_stream_entries
+from ..store.threads import NewStreamEntry, append_stream_entries
 from .attempt_store import AttemptStore
 from .children import child_toolsets
 from .client_tools import CLIENT_TOOL_CONFLICT, agent_tool_names, client_tools_of, client_toolsets

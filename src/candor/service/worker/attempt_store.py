@@ -22,14 +22,21 @@ from ..protocol.db_faults import classify_database_error, describe_database_erro
 from ..protocol.outcomes import RecoveryDecision
 from ..protocol.store_retry import next_store_retry, own_end_landed
 from ..protocol.transitions import attempt_end
+from ..store.attempts import (
+    AttemptStart,
+    CommitResult,
+    SealRequest,
+    commit_checkpoint,
+    find_own_checkpoint,
+    load_attempt_start,
+    read_assigned_entries,
+    read_attempt_end,
+    recover_attempt,
+    seal_run,
+)
 from ..store.checkpoints import EncodedEnvelope, EncodedMessage
-from ..store.landed import find_own_checkpoint, read_assigned_entries, read_attempt_end
-from ..store.leases import read_authority
-from ..store.recovery import recover_attempt
-from ..store.run_inputs import AttemptStart, load_attempt_start
-from ..store.runs import start_attempt
-from ..store.seals import CommitResult, SealRequest, commit_checkpoint, seal_run
-from ..store.streams import NewStreamEntry
+from ..store.runs import read_authority, start_attempt
+from ..store.threads import NewStreamEntry
 from .handle import AttemptHandle
 
 __all__ = ("AttemptStore",)

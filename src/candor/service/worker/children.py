@@ -20,8 +20,8 @@ from ..core import Service
 from ..errors import StoreUnavailable
 from ..protocol.children import CHILD_TOOL_NAME, SpawnRefusal
 from ..protocol.fencing import Lease
-from ..store.children import ChildSpawn, SpawnedChild, spawn_child
 from ..store.runs import ClaimedRun
+from ..store.threads import ChildSpawn, SpawnedChild, spawn_child
 
 __all__ = ("CHILD_TOOLSET_ID", "allowed_child_agents", "child_toolsets")
 

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from ..store.streams import NewStreamEntry
+from ..store.threads import NewStreamEntry
 
 __all__ = ("DeltaBuffer",)
 

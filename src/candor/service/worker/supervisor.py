@@ -17,7 +17,7 @@ from ..core import Service
 from ..errors import StoreUnavailable
 from ..protocol.db_faults import describe_database_error
 from ..protocol.fencing import renewal_due_locally
-from ..store.leases import HeartbeatFacts, read_heartbeat_facts, renew_leases
+from ..store.runs import HeartbeatFacts, read_heartbeat_facts, renew_leases
 from .handle import AttemptHandle, StopReason
 
 __all__ = ("HeartbeatFailed", "Supervisor", "heartbeat_stops")
