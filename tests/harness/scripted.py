@@ -177,7 +177,8 @@ def make_agent(
 
 def canonical(messages: Sequence[ModelMessage]) -> list[Any]:
     """Messages in their canonical JSON form (the `ModelMessagesTypeAdapter` encoding)."""
-    return json.loads(ModelMessagesTypeAdapter.dump_json(list(messages)))
+    decoded: list[Any] = json.loads(ModelMessagesTypeAdapter.dump_json(list(messages)))
+    return decoded
 
 
 _VOLATILE_KEYS = frozenset({"timestamp", "run_id", "conversation_id"})

@@ -269,7 +269,10 @@ async def test_mutating_snapshot_and_read_values_changes_nothing_stored() -> Non
     """H-19: mutating snapshot data, a model returned by read(), or a model after write() changes nothing."""
     store = CapabilityStore({"ns": CapabilityState(version="1", data={"n": 1, "tags": ["a"]})})
     snapshot = await store.snapshot()
-    snapshot["ns"].data["tags"].append("snap")  # type: ignore[index,union-attr]
+    snapshot_data = snapshot["ns"].data
+    assert isinstance(snapshot_data, dict) and isinstance(snapshot_data["tags"], list)
+    snapshot_tags = snapshot_data["tags"]
+    snapshot_tags.append("snap")
     snapshot.pop("ns")
     read = await store.read("ns", Counter, version="1")
     assert read is not None
@@ -285,9 +288,12 @@ async def test_mutating_snapshot_and_read_values_changes_nothing_stored() -> Non
 async def test_mutating_capability_data_read_from_a_state_changes_nothing() -> None:
     """H-19: CapabilityState.data read from a state is a copy, for the state and for the next run's store."""
     state = prior(ns=CapabilityState(version="1", data={"n": 1, "tags": ["a"]}))
-    state.capabilities["ns"].data["tags"].append("x")  # type: ignore[index,union-attr]
+    read_data = state.capabilities["ns"].data
+    assert isinstance(read_data, dict) and isinstance(read_data["tags"], list)
+    read_data["tags"].append("x")
     cs = state.capabilities["ns"]
-    cs.data["tags"].append("y")  # type: ignore[index,union-attr]
+    assert isinstance(cs.data, dict) and isinstance(cs.data["tags"], list)
+    cs.data["tags"].append("y")
     seen: list[Any] = []
 
     async def probe() -> str:
@@ -334,6 +340,7 @@ async def test_unwritten_namespaces_are_unchanged_at_every_boundary() -> None:
                 exported.append(await stream.export_state())
     assert len(exported) == 3
     for s in [*exported, stream.outcome.state]:  # type: ignore[union-attr]
+        assert s is not None
         assert json.loads(s.model_dump_json())["capabilities"]["plain"] == {
             "version": "3",
             "data": {"k": [1, {"z": None}]},
@@ -416,7 +423,7 @@ class Provider:
             self.counter = int(data["n"])  # type: ignore[arg-type]
 
     async def export(self) -> JsonValue:
-        value = {"n": self.counter}
+        value: dict[str, JsonValue] = {"n": self.counter}
         self.exports.append(value)
         return value
 

@@ -91,8 +91,9 @@ def test_detached_keeps_aliasing_inside_one_copy() -> None:
     """Like `copy.deepcopy`: an object reached twice is copied once, so the copy has the original's shape."""
     response = rich_history()[1]
     copied = detached(response)
-    first, second = copied.parts[2], copied.parts[3]  # type: ignore[union-attr]
-    assert first.args is second.args and first.args is not response.parts[2].args  # type: ignore[union-attr]
+    first, second, original = copied.parts[2], copied.parts[3], response.parts[2]
+    assert isinstance(first, ToolCallPart) and isinstance(second, ToolCallPart) and isinstance(original, ToolCallPart)
+    assert first.args is second.args and first.args is not original.args
 
 
 def test_objects_with_their_own_copy_rules_go_through_deepcopy() -> None:

@@ -4,6 +4,8 @@ server is unreachable."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -108,7 +110,8 @@ def test_the_recorded_tool_list_round_trips_and_tolerates_other_shapes() -> None
     assert list(data["tools"]) == ["a", "b"]
     assert data["tools"]["a"] == {"readOnlyHint": True, "idempotentHint": False, "destructiveHint": False}
     assert declarations_from_record(data) == declarations
-    for other in (None, [], {"tools": []}, {"tool": {}}):
+    others: list[object] = [None, [], {"tools": []}, {"tool": {}}]
+    for other in others:
         assert declarations_from_record(other) == {}
 
 
@@ -129,7 +132,7 @@ def _decision(action: str, reason: str) -> RecoveryDecision:
     ],
 )
 def test_basis_entry_says_where_the_declaration_came_from(
-    metadata: dict | None, declared_by: str, changed: bool
+    metadata: dict[str, Any] | None, declared_by: str, changed: bool
 ) -> None:
     """Issue 36 item 1: the run view's source of each recovery decision."""
     tool_def = ToolDefinition(name="t", metadata=metadata)

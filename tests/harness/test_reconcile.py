@@ -264,6 +264,7 @@ async def test_the_key_is_the_first_executions_key() -> None:
     """The key a tool sees on its first, uninterrupted execution is the one recovery would use for that call."""
     world = World(_found)
     result = await world.harness.run("Charge $40")
+    assert result.state is not None
     response = result.state.message_history[1]
     assert world.keys_seen == [derive_call_key(result.thread_id, result.run_id, "pay")]
     assert response.run_id == result.run_id
@@ -284,7 +285,9 @@ async def test_dont_know_and_failures_fall_back_to_unknown(name: str, reconcile:
     state = await world.crash_after_charge(charged=True)
     result = await world.harness.run(previous_state=state)
     assert world.payments.calls == 1
-    assert _same_part(_recovery_return(result), unknown_outcome_result(state.message_history[-1].parts[0]))
+    charge = state.message_history[-1].parts[0]
+    assert isinstance(charge, ToolCallPart)
+    assert _same_part(_recovery_return(result), unknown_outcome_result(charge))
     assert len(world.asked) == 1, name
 
 
@@ -342,10 +345,13 @@ async def test_not_done_of_an_approval_gated_tool_asks_for_approval_again() -> N
     assert result.status == "suspended"
     state = result.state  # suspended: the call is open, like a crash before the approval came back
     recovered = await world.harness.run(previous_state=state)
+    assert recovered.deferred is not None
     assert recovered.status == "suspended" and [c.tool_call_id for c in recovered.deferred.approvals] == ["pay"]
     assert world.payments.calls == 0 and len(world.asked) == 1
+    assert recovered.deferred is not None
     batch = DeferredToolResume(recovered.deferred, recovered.deferred.build_results(approvals={"pay": True}))
     done = await world.harness.run(previous_state=recovered.state, deferred_resume=batch)
+    assert done.output is not None
     assert done.output.startswith("success: ch_1_40")
     assert world.keys_seen == [world.asked[0].key]
 
@@ -406,7 +412,8 @@ async def test_reconciler_for_a_plain_function_gets_validated_arguments_and_deps
     result = await harness.run(previous_state=state, bindings=_deps(ledger))
     (request,) = seen
     assert request.args == {"order": Order(order_id="A1", amount=40)} and request.deps is ledger
-    assert result.new_messages()[0].parts[0].content == "paid A1 (before the crash)"
+    returned = result.new_messages()[0].parts[0]
+    assert isinstance(returned, ToolReturnPart) and returned.content == "paid A1 (before the crash)"
 
 
 def _deps(deps: Any) -> Any:
@@ -424,6 +431,7 @@ async def test_cancel_while_a_reconciler_waits_ends_the_run_cancelled() -> None:
         await asyncio.sleep(30)
 
     world = World(hang)
+    assert world.tool.metadata is not None
     world.tool = with_reconciler(world.tool, world.tool.metadata[RECONCILER_METADATA_KEY].function, timeout=60)
     world.harness = Harness(Agent(FunctionModel(script), tools=[world.tool]))
     state = await world.crash_after_charge(charged=True)
@@ -434,9 +442,12 @@ async def test_cancel_while_a_reconciler_waits_ends_the_run_cancelled() -> None:
         stream.cancel()
         await asyncio.wait_for(consumer, 5)
     assert stream.outcome is not None and stream.outcome.status == "cancelled"
+    assert stream.outcome.state is not None
     last = stream.outcome.state.message_history[-1]
     (part,) = last.parts
-    assert _same_part(part, unknown_outcome_result(state.message_history[-1].parts[0]))
+    charge = state.message_history[-1].parts[0]
+    assert isinstance(part, ToolReturnPart) and isinstance(charge, ToolCallPart)
+    assert _same_part(part, unknown_outcome_result(charge))
 
 
 async def _drain(stream: Any) -> None:

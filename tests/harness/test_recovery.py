@@ -25,7 +25,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.tools import ToolDefinition, ToolDefinitionKind
 
 from candor.harness.errors import RunError
 from candor.harness.recovery import (
@@ -208,7 +208,7 @@ def test_plan_recovery_follows_the_policy_table(case: PolicyCase) -> None:
 def test_only_the_last_response_is_recovered() -> None:
     """H-41: a dangling call of an earlier response is never touched, even under "always"."""
     old, new = call("c1"), call("c2")
-    history = [request(), response(old), request(UserPromptPart("later")), response(new)]
+    history: list[ModelMessage] = [request(), response(old), request(UserPromptPart("later")), response(new)]
     plan = plan_recovery(history, surface_of(tool()), "always")
     assert [d.call for d in plan.decisions] == [new]
 
@@ -250,14 +250,19 @@ def test_partly_answered_response_keeps_recorded_returns() -> None:
         returned(calls[4], "fix args", outcome="retried"),
         returned(calls[5], "cut", outcome="interrupted", metadata={"pydantic_ai_synthesized_tool_return": True}),
     ]
-    history = [request(), response(*calls), request(*recorded[:3]), request(*recorded[3:], legacy_retry(calls[6]))]
+    history: list[ModelMessage] = [
+        request(),
+        response(*calls),
+        request(*recorded[:3]),
+        request(*recorded[3:], legacy_retry(calls[6])),
+    ]
     assert plan_recovery(history, surface_of(tool(safe=True)), "always").is_empty
 
 
 def test_history_ending_in_a_request_still_recovers_open_calls() -> None:
     """H-41, H-49: the open call after a partial request of returns is still found; the answered one is not."""
     a, b = call("c1"), call("c2")
-    history = [request(), response(a, b), request(returned(a))]
+    history: list[ModelMessage] = [request(), response(a, b), request(returned(a))]
     plan = plan_recovery(history, surface_of(tool(safe=True)), "declared")
     assert plan.replay_ids == ("c2",)
 
@@ -265,14 +270,14 @@ def test_history_ending_in_a_request_still_recovers_open_calls() -> None:
 def test_reused_call_ids_are_handled_per_response() -> None:
     """H-41, H-81: an id answered for an earlier response does not answer the same id in the last response."""
     first, again = call("c1"), call("c1")
-    history = [request(), response(first), request(returned(first)), response(again)]
+    history: list[ModelMessage] = [request(), response(first), request(returned(first)), response(again)]
     assert only(plan_recovery(history, surface_of(tool()), "never")).call is again
 
 
 def test_retry_safe_flag_comes_from_the_current_surface() -> None:
     """H-50: stored metadata is ignored; the same saved state replays or not depending on today's surface."""
     c = call("c1")
-    history = [request(), response(c)]
+    history: list[ModelMessage] = [request(), response(c)]
     history[1].metadata = {SAFE_KEY: True}  # something stored in the messages never counts
     before = canonical(history)
     assert only(plan_recovery(history, surface_of(tool(safe=True)), "declared")).action == "replay"
@@ -298,7 +303,7 @@ def test_provider_suspended_response_skips_recovery(mode: str) -> None:
 
 def test_earlier_suspended_response_does_not_skip() -> None:
     """H-59: only the last response's state counts."""
-    history = [request(), response(state="suspended"), request(), response(call("c1"))]
+    history: list[ModelMessage] = [request(), response(state="suspended"), request(), response(call("c1"))]
     assert plan_recovery(history, {}, "never").unknown_ids == ("c1",)
 
 
@@ -408,7 +413,7 @@ def test_accepted_answers_are_applied_whatever_the_mode(
 def test_answers_for_closed_or_foreign_ids_are_ignored() -> None:
     """H-93, H-91: answers already in history, for earlier responses or unknown ids never give a second return."""
     old, done, open_ = call("old"), call("done"), call("open")
-    history = [request(), response(old), request(), response(done, open_), request(returned(done))]
+    history: list[ModelMessage] = [request(), response(old), request(), response(done, open_), request(returned(done))]
     accepted = DeferredToolResults(calls={"old": 1, "done": 2, "ghost": 3}, approvals={"done2": False, "ghost2": True})
     with_batch = plan_recovery(history, surface_of(tool()), "never", accepted)
     assert with_batch == plan_recovery(history, surface_of(tool()), "never")
@@ -418,7 +423,7 @@ def test_answers_for_closed_or_foreign_ids_are_ignored() -> None:
 def test_fully_incorporated_batch_is_no_batch() -> None:
     """H-91: a batch whose ids all have returns leaves ordinary tool_recovery to proceed."""
     a, b = call("c1"), call("c2")
-    history = [request(), response(a, b), request(returned(a, "ext"))]
+    history: list[ModelMessage] = [request(), response(a, b), request(returned(a, "ext"))]
     accepted = DeferredToolResults(calls={"c1": "ext"})
     plan = plan_recovery(history, surface_of(tool(safe=True)), "declared", accepted)
     assert plan.replay_ids == ("c2",) and plan.answer_ids == ()
@@ -489,7 +494,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
     max_leaves=6,
 )
-call_answers = st.one_of(
+call_answers: st.SearchStrategy[Any] = st.one_of(
     json_values,
     st.builds(
         lambda v, c, m: ToolReturn(v, content=c, metadata=m),
@@ -499,7 +504,7 @@ call_answers = st.one_of(
     ),
     st.builds(ToolFailed, st.text(max_size=8)),
 )
-approval_answers = st.sampled_from(
+approval_answers: st.SearchStrategy[bool | ToolApproved | ToolDenied] = st.sampled_from(
     [True, False, ToolApproved(), ToolApproved(override_args={"n": 3}), ToolDenied(), ToolDenied("no")]
 )
 
@@ -508,7 +513,8 @@ approval_answers = st.sampled_from(
 def surfaces(draw: st.DrawFn) -> dict[str, ToolDefinition]:
     surface: dict[str, ToolDefinition] = {}
     for name in draw(st.lists(st.sampled_from(NAMES[:4]), unique=True)):
-        kind = draw(st.sampled_from(["function", "function", "external", "unapproved"]))
+        kinds: list[ToolDefinitionKind] = ["function", "function", "external", "unapproved"]
+        kind = draw(st.sampled_from(kinds))
         metadata = draw(
             st.sampled_from([None, {}, {"other": 1}]) | st.builds(lambda v: {SAFE_KEY: v}, st.sampled_from(SAFE_VALUES))
         )

@@ -360,7 +360,8 @@ def test_errors_never_echo_submitted_values() -> None:
 )
 def test_metadata_keys_and_values(side: str, metadata: dict[Any, Any], ok: bool) -> None:
     """H-69: metadata keys must be pending ids and values finite JSON objects → else deferred_metadata_invalid."""
-    batch = Batch(**{side: metadata})
+    fields: dict[str, Any] = {side: metadata}
+    batch = Batch(**fields)
     assert code_of(batch.resume(), batch.history()) == (None if ok else "deferred_metadata_invalid")
 
 
@@ -369,9 +370,11 @@ def test_metadata_size_limit(side: str) -> None:
     """H-69: the encoded JSON (compact UTF-8) of each metadata mapping may hold at most 65536 bytes."""
     overhead = len(json.dumps({"a1": {"v": ""}}, separators=(",", ":")).encode())
     exact = {"a1": {"v": "x" * (MAX_DEFERRED_METADATA_BYTES - overhead)}}
-    batch = Batch(**{side: exact})
+    fits: dict[str, Any] = {side: exact}
+    batch = Batch(**fits)
     assert code_of(batch.resume(), batch.history()) is None
-    over = Batch(**{side: {"a1": {"v": "é" * ((MAX_DEFERRED_METADATA_BYTES - overhead) // 2 + 1)}}})
+    too_big: dict[str, Any] = {side: {"a1": {"v": "é" * ((MAX_DEFERRED_METADATA_BYTES - overhead) // 2 + 1)}}}
+    over = Batch(**too_big)
     assert code_of(over.resume(), over.history()) == "deferred_metadata_invalid"
 
 

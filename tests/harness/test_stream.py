@@ -287,8 +287,9 @@ async def test_histories_grow_append_only(stream_model: bool, scenario: str) -> 
                 states.append(await stream.export_state())
                 if event.index == 2:
                     await stream.steer("also this", key="k1")
-    states.append(stream.outcome.state)  # type: ignore[arg-type]
-    assert stream.outcome.status == "completed"  # type: ignore[union-attr]
+    assert stream.outcome is not None and stream.outcome.state is not None
+    states.append(stream.outcome.state)
+    assert stream.outcome.status == "completed"
     _assert_append_only(states)
     assert len(states[-1].message_history) > len(states[0].message_history)
 
@@ -308,6 +309,7 @@ async def test_failed_and_cancelled_states_extend_the_last_boundary() -> None:
             if isinstance(event, BoundaryEvent):
                 states.append(await stream.export_state())
     assert stream.outcome.status == "failed"  # type: ignore[union-attr]
+    assert stream.outcome is not None
     _assert_append_only([*states, stream.outcome.state])  # type: ignore[list-item]
 
     agent = two_step_agent([])
@@ -319,6 +321,7 @@ async def test_failed_and_cancelled_states_extend_the_last_boundary() -> None:
                 if event.index == 4:
                     stream.cancel()
     assert stream.outcome.status == "cancelled"  # type: ignore[union-attr]
+    assert stream.outcome is not None
     _assert_append_only([*states, stream.outcome.state])  # type: ignore[list-item]
 
 
@@ -639,6 +642,7 @@ async def test_steer_enters_history_before_next_request() -> None:
     assert "k1" in json.dumps(pending) and "please also check" in json.dumps(pending)
     # once incorporated it leaves the namespace
     assert _steering(exported[3]) is None
+    assert stream.outcome is not None
     assert _steering(stream.outcome.state) is None  # type: ignore[arg-type]
     # the second request sent to the model holds the tool return and then the steered input
     second = model.seen[1]  # type: ignore[attr-defined]
@@ -695,6 +699,7 @@ async def test_restored_pending_steering_is_not_lost() -> None:
     holder.append(stream)
     await consume(stream)
     state = stream.outcome.state  # type: ignore[union-attr]
+    assert state is not None
     assert "too late" in json.dumps(_steering(state))
     model = script(calls(tool_call("add", {"a": 1, "b": 2})), text("done"))
     second = Harness(make_agent(model)).stream("next", previous_state=state)
@@ -703,7 +708,9 @@ async def test_restored_pending_steering_is_not_lost() -> None:
             if isinstance(event, BoundaryEvent) and event.index == 1:
                 await second.steer("new input", key="new")
     final = second.outcome.state  # type: ignore[union-attr]
+    assert final is not None
     in_history = any("too late" in json.dumps(canonical([m])) for m in final.message_history)
+    assert final is not None
     assert in_history or "too late" in json.dumps(_steering(final))
 
 
@@ -774,6 +781,7 @@ async def test_cancel_at_a_tool_boundary_runs_no_tool() -> None:
     assert ran == []
     assert stream.outcome.status == "cancelled"  # type: ignore[union-attr]
     state = stream.outcome.state  # type: ignore[union-attr]
+    assert state is not None
     assert open_calls(state.message_history) == []
     assert state.message_history[-1].parts[0].outcome == "interrupted"  # type: ignore[union-attr]
     # the cancelled state can be continued with "always" without executing anything

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic_ai import DeferredToolRequests
 from pydantic_ai.messages import ModelRequest, ToolCallPart, UserPromptPart
@@ -31,7 +33,7 @@ from candor.service.worker.inputs import (
         (None, None),
     ],
 )
-def test_input_content(payload: dict | None, expected: object) -> None:
+def test_input_content(payload: dict[str, Any] | None, expected: object) -> None:
     """§8.1 input content becomes harness user content."""
     assert input_content(payload) == expected
 
