@@ -97,7 +97,8 @@ async def test_abandoned_stream_then_declared_recovery_in_process(tmp_path: Path
     returns = {p.tool_name: p for p in recovered.parts if isinstance(p, ToolReturnPart)}
     assert_unknown_outcome(returns["charge_card"], calls[1])
     assert returns["lookup_order"].outcome == "success"
-    assert recovered in result.state.message_history  # type: ignore[union-attr]
+    assert result.state is not None
+    assert recovered in result.state.message_history
     assert "could not confirm the charge" in str(result.output)
 
 
@@ -119,7 +120,8 @@ async def test_act2_crash_mid_tool_under_each_mode(tmp_path: Path) -> None:
         ]
         assert outcome.result.status == "completed", mode
         assert outcome.result.thread_id == outcome.saved_state.thread_id  # H-9
-        history = outcome.result.state.message_history  # type: ignore[union-attr]
+        assert outcome.result.state is not None
+        history = outcome.result.state.message_history
         assert all(m in history for m in outcome.result.new_messages())  # H-44: stored, not only sent
 
     charge_call, lookup_call = (

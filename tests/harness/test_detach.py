@@ -141,6 +141,8 @@ async def test_a_tool_changing_the_run_messages_does_not_change_the_committed_hi
                 exported.append(await stream.export_state())
     assert stream.outcome is not None and stream.outcome.status == "completed"
     for state in [*exported, stream.outcome.state]:
-        history = state.message_history  # type: ignore[union-attr]
-        assert history[0].parts[0].content == "hello"  # type: ignore[union-attr]
-        assert history[1].parts[0].args == {"note": "original"}  # type: ignore[union-attr]
+        assert state is not None
+        history = state.message_history
+        prompt, call = history[0].parts[0], history[1].parts[0]
+        assert isinstance(prompt, UserPromptPart) and prompt.content == "hello"
+        assert isinstance(call, ToolCallPart) and call.args == {"note": "original"}

@@ -251,7 +251,8 @@ def test_mutating_state_read_from_result_does_not_change_later_reads() -> None:
     read_parts.clear()
     with pytest.raises(ValidationError):
         read.thread_id = "thr_x"  # type: ignore[misc]
-    assert result.state.model_dump_json() == before  # type: ignore[union-attr]
+    assert result.state is not None
+    assert result.state.model_dump_json() == before
 
 
 # ---------------------------------------------------------------------------------------------- H-28, H-29

@@ -454,7 +454,8 @@ def test_accepted_batch_reports_pending_calls_and_categories() -> None:
     assert dict(result.categories) == {"a1": "approval", "e1": "external", "q1": "question"}
     assert result.category("q1") == "question" and result.response_index == 1
     result.calls["q1"].args = "{}"  # detached: the history is not touched
-    assert messages[1].parts[0].args == '{"n": 1}'  # type: ignore[union-attr]
+    question = messages[1].parts[0]
+    assert isinstance(question, ToolCallPart) and question.args == '{"n": 1}'
 
 
 # -- check order and H-73 --------------------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ def _kill_mid_call(workdir: Path, tool: str, url: str | None) -> None:
         deadline = time.monotonic() + 60
         while not ledger(workdir) and host.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert ledger(workdir) == [f"{tool} acme"], host.stderr.read().decode()[-3000:] if host.poll() else "timeout"  # type: ignore[union-attr]
+        assert host.stderr is not None
+        assert ledger(workdir) == [f"{tool} acme"], host.stderr.read().decode()[-3000:] if host.poll() else "timeout"
     finally:
         os.killpg(host.pid, signal.SIGKILL)
         host.wait()
