@@ -13,6 +13,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    ModelResponseState,
     NativeToolCallPart,
     NativeToolReturnPart,
     TextPart,
@@ -268,8 +269,8 @@ def call(call_id: str, args: Any = None, name: str = "t") -> ToolCallPart:
 PROMPT = ModelRequest(parts=[UserPromptPart("hi", timestamp=EPOCH)], timestamp=EPOCH)
 
 
-def response(*parts: Any, state: str = "complete") -> ModelResponse:
-    return ModelResponse(parts=list(parts), timestamp=EPOCH, state=state)  # type: ignore[arg-type]
+def response(*parts: Any, state: ModelResponseState = "complete") -> ModelResponse:
+    return ModelResponse(parts=list(parts), timestamp=EPOCH, state=state)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from candor.harness.mcp_policy import (
     judge_retry_safety,
     recorded_tools_data,
 )
-from candor.harness.recovery import RecoveryDecision
+from candor.harness.recovery import Action, Reason, RecoveryDecision
 from candor.harness.recovery_basis import basis_entry, merged_basis
 from candor.mcp import is_connection_failure
 
@@ -115,8 +115,8 @@ def test_the_recorded_tool_list_round_trips_and_tolerates_other_shapes() -> None
         assert declarations_from_record(other) == {}
 
 
-def _decision(action: str, reason: str) -> RecoveryDecision:
-    return RecoveryDecision(call=ToolCallPart("t", {}, tool_call_id="c1"), action=action, reason=reason)  # type: ignore[arg-type]
+def _decision(action: Action, reason: Reason) -> RecoveryDecision:
+    return RecoveryDecision(call=ToolCallPart("t", {}, tool_call_id="c1"), action=action, reason=reason)
 
 
 @pytest.mark.parametrize(

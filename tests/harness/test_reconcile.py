@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.tools import ToolDefinition, ToolDefinitionKind
 
 from candor import BoundaryEvent, DeferredToolResume, Harness, HarnessState
 from candor.errors import RunError
@@ -44,9 +44,9 @@ from candor.tools import (
 CALL = ToolCallPart("charge", {"amount": 40}, tool_call_id="c1")
 
 
-def _def(*, retry_safe: bool = False, kind: str = "function") -> ToolDefinition:
+def _def(*, retry_safe: bool = False, kind: ToolDefinitionKind = "function") -> ToolDefinition:
     metadata = {RECOVERY_RETRY_SAFE_METADATA_KEY: True} if retry_safe else None
-    return ToolDefinition(name="charge", metadata=metadata, kind=kind)  # type: ignore[arg-type]
+    return ToolDefinition(name="charge", metadata=metadata, kind=kind)
 
 
 UNKNOWN = RecoveryDecision(call=CALL, action="unknown_outcome", reason="not_retry_safe")

@@ -18,6 +18,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    ModelResponseState,
     RetryPromptPart,
     TextPart,
     ToolCallPart,
@@ -56,8 +57,8 @@ def call(call_id: str, name: str = "alpha", *, tool_kind: str | None = None) -> 
     return ToolCallPart(tool_name=name, args={"n": 1}, tool_call_id=call_id, tool_kind=tool_kind)
 
 
-def response(*parts: Any, state: str = "complete") -> ModelResponse:
-    return ModelResponse(parts=list(parts) or [TextPart("thinking")], state=state)  # type: ignore[arg-type]
+def response(*parts: Any, state: ModelResponseState = "complete") -> ModelResponse:
+    return ModelResponse(parts=list(parts) or [TextPart("thinking")], state=state)
 
 
 def request(*parts: Any) -> ModelRequest:
@@ -74,18 +75,20 @@ def legacy_retry(c: ToolCallPart) -> RetryPromptPart:
         return RetryPromptPart(content="bad args", tool_name=c.tool_name, tool_call_id=c.tool_call_id)
 
 
-def tool(name: str = "alpha", *, kind: str = "function", safe: Any = "unset", **metadata: Any) -> ToolDefinition:
+def tool(
+    name: str = "alpha", *, kind: ToolDefinitionKind = "function", safe: Any = "unset", **metadata: Any
+) -> ToolDefinition:
     meta = dict(metadata)
     if safe != "unset":
         meta[SAFE_KEY] = safe
-    return ToolDefinition(name=name, kind=kind, metadata=meta or None)  # type: ignore[arg-type]
+    return ToolDefinition(name=name, kind=kind, metadata=meta or None)
 
 
 def surface_of(*defs: ToolDefinition) -> dict[str, ToolDefinition]:
     return {d.name: d for d in defs}
 
 
-def history_with(*calls: ToolCallPart, state: str = "complete") -> list[ModelMessage]:
+def history_with(*calls: ToolCallPart, state: ModelResponseState = "complete") -> list[ModelMessage]:
     return [request(UserPromptPart("go")), response(*calls, state=state)]
 
 
@@ -286,7 +289,7 @@ def test_retry_safe_flag_comes_from_the_current_surface() -> None:
 
 
 @pytest.mark.parametrize("state", ["complete", "interrupted", "incomplete"])
-def test_not_provider_suspended_responses_are_recovered(state: str) -> None:
+def test_not_provider_suspended_responses_are_recovered(state: ModelResponseState) -> None:
     """H-59: only `state == "suspended"` skips recovery; interrupted responses are recovered (§8)."""
     plan = plan_recovery(history_with(call("c1"), state=state), {}, "declared")
     assert plan.skipped_reason is None and plan.unknown_ids == ("c1",)

@@ -21,7 +21,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     UserPromptPart,
 )
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.tools import ToolDefinition, ToolDefinitionKind
 
 from candor.harness.deferred import (
     DEFERRED_FUNCTION_ID_METADATA_KEY,
@@ -528,9 +528,9 @@ def test_coverage_property(case: tuple[list[str], list[str], set[str], set[str]]
 # -- H-74: the tool surface --------------------------------------------------------------------------------------------
 
 
-def tool(name: str, kind: str = "function", function_id: str | None = None) -> ToolDefinition:
+def tool(name: str, kind: ToolDefinitionKind = "function", function_id: str | None = None) -> ToolDefinition:
     metadata = None if function_id is None else {DEFERRED_FUNCTION_ID_METADATA_KEY: function_id}
-    return ToolDefinition(name=name, kind=kind, metadata=metadata)  # type: ignore[arg-type]
+    return ToolDefinition(name=name, kind=kind, metadata=metadata)
 
 
 def surface_resume(

@@ -650,8 +650,8 @@ async def test_steer_enters_history_before_next_request() -> None:
     assert "k1" in json.dumps(pending) and "please also check" in json.dumps(pending)
     # once incorporated it leaves the namespace
     assert _steering(exported[3]) is None
-    assert stream.outcome is not None
-    assert _steering(stream.outcome.state) is None  # type: ignore[arg-type]
+    assert stream.outcome is not None and stream.outcome.state is not None
+    assert _steering(stream.outcome.state) is None
     # the second request sent to the model holds the tool return and then the steered input
     second = model.seen[1]  # type: ignore[attr-defined]
     last_request = second[-1]
