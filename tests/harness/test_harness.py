@@ -369,7 +369,10 @@ def two_request_agent() -> Any:
 
 
 def stored_usage(result: RunResult[Any]) -> dict[str, Any]:
-    return result.state.capabilities["candor.usage"].data  # type: ignore[union-attr,return-value]
+    assert result.state is not None
+    usage = result.state.capabilities["candor.usage"].data
+    assert isinstance(usage, dict)
+    return usage
 
 
 async def test_each_run_writes_its_usage() -> None:
@@ -424,7 +427,7 @@ async def test_resume_usage_without_stored_usage_raises_before_model_work(entry:
             else:
                 harness.stream("go", previous_state=previous, resume_usage=True)  # raised synchronously
         assert info.value.code == "usage_state_missing"
-    assert model.seen == []  # type: ignore[attr-defined]
+    assert model.seen == []
 
 
 # ---------------------------------------------------------------------------------------------- H-34
@@ -600,8 +603,8 @@ async def test_continuation_sends_the_current_system_prompt() -> None:
     model = script(calls(tool_call("add", {"a": 1, "b": 2})), text("3"))
     result = await Harness(make_agent(model, system_prompt="new system prompt")).run("next", previous_state=previous)
     assert result.status == "completed"
-    assert len(model.seen) == 2  # type: ignore[attr-defined]
-    for sent in model.seen:  # type: ignore[attr-defined]
+    assert len(model.seen) == 2
+    for sent in model.seen:
         assert system_prompts(sent) == ["new system prompt"]
     # the substitution happens only in what is sent: stored messages are not rewritten
     assert canonical(result.all_messages()[:2]) == canonical(previous.message_history)
@@ -622,7 +625,7 @@ async def test_continuation_drops_every_historical_system_prompt() -> None:
     )
     model = script(text("e"))
     await Harness(make_agent(model)).run("next", previous_state=previous)
-    sent = model.seen[0]  # type: ignore[attr-defined]
+    sent = model.seen[0]
     assert system_prompts(sent) == []
     assert [
         p.content for m in sent if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)
@@ -638,7 +641,7 @@ async def test_continuation_of_imported_history_without_system_prompt() -> None:
     )
     model = script(text("c"))
     await Harness(make_agent(model, system_prompt="current")).run("next", previous_state=previous)
-    assert system_prompts(model.seen[0]) == ["current"]  # type: ignore[attr-defined]
+    assert system_prompts(model.seen[0]) == ["current"]
 
 
 async def test_dynamic_system_prompt_is_evaluated_for_the_continuation() -> None:
@@ -651,7 +654,7 @@ async def test_dynamic_system_prompt_is_evaluated_for_the_continuation() -> None
         return "dynamic now"
 
     await Harness(agent).run("next", previous_state=conversation())
-    assert system_prompts(model.seen[0]) == ["dynamic now"]  # type: ignore[attr-defined]
+    assert system_prompts(model.seen[0]) == ["dynamic now"]
 
 
 async def test_provider_suspended_response_keeps_historical_system_prompt() -> None:
@@ -667,7 +670,7 @@ async def test_provider_suspended_response_keeps_historical_system_prompt() -> N
     model = script(text("continued"))
     result = await Harness(make_agent(model, system_prompt="new system prompt")).run(None, previous_state=previous)
     assert result.status == "completed"
-    assert system_prompts(model.seen[0]) == ["old system prompt"]  # type: ignore[attr-defined]
+    assert system_prompts(model.seen[0]) == ["old system prompt"]
 
 
 async def test_provider_suspended_continuation_is_stored() -> None:

@@ -313,8 +313,8 @@ async def test_failed_and_cancelled_states_extend_the_last_boundary() -> None:
                 states.append(await stream.export_state())
     assert stream.outcome is not None
     assert stream.outcome.status == "failed"
-    assert stream.outcome is not None
-    _assert_append_only([*states, stream.outcome.state])  # type: ignore[list-item]
+    assert stream.outcome is not None and stream.outcome.state is not None
+    _assert_append_only([*states, stream.outcome.state])
 
     agent = two_step_agent([])
     states = []
@@ -326,8 +326,8 @@ async def test_failed_and_cancelled_states_extend_the_last_boundary() -> None:
                     stream.cancel()
     assert stream.outcome is not None
     assert stream.outcome.status == "cancelled"
-    assert stream.outcome is not None
-    _assert_append_only([*states, stream.outcome.state])  # type: ignore[list-item]
+    assert stream.outcome is not None and stream.outcome.state is not None
+    _assert_append_only([*states, stream.outcome.state])
 
 
 # ---------------------------------------------------------------------------------------------- H-97
@@ -412,7 +412,7 @@ async def _assert_refused_before_model_work(code: str, *args: Any, **options: An
     with pytest.raises(RunError) as info:
         await harness.run(*args, **options)
     assert info.value.code == code
-    assert model.seen == []  # type: ignore[attr-defined]
+    assert model.seen == []
 
 
 async def test_input_and_input_factory_conflict() -> None:
@@ -437,7 +437,7 @@ async def test_input_factory_supplies_the_input_lazily() -> None:
     assert calls_made == []
     await consume(stream)
     assert calls_made == ["called"]
-    prompts = [p.content for m in model.seen[0] for p in m.parts if isinstance(p, UserPromptPart)]  # type: ignore[attr-defined]
+    prompts = [p.content for m in model.seen[0] for p in m.parts if isinstance(p, UserPromptPart)]
     assert prompts == ["lazy input"]
 
 
@@ -452,7 +452,7 @@ async def test_input_factory_failure() -> None:
         await Harness(make_agent(model)).run(input_factory=factory)
     assert info.value.code == "input_factory_failed"
     assert "secret" not in json.dumps(info.value.details)
-    assert model.seen == []  # type: ignore[attr-defined]
+    assert model.seen == []
     stream = Harness(make_agent(model)).stream(input_factory=factory)
     with pytest.raises(RunError) as info:
         async with stream:
@@ -653,7 +653,7 @@ async def test_steer_enters_history_before_next_request() -> None:
     assert stream.outcome is not None and stream.outcome.state is not None
     assert _steering(stream.outcome.state) is None
     # the second request sent to the model holds the tool return and then the steered input
-    second = model.seen[1]  # type: ignore[attr-defined]
+    second = model.seen[1]
     last_request = second[-1]
     assert isinstance(last_request, ModelRequest)
     assert isinstance(last_request.parts[0], ToolReturnPart)
@@ -671,7 +671,7 @@ async def test_steer_before_first_request() -> None:
         await stream.steer("second extra")
         events = [e async for e in stream]
     assert boundaries(events)[0].incorporated_keys == ("a",)
-    prompts = [p.content for m in model.seen[0] for p in m.parts if isinstance(p, UserPromptPart)]  # type: ignore[attr-defined]
+    prompts = [p.content for m in model.seen[0] for p in m.parts if isinstance(p, UserPromptPart)]
     assert prompts == ["go", "first extra", "second extra"]
 
 
@@ -767,7 +767,7 @@ async def test_cancel_during_an_async_tool() -> None:
     assert outcome.status == "cancelled"
     assert isinstance(events[-1], RunResultEvent)
     assert observed == ["cancelled"]
-    assert len(model.seen) == 1  # type: ignore[attr-defined]
+    assert len(model.seen) == 1
     state = outcome.state
     assert state is not None
     assert open_calls(state.message_history) == []
@@ -840,7 +840,7 @@ async def test_cancel_before_first_step() -> None:
         events = [e async for e in stream]
     assert stream.outcome is not None
     assert stream.outcome.status == "cancelled"
-    assert model.seen == []  # type: ignore[attr-defined]
+    assert model.seen == []
     assert isinstance(events[-1], RunResultEvent)
 
 
