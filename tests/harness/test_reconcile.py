@@ -21,7 +21,7 @@ from pydantic_ai.tools import ToolDefinition, ToolDefinitionKind
 from candor import BoundaryEvent, DeferredToolResume, Harness, HarnessState
 from candor.errors import RunError
 from candor.harness.reconcile import registered_reconciler, settle_reconciliation, wants_reconcile
-from candor.harness.recovery import RecoveryDecision
+from candor.harness.recovery import RecoveryDecision, ToolRecovery
 from candor.tools import (
     CALL_KEY_METADATA_KEY,
     RECONCILER_METADATA_KEY,
@@ -67,9 +67,9 @@ REPLAY = RecoveryDecision(call=CALL, action="replay", reason="mode_always")
         (RecoveryDecision(call=CALL, action="apply_answer", reason="accepted_answer"), _def(), "declared", False),
     ],
 )
-def test_wants_reconcile_table(decision: RecoveryDecision, tool_def: Any, mode: str, expected: bool) -> None:
+def test_wants_reconcile_table(decision: RecoveryDecision, tool_def: Any, mode: ToolRecovery, expected: bool) -> None:
     """H-45–H-48: only calls that would end unknown or run again unsafely are put to a reconciler."""
-    assert wants_reconcile(decision, tool_def, mode) is expected  # type: ignore[arg-type]
+    assert wants_reconcile(decision, tool_def, mode) is expected
 
 
 @pytest.mark.parametrize(
@@ -91,10 +91,10 @@ def test_wants_reconcile_table(decision: RecoveryDecision, tool_def: Any, mode: 
     ],
 )
 def test_settle_reconciliation_table(
-    decision: RecoveryDecision, verdict: Any, mode: str, kind: str, action: str, reason: str
+    decision: RecoveryDecision, verdict: Any, mode: ToolRecovery, kind: ToolDefinitionKind, action: str, reason: str
 ) -> None:
     """The verdict × mode table of docs/state-and-resume.md ("Reconciling against an idempotent API")."""
-    settled = settle_reconciliation(decision, verdict, tool_def=_def(kind=kind), mode=mode, key="ck_x")  # type: ignore[arg-type]
+    settled = settle_reconciliation(decision, verdict, tool_def=_def(kind=kind), mode=mode, key="ck_x")
     assert (settled.action, settled.reason) == (action, reason)
     assert settled.call is CALL  # H-42: the call itself is never changed
     if action == "apply_answer":

@@ -33,6 +33,7 @@ from candor.harness.recovery import (
     TOOL_RECOVERY_MODES,
     RecoveryDecision,
     RecoveryPlan,
+    ToolRecovery,
     decide_action,
     plan_recovery,
     validate_tool_recovery,
@@ -46,7 +47,7 @@ from candor.harness.recovery_tools import (
     unknown_outcome_result,
 )
 
-MODES = ("declared", "never", "always")
+MODES: tuple[ToolRecovery, ...] = ("declared", "never", "always")
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -137,7 +138,7 @@ def test_plan_recovery_rejects_an_invalid_mode() -> None:
 @dataclasses.dataclass(frozen=True)
 class PolicyCase:
     rules: str
-    mode: str
+    mode: ToolRecovery
     tool_def: ToolDefinition | None
     expected: tuple[str, str]
     approved: bool = False
@@ -190,7 +191,7 @@ POLICY_CASES = [
 @pytest.mark.parametrize("case", POLICY_CASES, ids=lambda c: f"{c.rules}-{c.mode}-{c.expected[1]}")
 def test_decide_action_policy_table(case: PolicyCase) -> None:
     """H-45, H-46, H-47, H-48, H-51, H-55, H-56, H-94: the policy table, one row per case."""
-    assert decide_action(case.tool_def, case.mode, approved=case.approved) == case.expected  # type: ignore[arg-type]
+    assert decide_action(case.tool_def, case.mode, approved=case.approved) == case.expected
 
 
 @pytest.mark.parametrize("case", POLICY_CASES, ids=lambda c: f"{c.rules}-{c.mode}-{c.expected[1]}")
@@ -199,7 +200,7 @@ def test_plan_recovery_follows_the_policy_table(case: PolicyCase) -> None:
     c = call("c1")
     surface = {} if case.tool_def is None else {"alpha": case.tool_def}
     accepted = DeferredToolResults(approvals={"c1": True}) if case.approved else None
-    decision = only(plan_recovery(history_with(c), surface, case.mode, accepted))  # type: ignore[arg-type]
+    decision = only(plan_recovery(history_with(c), surface, case.mode, accepted))
     assert decision.call is c
     assert (decision.action, decision.reason) == case.expected
     assert decision.answer == ()
@@ -296,10 +297,10 @@ def test_not_provider_suspended_responses_are_recovered(state: ModelResponseStat
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_provider_suspended_response_skips_recovery(mode: str) -> None:
+def test_provider_suspended_response_skips_recovery(mode: ToolRecovery) -> None:
     """H-59: a provider-suspended final response skips recovery entirely, accepted answers included."""
     accepted = DeferredToolResults(calls={"c1": "done"})
-    plan = plan_recovery(history_with(call("c1"), state="suspended"), surface_of(tool()), mode, accepted)  # type: ignore[arg-type]
+    plan = plan_recovery(history_with(call("c1"), state="suspended"), surface_of(tool()), mode, accepted)
     assert plan == RecoveryPlan(decisions=(), skipped_reason="provider_suspended")
     assert plan.is_empty
 
@@ -402,11 +403,11 @@ ANSWER_CASES = [
 @pytest.mark.parametrize("surface", [{}, surface_of(tool(kind="external")), surface_of(tool(safe=True))])
 @pytest.mark.parametrize("case", ANSWER_CASES, ids=lambda c: f"{c.rules}-{c.reason}")
 def test_accepted_answers_are_applied_whatever_the_mode(
-    case: AnswerCase, surface: dict[str, ToolDefinition], mode: str
+    case: AnswerCase, surface: dict[str, ToolDefinition], mode: ToolRecovery
 ) -> None:
     """H-93, H-78, H-79: kept answers are written once, also under "never" and for a tool that is gone."""
     before = copy.deepcopy(case.accepted)
-    decision = only(plan_recovery(history_with(C1), surface, mode, case.accepted))  # type: ignore[arg-type]
+    decision = only(plan_recovery(history_with(C1), surface, mode, case.accepted))
     assert decision.call is C1
     assert (decision.action, decision.reason) == ("apply_answer", case.reason)
     assert [no_ts(p) for p in decision.answer] == [no_ts(p) for p in case.expected]
