@@ -433,7 +433,7 @@ class Provider:
     async def restore(self, data: JsonValue | None) -> None:
         self.restored.append(data)
         if isinstance(data, dict):
-            self.counter = int(data["n"])  # type: ignore[arg-type]
+            self.counter = int(data["n"])  # type: ignore[arg-type]  # JSON this provider exported: a number
 
     async def export(self) -> JsonValue:
         value: dict[str, JsonValue] = {"n": self.counter}
@@ -529,16 +529,17 @@ async def test_every_boundary_exports_the_provider() -> None:
 
 async def test_exported_value_is_detached_from_the_provider() -> None:
     """H-23: the provider mutating its value after export() does not change the exported state."""
-    shared = {"items": [1]}
+    items: list[JsonValue] = [1]
+    shared: dict[str, JsonValue] = {"items": items}
 
     class Sharing(Provider):
         async def export(self) -> JsonValue:
-            return shared  # type: ignore[return-value]
+            return shared
 
     result = await Harness(make_agent(script(text("done")))).run(
         "go", bindings=RunBindings(environments={"m": Sharing()})
     )
-    shared["items"].append(2)
+    items.append(2)
     assert result.state is not None
     assert result.state.environment == {"m": {"items": [1]}}
 

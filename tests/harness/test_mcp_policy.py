@@ -50,7 +50,7 @@ RO, IDEM, DESTR = "readOnlyHint", "idempotentHint", "destructiveHint"
 )
 def test_annotations_declare_retry_safety(annotations: object, retry_safe: bool) -> None:
     """H-51, issue 36 item 1: readOnlyHint or idempotentHint true, and destructiveHint not true."""
-    assert declaration_from_annotations(annotations).retry_safe is retry_safe  # type: ignore[arg-type]
+    assert declaration_from_annotations(annotations).retry_safe is retry_safe  # type: ignore[arg-type]  # non-mappings too
 
 
 SAFE = ToolDeclaration(read_only=True)

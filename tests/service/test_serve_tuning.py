@@ -99,7 +99,7 @@ async def test_postgres_engine_pool_follows_the_settings(postgres_url: str) -> N
 def test_sqlite_engine_ignores_the_pool_settings(tmp_path: Any) -> None:
     """SQLite has one writer; its engine keeps SQLAlchemy's own pool whatever the settings say."""
     engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}", pool_size=50, max_overflow=7)
-    assert engine.pool.size() != 50  # type: ignore[attr-defined]
+    assert engine.pool.size() != 50  # type: ignore[attr-defined]  # QueuePool's, not on Pool
     asyncio.run(engine.dispose())
 
 

@@ -194,7 +194,7 @@ def test_coverage_mismatch_property(pending_approvals, pending_calls, answered_a
     if mismatch is not None:
         for name, expected, given_ids in (("approvals", pending_approvals, answered_approvals),
                                           ("calls", pending_calls, answered_calls)):  # fmt: skip
-            group = mismatch.groups.get(name)  # type: ignore[call-overload]
+            group = mismatch.groups.get(name)  # type: ignore[call-overload]  # name is one of the two groups
             assert (group is None) is (expected == given_ids)
             if group is not None:
                 assert set(group.missing) == expected - given_ids

@@ -264,7 +264,7 @@ async def test_migrated_triggers_equal_tables_triggers(db_kind: str, empty_db: s
     finally:
         await engine.dispose()
         await other.dispose()
-    assert set(migrated) == trigger_names(GUARDS, db_kind)  # type: ignore[arg-type]
+    assert set(migrated) == trigger_names(GUARDS, db_kind)  # type: ignore[arg-type]  # db_kind is a DialectName
     assert migrated == created
 
 

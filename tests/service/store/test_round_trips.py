@@ -371,7 +371,7 @@ async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connectio
             commit.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await commit
-        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # QueuePool's, not on Pool
 
         async def statement_ended() -> bool:  # at the server: cancelled, or committed once the lock was free
             async with read_transaction(db.engine) as conn:

@@ -282,11 +282,11 @@ async def test_lease_check_refuses_a_tool_under_a_lost_lease() -> None:
     tool_def = type("Def", (), {"name": "charge"})()
     lost = _Handle(held=False)
     with pytest.raises(LeaseNotHeld, match="charge"):
-        await LeaseCheck(lost).wrap_tool_execute(None, call=None, tool_def=tool_def, args={}, handler=handler)  # type: ignore[arg-type]
+        await LeaseCheck(lost).wrap_tool_execute(None, call=None, tool_def=tool_def, args={}, handler=handler)  # type: ignore[arg-type]  # stand-ins
     assert ran == [] and lost.cancelled
     held = _Handle(held=True)
     assert (
-        await LeaseCheck(held).wrap_tool_execute(None, call=None, tool_def=tool_def, args={}, handler=handler)  # type: ignore[arg-type]
+        await LeaseCheck(held).wrap_tool_execute(None, call=None, tool_def=tool_def, args={}, handler=handler)  # type: ignore[arg-type]  # stand-ins
         == "ok"
     )
     assert ran == ["ran"] and not held.cancelled
@@ -297,7 +297,7 @@ async def test_lease_held_from_inside_a_tool() -> None:
     True outside any attempt."""
     assert lease_held()
     lost = _Handle(held=False)
-    with holding(lost):  # type: ignore[arg-type]
+    with holding(lost):  # type: ignore[arg-type]  # a stand-in handle
         assert not lease_held()
         assert not await asyncio.create_task(asyncio.to_thread(lease_held))
     assert lease_held()
@@ -306,7 +306,7 @@ async def test_lease_held_from_inside_a_tool() -> None:
 def test_handle_lease_held_follows_loss_and_deadline(db) -> None:
     """Issue 34 item 3, S-24: a handle holds its lease until a fenced write found it lost, a deadline
     cancellation, or a third of the lease left unconfirmed on the local clock."""
-    handle = AttemptHandle(claimed=None, lease_seconds=30, sent_at=100.0)  # type: ignore[arg-type]
+    handle = AttemptHandle(claimed=None, lease_seconds=30, sent_at=100.0)  # type: ignore[arg-type]  # lease_held reads no claim
     assert handle.lease_held(100.0) and handle.lease_held(119.9)
     assert not handle.lease_held(120.0)  # 30 − 20 = a third left
     handle.lease_lost = True

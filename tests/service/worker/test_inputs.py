@@ -81,7 +81,9 @@ def test_resume_batch_is_fresh_on_the_first_attempt_only() -> None:
 
 def test_usage_delta() -> None:
     """S-51: usage records hold what was incurred since the previous record."""
+    from_nothing = usage_delta(RunUsage(requests=1, input_tokens=6), RunUsage())
+    assert from_nothing is not None
     assert usage_delta(RunUsage(requests=2, input_tokens=10), RunUsage(requests=1, input_tokens=4)) == {
-        **usage_delta(RunUsage(requests=1, input_tokens=6), RunUsage()),  # type: ignore[dict-item]
+        **from_nothing,
     }
     assert usage_delta(RunUsage(requests=1), RunUsage(requests=1)) is None
