@@ -19,11 +19,17 @@ demo: $(STAMP)
 	$(PY) -m examples.demo
 
 # Lint and types (configured in pyproject.toml): fails on any finding. src/ and tools/ are checked strictly; tests,
-# bench and examples with the looser set of [tool.ruff.lint.per-file-ignores]. mypy checks src/ and tools/.
+# bench and examples with the looser set of [tool.ruff.lint.per-file-ignores]. mypy checks src/, tools/ and tests/
+# (tests without annotation rules, see [tool.mypy]); the conftests it excludes are each module `conftest` to it, so
+# each gets a run of its own (MYPY_OWN_RUN, kept equal to that exclude list).
+MYPY_OWN_RUN := tests/harness/conftest.py tests/service/conftest.py tests/service/console/conftest.py \
+	tests/service/http/conftest.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tools tests bench examples
 	$(VENV)/bin/ruff format --check src tools tests bench examples
 	$(VENV)/bin/mypy
+	@for conftest in $(MYPY_OWN_RUN); do echo "mypy $$conftest"; $(VENV)/bin/mypy $$conftest || exit 1; done
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist): most tests wait on child processes, sockets and databases,
 # so more workers than the 2 cores of the reference machine pay. `--dist loadfile` hands a worker one test file at a

@@ -62,7 +62,7 @@ def perf_reports(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
             text = BY_COMMAND
         return subprocess.CompletedProcess(command, 0, stdout=text, stderr="")
 
-    monkeypatch.setattr(server_profile.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)
     return asked
 
 
@@ -87,7 +87,7 @@ def test_a_recording_without_the_server_has_no_phases(monkeypatch: pytest.Monkey
     def fake_run(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(command, 0, stdout="    99.00%  swapper\n", stderr="")
 
-    monkeypatch.setattr(server_profile.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)
     found = server_profile.summarize(Path("recording.data"))
     assert found.machine_share == 0.0 and set(found.phases.values()) == {0.0}
 

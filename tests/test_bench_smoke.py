@@ -49,10 +49,10 @@ the others. `make test` (`--dist loadfile`) runs a file's tests one after the ot
 service benchmarks run at most two at a time, never failover_latency beside soak."""
 
 
-def run_quick(tmp_path: Path, *names: str) -> tuple[str, dict[str, dict[str, object]]]:
+def run_quick(tmp_path: Path, *names: str) -> tuple[str, dict[str, dict[str, Any]]]:
     """`python -m bench.run_all --quick --only NAME...`: each benchmark with its QUICK_ARGS (tiny sizes) in its own
     process. Checks the report (the machine, each benchmark's section with its output and a reading, the time table)
-    and returns it with each benchmark's JSON summary."""
+    and returns it with each benchmark's JSON summary (parsed JSON: Any)."""
     report, summaries = tmp_path / "benchmarks.md", tmp_path / "summaries"
     only = [arg for name in names for arg in ("--only", name)]
     proc = run(
@@ -82,7 +82,7 @@ def run_quick(tmp_path: Path, *names: str) -> tuple[str, dict[str, dict[str, obj
     return text, data
 
 
-def run_service_bench(module: str, tmp_path: Path) -> tuple[str, dict[str, object]]:
+def run_service_bench(module: str, tmp_path: Path) -> tuple[str, dict[str, Any]]:
     """One service benchmark through `run_quick`: the report (which holds its stdout) and its summary, in which
     nothing is skipped (no target measured as missing for lack of data)."""
     text, data = run_quick(tmp_path, module)
@@ -335,7 +335,14 @@ def test_resume_latency_reading_survives_a_level_under_one_cpu_tick() -> None:
     by zero (CI saw that ZeroDivisionError on a fast machine)."""
     from bench import resume_latency
 
-    level = {"clients": 2, "requests": 4, "p50_ms": 17.9, "p99_ms": 18.0, "max_ms": 18.0, "requests_per_s": 128.9}
+    level: dict[str, float | str] = {
+        "clients": 2,
+        "requests": 4,
+        "p50_ms": 17.9,
+        "p99_ms": 18.0,
+        "max_ms": 18.0,
+        "requests_per_s": 128.9,
+    }
     level |= {"control_cpu_ms": 0.0, "machine_busy": 1.0, "system": "candor"}
     summary = {"results": [level], "verdicts": [], "skipped": {}}
     lines = resume_latency.reading(summary)

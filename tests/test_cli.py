@@ -96,7 +96,7 @@ def test_workspace_and_key_commands(tmp_path: Path) -> None:
 
 
 def _line(result: Any) -> str:
-    lines = [line for line in result.output.splitlines() if line.strip()]
+    lines: list[str] = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("candor: "), result.output
     assert "Traceback" not in result.output
     return lines[0]

@@ -97,7 +97,8 @@ async def test_abandoned_stream_then_declared_recovery_in_process(tmp_path: Path
     returns = {p.tool_name: p for p in recovered.parts if isinstance(p, ToolReturnPart)}
     assert_unknown_outcome(returns["charge_card"], calls[1])
     assert returns["lookup_order"].outcome == "success"
-    assert recovered in result.state.message_history  # type: ignore[union-attr]
+    assert result.state is not None
+    assert recovered in result.state.message_history
     assert "could not confirm the charge" in str(result.output)
 
 
@@ -119,7 +120,8 @@ async def test_act2_crash_mid_tool_under_each_mode(tmp_path: Path) -> None:
         ]
         assert outcome.result.status == "completed", mode
         assert outcome.result.thread_id == outcome.saved_state.thread_id  # H-9
-        history = outcome.result.state.message_history  # type: ignore[union-attr]
+        assert outcome.result.state is not None
+        history = outcome.result.state.message_history
         assert all(m in history for m in outcome.result.new_messages())  # H-44: stored, not only sent
 
     charge_call, lookup_call = (
@@ -247,9 +249,9 @@ async def test_act5_reconciles_against_an_idempotent_payment_api(tmp_path: Path)
     """H-46 with a reconciler (docs/state-and-resume.md, "Reconciling against an idempotent API"): a charge made
     before a real SIGKILL is reconciled under the key the dying tool sent; a charge never made runs once with its
     key; a reconciler that raises leaves the unknown outcome (H-43)."""
-    from examples.reconcile_demo import SCENARIOS
+    from examples.reconcile_demo import SCENARIOS, act5  # the act demo.py runs
 
-    scenarios = await demo.act5(tmp_path, quiet())
+    scenarios = await act5(tmp_path, quiet())
     charged, not_done, down = (scenarios[name] for name in SCENARIOS)
 
     assert charged.recovery == "reconciled" and charged.keys_sent == []  # the tool did not run again
@@ -280,9 +282,9 @@ async def test_act6_mcp_annotations_decide_what_runs_again(tmp_path: Path) -> No
     `declared` the readOnlyHint and idempotentHint calls and the operator's `retry_safe` one run again, the
     destructive and unannotated ones get the unknown outcome; with the server down the run fails
     `tool_unavailable`."""
-    from examples.mcp_demo import TOOLS
+    from examples.mcp_demo import TOOLS, act6  # the act demo.py runs
 
-    facts = await demo.act6(tmp_path, quiet())
+    facts = await act6(tmp_path, quiet())
     assert facts is not None
     assert sorted(facts.ledger_after_crash) == sorted(f"{tool} A1" for tool in TOOLS)
     rerun = {"lookup_order": "annotation", "set_shipping_address": "annotation", "send_receipt": "override"}

@@ -25,7 +25,8 @@ def _loaded_modules(statement: str) -> list[str]:
     completed = subprocess.run(
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=SRC.parent, timeout=120
     )
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    modules: list[str] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return modules
 
 
 @pytest.mark.parametrize(

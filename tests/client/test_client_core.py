@@ -132,6 +132,8 @@ def test_wait_for_run_polls_with_backoff_until_sealed() -> None:
     clock = [0.0]
     ops = Operations(retry=NO_JITTER, monotonic=lambda: clock[0])
     view = {"id": "run_1", "thread_id": "thr_1", "agent": "a", "version": 1, "pending": None}
-    outcomes = [_reply(200, view | {"status": s}) for s in ("accepted", "running", "running", "waiting")]
+    outcomes: list[Reply | Exception] = [
+        _reply(200, view | {"status": s}) for s in ("accepted", "running", "running", "waiting")
+    ]
     run, calls, sleeps = _drive(ops.wait_for_run("run_1", poll_initial=0.05, poll_max=0.1), outcomes)
     assert run.status == "waiting" and len(calls) == 4 and sleeps == [0.05, 0.1, 0.1]

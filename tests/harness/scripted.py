@@ -82,7 +82,13 @@ def tool_calls(*calls: tuple[str, str, dict[str, Any]]) -> ModelResponse:
     return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=call_id) for call_id, name, args in calls])
 
 
-def script(*steps: Step, stream: bool = False) -> FunctionModel:
+class ScriptedFunctionModel(FunctionModel):
+    """The `FunctionModel` `script` returns, with `.seen`."""
+
+    seen: list[list[ModelMessage]]
+
+
+def script(*steps: Step, stream: bool = False) -> ScriptedFunctionModel:
     """A `FunctionModel` that answers the i-th model request with `steps[i]`.
 
     The returned model has `.seen`: the list of message lists sent to it, one per request. With `stream=True`
@@ -121,8 +127,8 @@ def script(*steps: Step, stream: bool = False) -> FunctionModel:
         if content[half:]:
             yield content[half:]
 
-    model = FunctionModel(stream_function=respond_stream) if stream else FunctionModel(respond)
-    model.seen = seen  # type: ignore[attr-defined]
+    model = ScriptedFunctionModel(stream_function=respond_stream) if stream else ScriptedFunctionModel(respond)
+    model.seen = seen
     return model
 
 
@@ -177,7 +183,8 @@ def make_agent(
 
 def canonical(messages: Sequence[ModelMessage]) -> list[Any]:
     """Messages in their canonical JSON form (the `ModelMessagesTypeAdapter` encoding)."""
-    return json.loads(ModelMessagesTypeAdapter.dump_json(list(messages)))
+    decoded: list[Any] = json.loads(ModelMessagesTypeAdapter.dump_json(list(messages)))
+    return decoded
 
 
 _VOLATILE_KEYS = frozenset({"timestamp", "run_id", "conversation_id"})

@@ -67,7 +67,8 @@ async def test_unwritten_namespace_reads_none() -> None:
     result = await run_with_tool(probe, previous_state=prior(other=CapabilityState(version="1", data={"n": 1})))
     assert result.status == "completed"
     assert seen == [None]
-    assert "never.written" not in result.state.capabilities  # type: ignore[union-attr]
+    assert result.state is not None
+    assert "never.written" not in result.state.capabilities
 
 
 async def test_write_replaces_whole_namespace_and_read_returns_it() -> None:
@@ -87,7 +88,8 @@ async def test_write_replaces_whole_namespace_and_read_returns_it() -> None:
         writer, previous_state=prior(ns=CapabilityState(version="1", data={"n": 0, "tags": ["old"], "extra": 1}))
     )
     assert seen == [Counter(n=1, tags=["a", "b"]), Small(n=2), Counter(n=2, tags=[])]
-    assert result.state.capabilities["ns"] == CapabilityState(version="1", data={"n": 2})  # type: ignore[union-attr]
+    assert result.state is not None
+    assert result.state.capabilities["ns"] == CapabilityState(version="1", data={"n": 2})
 
 
 async def test_write_can_change_the_version() -> None:
@@ -98,7 +100,8 @@ async def test_write_can_change_the_version() -> None:
         return "ok"
 
     result = await run_with_tool(writer, previous_state=prior(ns=CapabilityState(version="1", data={"n": 1})))
-    assert result.state.capabilities["ns"] == CapabilityState(version="2", data={"n": 5})  # type: ignore[union-attr]
+    assert result.state is not None
+    assert result.state.capabilities["ns"] == CapabilityState(version="2", data={"n": 5})
 
 
 async def test_state_written_in_one_run_is_read_by_the_next() -> None:
@@ -113,9 +116,11 @@ async def test_state_written_in_one_run_is_read_by_the_next() -> None:
 
     first = await run_with_tool(bump)
     second = await run_with_tool(bump, previous_state=first.state)
-    restored = HarnessState.model_validate_json(second.state.model_dump_json())  # type: ignore[union-attr]
+    assert second.state is not None
+    restored = HarnessState.model_validate_json(second.state.model_dump_json())
     third = await run_with_tool(bump, previous_state=restored)
-    assert third.state.capabilities["counter"].data == {"n": 3, "tags": []}  # type: ignore[union-attr]
+    assert third.state is not None
+    assert third.state.capabilities["counter"].data == {"n": 3, "tags": []}
 
 
 async def test_capability_hook_uses_the_store() -> None:
@@ -132,7 +137,8 @@ async def test_capability_hook_uses_the_store() -> None:
     agent = make_agent(script(calls(tool_call("add", {"a": 1, "b": 2})), text("done")))
     result = await Harness(agent).run("go", bindings=RunBindings(capabilities=[CountRequests()]))
     assert result.status == "completed"
-    assert result.state.capabilities["hook.count"].data == {"n": 2, "tags": []}  # type: ignore[union-attr]
+    assert result.state is not None
+    assert result.state.capabilities["hook.count"].data == {"n": 2, "tags": []}
 
 
 # ---------------------------------------------------------------------------------------------- H-15, H-16, H-17
@@ -205,7 +211,8 @@ async def test_writing_non_finite_data_inside_a_run() -> None:
 
     result = await run_with_tool(probe, previous_state=prior(ns=CapabilityState(version="1", data={"x": 1.5})))
     assert codes == ["capability_state_invalid"]
-    assert result.state.capabilities["ns"] == CapabilityState(version="1", data={"x": 1.5})  # type: ignore[union-attr]
+    assert result.state is not None
+    assert result.state.capabilities["ns"] == CapabilityState(version="1", data={"x": 1.5})
 
 
 @pytest.mark.parametrize("blank", ["", " ", "\t\n"], ids=["empty", "space", "whitespace"])
@@ -269,7 +276,10 @@ async def test_mutating_snapshot_and_read_values_changes_nothing_stored() -> Non
     """H-19: mutating snapshot data, a model returned by read(), or a model after write() changes nothing."""
     store = CapabilityStore({"ns": CapabilityState(version="1", data={"n": 1, "tags": ["a"]})})
     snapshot = await store.snapshot()
-    snapshot["ns"].data["tags"].append("snap")  # type: ignore[index,union-attr]
+    snapshot_data = snapshot["ns"].data
+    assert isinstance(snapshot_data, dict) and isinstance(snapshot_data["tags"], list)
+    snapshot_tags = snapshot_data["tags"]
+    snapshot_tags.append("snap")
     snapshot.pop("ns")
     read = await store.read("ns", Counter, version="1")
     assert read is not None
@@ -285,9 +295,12 @@ async def test_mutating_snapshot_and_read_values_changes_nothing_stored() -> Non
 async def test_mutating_capability_data_read_from_a_state_changes_nothing() -> None:
     """H-19: CapabilityState.data read from a state is a copy, for the state and for the next run's store."""
     state = prior(ns=CapabilityState(version="1", data={"n": 1, "tags": ["a"]}))
-    state.capabilities["ns"].data["tags"].append("x")  # type: ignore[index,union-attr]
+    read_data = state.capabilities["ns"].data
+    assert isinstance(read_data, dict) and isinstance(read_data["tags"], list)
+    read_data["tags"].append("x")
     cs = state.capabilities["ns"]
-    cs.data["tags"].append("y")  # type: ignore[index,union-attr]
+    assert isinstance(cs.data, dict) and isinstance(cs.data["tags"], list)
+    cs.data["tags"].append("y")
     seen: list[Any] = []
 
     async def probe() -> str:
@@ -316,7 +329,8 @@ async def test_unwritten_namespaces_are_carried_unchanged() -> None:
         return "ok"
 
     result = await run_with_tool(reader, previous_state=state)
-    dumped = json.loads(result.state.model_dump_json())["capabilities"]  # type: ignore[union-attr]
+    assert result.state is not None
+    dumped = json.loads(result.state.model_dump_json())["capabilities"]
     source = json.loads(state.model_dump_json())["capabilities"]
     for name in untouched:
         assert dumped[name] == source[name]
@@ -333,7 +347,9 @@ async def test_unwritten_namespaces_are_unchanged_at_every_boundary() -> None:
             if isinstance(event, BoundaryEvent):
                 exported.append(await stream.export_state())
     assert len(exported) == 3
-    for s in [*exported, stream.outcome.state]:  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    for s in [*exported, stream.outcome.state]:
+        assert s is not None
         assert json.loads(s.model_dump_json())["capabilities"]["plain"] == {
             "version": "3",
             "data": {"k": [1, {"z": None}]},
@@ -395,8 +411,12 @@ async def test_interleaved_streams_keep_their_own_stores() -> None:
                 pass
             async for _ in second:
                 pass
-    assert "mark" in first.outcome.state.capabilities  # type: ignore[union-attr]
-    assert "mark" not in second.outcome.state.capabilities  # type: ignore[union-attr]
+    assert first.outcome is not None
+    assert first.outcome.state is not None
+    assert "mark" in first.outcome.state.capabilities
+    assert second.outcome is not None
+    assert second.outcome.state is not None
+    assert "mark" not in second.outcome.state.capabilities
 
 
 # ---------------------------------------------------------------------------------------------- H-22, H-23
@@ -413,10 +433,10 @@ class Provider:
     async def restore(self, data: JsonValue | None) -> None:
         self.restored.append(data)
         if isinstance(data, dict):
-            self.counter = int(data["n"])  # type: ignore[arg-type]
+            self.counter = int(data["n"])  # type: ignore[arg-type]  # JSON this provider exported: a number
 
     async def export(self) -> JsonValue:
-        value = {"n": self.counter}
+        value: dict[str, JsonValue] = {"n": self.counter}
         self.exports.append(value)
         return value
 
@@ -439,12 +459,14 @@ async def test_unbound_environment_entries_are_carried_unchanged() -> None:
     result = await Harness(agent).run(
         "go", previous_state=state, bindings=RunBindings(environments={"bound": provider})
     )
-    env = json.loads(result.state.model_dump_json())["environment"]  # type: ignore[union-attr]
+    assert result.state is not None
+    env = json.loads(result.state.model_dump_json())["environment"]
     assert env["unbound"] == {"deep": [1, {"x": None}], "f": 2.5}
     assert env["flag"] is False
     assert env["bound"] == {"n": 3}
     again = await Harness(make_agent(script(text("x")))).run("go", previous_state=result.state)
-    assert again.state.environment == result.state.environment  # type: ignore[union-attr]
+    assert again.state is not None
+    assert again.state.environment == result.state.environment
 
 
 async def test_restore_receives_stored_entry_or_none() -> None:
@@ -500,22 +522,26 @@ async def test_every_boundary_exports_the_provider() -> None:
         ("tool", {"n": 11}),
         ("model", {"n": 12}),
     ]
-    assert stream.outcome.state.environment == {"m": {"n": 12}}  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    assert stream.outcome.state is not None
+    assert stream.outcome.state.environment == {"m": {"n": 12}}
 
 
 async def test_exported_value_is_detached_from_the_provider() -> None:
     """H-23: the provider mutating its value after export() does not change the exported state."""
-    shared = {"items": [1]}
+    items: list[JsonValue] = [1]
+    shared: dict[str, JsonValue] = {"items": items}
 
     class Sharing(Provider):
         async def export(self) -> JsonValue:
-            return shared  # type: ignore[return-value]
+            return shared
 
     result = await Harness(make_agent(script(text("done")))).run(
         "go", bindings=RunBindings(environments={"m": Sharing()})
     )
-    shared["items"].append(2)
-    assert result.state.environment == {"m": {"items": [1]}}  # type: ignore[union-attr]
+    items.append(2)
+    assert result.state is not None
+    assert result.state.environment == {"m": {"items": [1]}}
 
 
 async def test_run_end_exports_the_provider_when_suspending() -> None:
@@ -533,7 +559,8 @@ async def test_run_end_exports_the_provider_when_suspending() -> None:
     result = await Harness(agent).run("go", bindings=RunBindings(environments={"m": provider}))
     assert result.status == "suspended"
     assert provider.counter == 1
-    assert result.state.environment == {"m": {"n": 1}}  # type: ignore[union-attr]
+    assert result.state is not None
+    assert result.state.environment == {"m": {"n": 1}}
 
 
 async def test_environment_is_restored_in_the_next_run() -> None:
@@ -578,5 +605,7 @@ async def test_concurrent_runs_have_separate_stores() -> None:
     marking = run_with_tool(mark)
     plain = Harness(make_agent(script(calls(tool_call("add", {"a": 1, "b": 1})), text("done")))).run("go")
     first, second = await asyncio.gather(marking, plain)
-    assert "mark" in first.state.capabilities  # type: ignore[union-attr]
-    assert "mark" not in second.state.capabilities  # type: ignore[union-attr]
+    assert first.state is not None
+    assert "mark" in first.state.capabilities
+    assert second.state is not None
+    assert "mark" not in second.state.capabilities

@@ -91,8 +91,9 @@ def test_detached_keeps_aliasing_inside_one_copy() -> None:
     """Like `copy.deepcopy`: an object reached twice is copied once, so the copy has the original's shape."""
     response = rich_history()[1]
     copied = detached(response)
-    first, second = copied.parts[2], copied.parts[3]  # type: ignore[union-attr]
-    assert first.args is second.args and first.args is not response.parts[2].args  # type: ignore[union-attr]
+    first, second, original = copied.parts[2], copied.parts[3], response.parts[2]
+    assert isinstance(first, ToolCallPart) and isinstance(second, ToolCallPart) and isinstance(original, ToolCallPart)
+    assert first.args is second.args and first.args is not original.args
 
 
 def test_objects_with_their_own_copy_rules_go_through_deepcopy() -> None:
@@ -140,6 +141,8 @@ async def test_a_tool_changing_the_run_messages_does_not_change_the_committed_hi
                 exported.append(await stream.export_state())
     assert stream.outcome is not None and stream.outcome.status == "completed"
     for state in [*exported, stream.outcome.state]:
-        history = state.message_history  # type: ignore[union-attr]
-        assert history[0].parts[0].content == "hello"  # type: ignore[union-attr]
-        assert history[1].parts[0].args == {"note": "original"}  # type: ignore[union-attr]
+        assert state is not None
+        history = state.message_history
+        prompt, call = history[0].parts[0], history[1].parts[0]
+        assert isinstance(prompt, UserPromptPart) and prompt.content == "hello"
+        assert isinstance(call, ToolCallPart) and call.args == {"note": "original"}

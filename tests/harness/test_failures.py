@@ -13,6 +13,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    ModelResponseState,
     NativeToolCallPart,
     NativeToolReturnPart,
     TextPart,
@@ -98,6 +99,7 @@ async def test_teardown_failure_reports_the_underlying_cause() -> None:
                 break
 
     assert [type(e) for e in raised.value.causes] == [OSError]
+    assert raised.value.outcome is not None
     assert raised.value.outcome.status == "cancelled"
 
 
@@ -128,6 +130,7 @@ async def test_run_raises_cleanup_error_like_stream() -> None:
     with pytest.raises(RunCleanupError) as raised:
         await Harness(agent).run("hi", bindings=RunBindings(toolsets=[FailingClose()]))
 
+    assert raised.value.outcome is not None
     assert raised.value.outcome.status == "completed"
 
 
@@ -146,6 +149,7 @@ async def test_failed_run_closes_unanswered_calls_with_unknown_outcomes() -> Non
     result = await Harness(agent).run("hi")
 
     assert result.status == "failed"
+    assert result.failure is not None
     assert result.failure.code == "agent_run_failed"
     assert result.failure.details == {"error_type": "RuntimeError"}
     assert result.state is not None
@@ -187,6 +191,7 @@ async def test_failed_fresh_resume_keeps_pending_batch_calls_open() -> None:
             pass
 
     failed = stream.outcome
+    assert failed is not None
     assert failed.status == "failed" and failed.state is not None
     assert returns(failed.state.message_history, "c1") == []
     reoffer = stream.pending_deferred_input
@@ -195,6 +200,7 @@ async def test_failed_fresh_resume_keeps_pending_batch_calls_open() -> None:
     result = await Harness(agent).run(previous_state=failed.state, deferred_resume=reoffer)
     assert result.status == "completed"
     assert attempts == [1]
+    assert result.state is not None
     [part] = returns(result.state.message_history, "c1")
     assert is_unknown(part)
 
@@ -263,8 +269,8 @@ def call(call_id: str, args: Any = None, name: str = "t") -> ToolCallPart:
 PROMPT = ModelRequest(parts=[UserPromptPart("hi", timestamp=EPOCH)], timestamp=EPOCH)
 
 
-def response(*parts: Any, state: str = "complete") -> ModelResponse:
-    return ModelResponse(parts=list(parts), timestamp=EPOCH, state=state)  # type: ignore[arg-type]
+def response(*parts: Any, state: ModelResponseState = "complete") -> ModelResponse:
+    return ModelResponse(parts=list(parts), timestamp=EPOCH, state=state)
 
 
 @pytest.mark.parametrize(
@@ -374,7 +380,11 @@ def test_normalize_candidate_leaves_pending_batch_calls_open() -> None:
 def test_normalize_candidate_never_changes_the_stable_prefix() -> None:
     """H-103, H-39: messages exported at a boundary are kept as they are; only what follows is cleaned."""
     exported = response(TextPart(""), ThinkingPart(""), state="interrupted")
-    history = [PROMPT, exported, ModelRequest(parts=[UserPromptPart("more", timestamp=EPOCH)], timestamp=EPOCH)]
+    history: list[ModelMessage] = [
+        PROMPT,
+        exported,
+        ModelRequest(parts=[UserPromptPart("more", timestamp=EPOCH)], timestamp=EPOCH),
+    ]
 
     result = normalize_candidate(history, stable_prefix=3)
 

@@ -69,7 +69,8 @@ async def test_run_keeps_the_previous_thread_id() -> None:
     previous = conversation("ticket_42")
     result = await Harness(make_agent(script(text("ok")))).run("again", previous_state=previous)
     assert result.thread_id == "ticket_42"
-    assert result.state.thread_id == "ticket_42"  # type: ignore[union-attr]
+    assert result.state is not None
+    assert result.state.thread_id == "ticket_42"
     assert all(getattr(m, "conversation_id", None) in (None, "ticket_42") for m in result.all_messages())
 
 
@@ -93,7 +94,9 @@ async def test_every_run_has_a_fresh_run_id() -> None:
     run_ids = [first.run_id, second.run_id, stream.run_id]
     assert all(RUN_ID.fullmatch(r) for r in run_ids)
     assert len(set(run_ids)) == 3
-    assert stream.outcome.run_id == stream.run_id  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    assert stream is not None
+    assert stream.outcome.run_id == stream.run_id
     assert {m.run_id for m in second.new_messages()} == {second.run_id}
 
 
@@ -156,7 +159,8 @@ async def test_cancelled_stream_never_mutates_previous_state() -> None:
         async for event in stream:
             if type(event).__name__ == "BoundaryEvent" and event.kind == "tool":
                 stream.cancel()
-    assert stream.outcome.status == "cancelled"  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    assert stream.outcome.status == "cancelled"
     assert previous.model_dump_json() == before
 
 
@@ -186,7 +190,8 @@ async def test_usage_limit_from_harness_default() -> None:
     agent = make_agent(script(calls(tool_call("add", {"a": 1, "b": 2})), text("3")))
     result = await Harness(agent, usage_limits=UsageLimits(request_limit=1)).run("go")
     assert result.status == "failed"
-    assert result.failure.code == "usage_limit_exceeded"  # type: ignore[union-attr]
+    assert result.failure is not None
+    assert result.failure.code == "usage_limit_exceeded"
 
 
 # ---------------------------------------------------------------------------------------------- H-31
@@ -268,7 +273,8 @@ async def test_tool_timeout_is_not_a_model_error(exc: BaseException) -> None:
 
     result = await Harness(make_agent(script(calls(tool_call("flaky"))), flaky)).run("go")
     assert result.status == "failed"
-    assert (result.failure.code, result.failure.retry_hint) == ("agent_run_failed", "dependency_change")  # type: ignore[union-attr]
+    assert result.failure is not None
+    assert (result.failure.code, result.failure.retry_hint) == ("agent_run_failed", "dependency_change")
 
 
 def finish(value: int) -> int:
@@ -281,8 +287,9 @@ async def test_output_function_error_ends_failed() -> None:
     agent = make_agent(script(calls(tool_call("final_result", {"value": 3}))), output_type=finish)
     result = await Harness(agent).run("go")
     assert result.status == "failed"
-    assert result.failure.code == "agent_run_failed"  # type: ignore[union-attr]
-    assert result.failure.details == {"error_type": "LookupError"}  # type: ignore[union-attr]
+    assert result.failure is not None
+    assert result.failure.code == "agent_run_failed"
+    assert result.failure.details == {"error_type": "LookupError"}
     assert result.state is not None
     assert "secret-token-123" not in result.state.model_dump_json()
 
@@ -297,8 +304,9 @@ async def test_output_validator_error_ends_failed() -> None:
 
     result = await Harness(agent).run("go")
     assert result.status == "failed"
-    assert result.failure.code == "agent_run_failed"  # type: ignore[union-attr]
-    assert result.failure.details == {"error_type": "LookupError"}  # type: ignore[union-attr]
+    assert result.failure is not None
+    assert result.failure.code == "agent_run_failed"
+    assert result.failure.details == {"error_type": "LookupError"}
 
 
 async def test_agent_with_output_validator_completes() -> None:
@@ -349,7 +357,8 @@ async def test_run_limits_apply_without_default() -> None:
     """H-32: the run-level limits are enforced even when the harness has none."""
     agent = make_agent(script(calls(tool_call("add", {"a": 1, "b": 2})), text("3")))
     result = await Harness(agent).run("go", usage_limits=UsageLimits(request_limit=1))
-    assert result.failure.code == "usage_limit_exceeded"  # type: ignore[union-attr]
+    assert result.failure is not None
+    assert result.failure.code == "usage_limit_exceeded"
 
 
 # ---------------------------------------------------------------------------------------------- H-33
@@ -360,7 +369,10 @@ def two_request_agent() -> Any:
 
 
 def stored_usage(result: RunResult[Any]) -> dict[str, Any]:
-    return result.state.capabilities["candor.usage"].data  # type: ignore[union-attr,return-value]
+    assert result.state is not None
+    usage = result.state.capabilities["candor.usage"].data
+    assert isinstance(usage, dict)
+    return usage
 
 
 async def test_each_run_writes_its_usage() -> None:
@@ -371,7 +383,8 @@ async def test_each_run_writes_its_usage() -> None:
     assert stored_usage(result)["requests"] == 2
     assert stored_usage(result)["tool_calls"] == 1
     assert stored_usage(result)["input_tokens"] == result.usage.input_tokens
-    assert result.state.capabilities["candor.usage"].version  # type: ignore[union-attr]
+    assert result.state is not None
+    assert result.state.capabilities["candor.usage"].version
 
 
 async def test_resume_usage_continues_counting() -> None:
@@ -384,7 +397,8 @@ async def test_resume_usage_continues_counting() -> None:
         second.usage.input_tokens - 2 * first.usage.input_tokens
     )
     assert stored_usage(second)["requests"] == 4
-    restored = HarnessState.model_validate_json(second.state.model_dump_json())  # type: ignore[union-attr]
+    assert second.state is not None
+    restored = HarnessState.model_validate_json(second.state.model_dump_json())
     third = await Harness(two_request_agent()).run("go", previous_state=restored, resume_usage=True)
     assert third.usage.requests == 6
     fresh = await Harness(two_request_agent()).run("go", previous_state=third.state)
@@ -413,7 +427,7 @@ async def test_resume_usage_without_stored_usage_raises_before_model_work(entry:
             else:
                 harness.stream("go", previous_state=previous, resume_usage=True)  # raised synchronously
         assert info.value.code == "usage_state_missing"
-    assert model.seen == []  # type: ignore[attr-defined]
+    assert model.seen == []
 
 
 # ---------------------------------------------------------------------------------------------- H-34
@@ -425,7 +439,8 @@ async def test_new_messages_are_exactly_the_appended_ones() -> None:
     agent = make_agent(script(calls(tool_call("add", {"a": 1, "b": 2})), text("3")))
     result = await Harness(agent).run("next", previous_state=previous)
     all_messages = result.all_messages()
-    assert canonical(all_messages) == canonical(result.state.message_history)  # type: ignore[union-attr]
+    assert result.state is not None
+    assert canonical(all_messages) == canonical(result.state.message_history)
     assert canonical(all_messages[:2]) == canonical(previous.message_history)
     assert canonical(result.new_messages()) == canonical(all_messages[2:])
     assert [type(m).__name__ for m in result.new_messages()] == [
@@ -453,7 +468,8 @@ async def test_new_messages_include_unknown_outcome_requests() -> None:
         expected.outcome,
         expected.metadata,
     )
-    assert canonical(result.all_messages()) == canonical(result.state.message_history)  # type: ignore[union-attr]
+    assert result.state is not None
+    assert canonical(result.all_messages()) == canonical(result.state.message_history)
     assert canonical(result.all_messages()[:2]) == canonical(previous.message_history)
     assert len(result.new_messages()) == len(result.all_messages()) - 2
 
@@ -464,7 +480,8 @@ async def test_suspended_run_messages() -> None:
     agent = make_agent(script(calls(tool_call("delete", {"path": "/x"}))), _approval_tool())
     result = await Harness(agent).run("delete it", previous_state=previous)
     assert result.status == "suspended"
-    assert canonical(result.all_messages()) == canonical(result.state.message_history)  # type: ignore[union-attr]
+    assert result.state is not None
+    assert canonical(result.all_messages()) == canonical(result.state.message_history)
     assert canonical(result.new_messages()) == canonical(result.all_messages()[2:])
     assert isinstance(result.new_messages()[-1], ModelResponse)
 
@@ -478,7 +495,8 @@ async def test_failed_run_new_messages() -> None:
     assert result.status == "failed"
     assert canonical(result.all_messages()[:2]) == canonical(previous.message_history)
     assert canonical(result.new_messages()) == canonical(result.all_messages()[2:])
-    assert canonical(result.all_messages()) == canonical(result.state.message_history)  # type: ignore[union-attr]
+    assert result.state is not None
+    assert canonical(result.all_messages()) == canonical(result.state.message_history)
 
 
 # ---------------------------------------------------------------------------------------------- H-106
@@ -549,7 +567,9 @@ async def test_run_equals_consumed_stream(name: str) -> None:
     assert streamed.deferred == ran.deferred
     assert (streamed.state is None) == (ran.state is None)
     if ran.state is not None:
-        assert stable(json.loads(streamed.state.model_dump_json())) == stable(json.loads(ran.state.model_dump_json()))  # type: ignore[union-attr]
+        assert streamed.state is not None
+        assert ran.state is not None
+        assert stable(json.loads(streamed.state.model_dump_json())) == stable(json.loads(ran.state.model_dump_json()))
     assert stable(canonical(streamed.new_messages())) == stable(canonical(ran.new_messages()))
 
 
@@ -583,8 +603,8 @@ async def test_continuation_sends_the_current_system_prompt() -> None:
     model = script(calls(tool_call("add", {"a": 1, "b": 2})), text("3"))
     result = await Harness(make_agent(model, system_prompt="new system prompt")).run("next", previous_state=previous)
     assert result.status == "completed"
-    assert len(model.seen) == 2  # type: ignore[attr-defined]
-    for sent in model.seen:  # type: ignore[attr-defined]
+    assert len(model.seen) == 2
+    for sent in model.seen:
         assert system_prompts(sent) == ["new system prompt"]
     # the substitution happens only in what is sent: stored messages are not rewritten
     assert canonical(result.all_messages()[:2]) == canonical(previous.message_history)
@@ -605,7 +625,7 @@ async def test_continuation_drops_every_historical_system_prompt() -> None:
     )
     model = script(text("e"))
     await Harness(make_agent(model)).run("next", previous_state=previous)
-    sent = model.seen[0]  # type: ignore[attr-defined]
+    sent = model.seen[0]
     assert system_prompts(sent) == []
     assert [
         p.content for m in sent if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)
@@ -621,7 +641,7 @@ async def test_continuation_of_imported_history_without_system_prompt() -> None:
     )
     model = script(text("c"))
     await Harness(make_agent(model, system_prompt="current")).run("next", previous_state=previous)
-    assert system_prompts(model.seen[0]) == ["current"]  # type: ignore[attr-defined]
+    assert system_prompts(model.seen[0]) == ["current"]
 
 
 async def test_dynamic_system_prompt_is_evaluated_for_the_continuation() -> None:
@@ -634,7 +654,7 @@ async def test_dynamic_system_prompt_is_evaluated_for_the_continuation() -> None
         return "dynamic now"
 
     await Harness(agent).run("next", previous_state=conversation())
-    assert system_prompts(model.seen[0]) == ["dynamic now"]  # type: ignore[attr-defined]
+    assert system_prompts(model.seen[0]) == ["dynamic now"]
 
 
 async def test_provider_suspended_response_keeps_historical_system_prompt() -> None:
@@ -650,7 +670,7 @@ async def test_provider_suspended_response_keeps_historical_system_prompt() -> N
     model = script(text("continued"))
     result = await Harness(make_agent(model, system_prompt="new system prompt")).run(None, previous_state=previous)
     assert result.status == "completed"
-    assert system_prompts(model.seen[0]) == ["old system prompt"]  # type: ignore[attr-defined]
+    assert system_prompts(model.seen[0]) == ["old system prompt"]
 
 
 async def test_provider_suspended_continuation_is_stored() -> None:
@@ -665,7 +685,8 @@ async def test_provider_suspended_continuation_is_stored() -> None:
     )
     result = await Harness(make_agent(script(text("continued")))).run(None, previous_state=previous)
     assert result.output == "partial continued"
-    history = result.state.message_history  # type: ignore[union-attr]
+    assert result.state is not None
+    history = result.state.message_history
     assert not any(isinstance(m, ModelRequest) and not m.parts for m in history)
     last = history[-1]
     assert isinstance(last, ModelResponse)

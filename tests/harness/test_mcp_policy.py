@@ -4,6 +4,8 @@ server is unreachable."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -21,7 +23,7 @@ from candor.harness.mcp_policy import (
     judge_retry_safety,
     recorded_tools_data,
 )
-from candor.harness.recovery import RecoveryDecision
+from candor.harness.recovery import Action, Reason, RecoveryDecision
 from candor.harness.recovery_basis import basis_entry, merged_basis
 from candor.mcp import is_connection_failure
 
@@ -48,7 +50,7 @@ RO, IDEM, DESTR = "readOnlyHint", "idempotentHint", "destructiveHint"
 )
 def test_annotations_declare_retry_safety(annotations: object, retry_safe: bool) -> None:
     """H-51, issue 36 item 1: readOnlyHint or idempotentHint true, and destructiveHint not true."""
-    assert declaration_from_annotations(annotations).retry_safe is retry_safe  # type: ignore[arg-type]
+    assert declaration_from_annotations(annotations).retry_safe is retry_safe  # type: ignore[arg-type]  # non-mappings too
 
 
 SAFE = ToolDeclaration(read_only=True)
@@ -108,12 +110,13 @@ def test_the_recorded_tool_list_round_trips_and_tolerates_other_shapes() -> None
     assert list(data["tools"]) == ["a", "b"]
     assert data["tools"]["a"] == {"readOnlyHint": True, "idempotentHint": False, "destructiveHint": False}
     assert declarations_from_record(data) == declarations
-    for other in (None, [], {"tools": []}, {"tool": {}}):
+    others: list[object] = [None, [], {"tools": []}, {"tool": {}}]
+    for other in others:
         assert declarations_from_record(other) == {}
 
 
-def _decision(action: str, reason: str) -> RecoveryDecision:
-    return RecoveryDecision(call=ToolCallPart("t", {}, tool_call_id="c1"), action=action, reason=reason)  # type: ignore[arg-type]
+def _decision(action: Action, reason: Reason) -> RecoveryDecision:
+    return RecoveryDecision(call=ToolCallPart("t", {}, tool_call_id="c1"), action=action, reason=reason)
 
 
 @pytest.mark.parametrize(
@@ -129,7 +132,7 @@ def _decision(action: str, reason: str) -> RecoveryDecision:
     ],
 )
 def test_basis_entry_says_where_the_declaration_came_from(
-    metadata: dict | None, declared_by: str, changed: bool
+    metadata: dict[str, Any] | None, declared_by: str, changed: bool
 ) -> None:
     """Issue 36 item 1: the run view's source of each recovery decision."""
     tool_def = ToolDefinition(name="t", metadata=metadata)

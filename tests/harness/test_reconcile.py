@@ -16,12 +16,12 @@ from pydantic import BaseModel
 from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.tools import ToolDefinition, ToolDefinitionKind
 
 from candor import BoundaryEvent, DeferredToolResume, Harness, HarnessState
 from candor.errors import RunError
 from candor.harness.reconcile import registered_reconciler, settle_reconciliation, wants_reconcile
-from candor.harness.recovery import RecoveryDecision
+from candor.harness.recovery import RecoveryDecision, ToolRecovery
 from candor.tools import (
     CALL_KEY_METADATA_KEY,
     RECONCILER_METADATA_KEY,
@@ -44,9 +44,9 @@ from candor.tools import (
 CALL = ToolCallPart("charge", {"amount": 40}, tool_call_id="c1")
 
 
-def _def(*, retry_safe: bool = False, kind: str = "function") -> ToolDefinition:
+def _def(*, retry_safe: bool = False, kind: ToolDefinitionKind = "function") -> ToolDefinition:
     metadata = {RECOVERY_RETRY_SAFE_METADATA_KEY: True} if retry_safe else None
-    return ToolDefinition(name="charge", metadata=metadata, kind=kind)  # type: ignore[arg-type]
+    return ToolDefinition(name="charge", metadata=metadata, kind=kind)
 
 
 UNKNOWN = RecoveryDecision(call=CALL, action="unknown_outcome", reason="not_retry_safe")
@@ -67,9 +67,9 @@ REPLAY = RecoveryDecision(call=CALL, action="replay", reason="mode_always")
         (RecoveryDecision(call=CALL, action="apply_answer", reason="accepted_answer"), _def(), "declared", False),
     ],
 )
-def test_wants_reconcile_table(decision: RecoveryDecision, tool_def: Any, mode: str, expected: bool) -> None:
+def test_wants_reconcile_table(decision: RecoveryDecision, tool_def: Any, mode: ToolRecovery, expected: bool) -> None:
     """H-45–H-48: only calls that would end unknown or run again unsafely are put to a reconciler."""
-    assert wants_reconcile(decision, tool_def, mode) is expected  # type: ignore[arg-type]
+    assert wants_reconcile(decision, tool_def, mode) is expected
 
 
 @pytest.mark.parametrize(
@@ -91,10 +91,10 @@ def test_wants_reconcile_table(decision: RecoveryDecision, tool_def: Any, mode: 
     ],
 )
 def test_settle_reconciliation_table(
-    decision: RecoveryDecision, verdict: Any, mode: str, kind: str, action: str, reason: str
+    decision: RecoveryDecision, verdict: Any, mode: ToolRecovery, kind: ToolDefinitionKind, action: str, reason: str
 ) -> None:
     """The verdict × mode table of docs/state-and-resume.md ("Reconciling against an idempotent API")."""
-    settled = settle_reconciliation(decision, verdict, tool_def=_def(kind=kind), mode=mode, key="ck_x")  # type: ignore[arg-type]
+    settled = settle_reconciliation(decision, verdict, tool_def=_def(kind=kind), mode=mode, key="ck_x")
     assert (settled.action, settled.reason) == (action, reason)
     assert settled.call is CALL  # H-42: the call itself is never changed
     if action == "apply_answer":
@@ -264,6 +264,7 @@ async def test_the_key_is_the_first_executions_key() -> None:
     """The key a tool sees on its first, uninterrupted execution is the one recovery would use for that call."""
     world = World(_found)
     result = await world.harness.run("Charge $40")
+    assert result.state is not None
     response = result.state.message_history[1]
     assert world.keys_seen == [derive_call_key(result.thread_id, result.run_id, "pay")]
     assert response.run_id == result.run_id
@@ -284,7 +285,9 @@ async def test_dont_know_and_failures_fall_back_to_unknown(name: str, reconcile:
     state = await world.crash_after_charge(charged=True)
     result = await world.harness.run(previous_state=state)
     assert world.payments.calls == 1
-    assert _same_part(_recovery_return(result), unknown_outcome_result(state.message_history[-1].parts[0]))
+    charge = state.message_history[-1].parts[0]
+    assert isinstance(charge, ToolCallPart)
+    assert _same_part(_recovery_return(result), unknown_outcome_result(charge))
     assert len(world.asked) == 1, name
 
 
@@ -342,10 +345,13 @@ async def test_not_done_of_an_approval_gated_tool_asks_for_approval_again() -> N
     assert result.status == "suspended"
     state = result.state  # suspended: the call is open, like a crash before the approval came back
     recovered = await world.harness.run(previous_state=state)
+    assert recovered.deferred is not None
     assert recovered.status == "suspended" and [c.tool_call_id for c in recovered.deferred.approvals] == ["pay"]
     assert world.payments.calls == 0 and len(world.asked) == 1
+    assert recovered.deferred is not None
     batch = DeferredToolResume(recovered.deferred, recovered.deferred.build_results(approvals={"pay": True}))
     done = await world.harness.run(previous_state=recovered.state, deferred_resume=batch)
+    assert done.output is not None
     assert done.output.startswith("success: ch_1_40")
     assert world.keys_seen == [world.asked[0].key]
 
@@ -406,7 +412,8 @@ async def test_reconciler_for_a_plain_function_gets_validated_arguments_and_deps
     result = await harness.run(previous_state=state, bindings=_deps(ledger))
     (request,) = seen
     assert request.args == {"order": Order(order_id="A1", amount=40)} and request.deps is ledger
-    assert result.new_messages()[0].parts[0].content == "paid A1 (before the crash)"
+    returned = result.new_messages()[0].parts[0]
+    assert isinstance(returned, ToolReturnPart) and returned.content == "paid A1 (before the crash)"
 
 
 def _deps(deps: Any) -> Any:
@@ -424,6 +431,7 @@ async def test_cancel_while_a_reconciler_waits_ends_the_run_cancelled() -> None:
         await asyncio.sleep(30)
 
     world = World(hang)
+    assert world.tool.metadata is not None
     world.tool = with_reconciler(world.tool, world.tool.metadata[RECONCILER_METADATA_KEY].function, timeout=60)
     world.harness = Harness(Agent(FunctionModel(script), tools=[world.tool]))
     state = await world.crash_after_charge(charged=True)
@@ -434,9 +442,12 @@ async def test_cancel_while_a_reconciler_waits_ends_the_run_cancelled() -> None:
         stream.cancel()
         await asyncio.wait_for(consumer, 5)
     assert stream.outcome is not None and stream.outcome.status == "cancelled"
+    assert stream.outcome.state is not None
     last = stream.outcome.state.message_history[-1]
     (part,) = last.parts
-    assert _same_part(part, unknown_outcome_result(state.message_history[-1].parts[0]))
+    charge = state.message_history[-1].parts[0]
+    assert isinstance(part, ToolReturnPart) and isinstance(charge, ToolCallPart)
+    assert _same_part(part, unknown_outcome_result(charge))
 
 
 async def _drain(stream: Any) -> None:

@@ -18,6 +18,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    ModelResponseState,
     RetryPromptPart,
     TextPart,
     ToolCallPart,
@@ -25,13 +26,14 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.tools import ToolDefinition, ToolDefinitionKind
 
 from candor.harness.errors import RunError
 from candor.harness.recovery import (
     TOOL_RECOVERY_MODES,
     RecoveryDecision,
     RecoveryPlan,
+    ToolRecovery,
     decide_action,
     plan_recovery,
     validate_tool_recovery,
@@ -45,7 +47,7 @@ from candor.harness.recovery_tools import (
     unknown_outcome_result,
 )
 
-MODES = ("declared", "never", "always")
+MODES: tuple[ToolRecovery, ...] = ("declared", "never", "always")
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -56,8 +58,8 @@ def call(call_id: str, name: str = "alpha", *, tool_kind: str | None = None) -> 
     return ToolCallPart(tool_name=name, args={"n": 1}, tool_call_id=call_id, tool_kind=tool_kind)
 
 
-def response(*parts: Any, state: str = "complete") -> ModelResponse:
-    return ModelResponse(parts=list(parts) or [TextPart("thinking")], state=state)  # type: ignore[arg-type]
+def response(*parts: Any, state: ModelResponseState = "complete") -> ModelResponse:
+    return ModelResponse(parts=list(parts) or [TextPart("thinking")], state=state)
 
 
 def request(*parts: Any) -> ModelRequest:
@@ -74,18 +76,20 @@ def legacy_retry(c: ToolCallPart) -> RetryPromptPart:
         return RetryPromptPart(content="bad args", tool_name=c.tool_name, tool_call_id=c.tool_call_id)
 
 
-def tool(name: str = "alpha", *, kind: str = "function", safe: Any = "unset", **metadata: Any) -> ToolDefinition:
+def tool(
+    name: str = "alpha", *, kind: ToolDefinitionKind = "function", safe: Any = "unset", **metadata: Any
+) -> ToolDefinition:
     meta = dict(metadata)
     if safe != "unset":
         meta[SAFE_KEY] = safe
-    return ToolDefinition(name=name, kind=kind, metadata=meta or None)  # type: ignore[arg-type]
+    return ToolDefinition(name=name, kind=kind, metadata=meta or None)
 
 
 def surface_of(*defs: ToolDefinition) -> dict[str, ToolDefinition]:
     return {d.name: d for d in defs}
 
 
-def history_with(*calls: ToolCallPart, state: str = "complete") -> list[ModelMessage]:
+def history_with(*calls: ToolCallPart, state: ModelResponseState = "complete") -> list[ModelMessage]:
     return [request(UserPromptPart("go")), response(*calls, state=state)]
 
 
@@ -134,7 +138,7 @@ def test_plan_recovery_rejects_an_invalid_mode() -> None:
 @dataclasses.dataclass(frozen=True)
 class PolicyCase:
     rules: str
-    mode: str
+    mode: ToolRecovery
     tool_def: ToolDefinition | None
     expected: tuple[str, str]
     approved: bool = False
@@ -187,7 +191,7 @@ POLICY_CASES = [
 @pytest.mark.parametrize("case", POLICY_CASES, ids=lambda c: f"{c.rules}-{c.mode}-{c.expected[1]}")
 def test_decide_action_policy_table(case: PolicyCase) -> None:
     """H-45, H-46, H-47, H-48, H-51, H-55, H-56, H-94: the policy table, one row per case."""
-    assert decide_action(case.tool_def, case.mode, approved=case.approved) == case.expected  # type: ignore[arg-type]
+    assert decide_action(case.tool_def, case.mode, approved=case.approved) == case.expected
 
 
 @pytest.mark.parametrize("case", POLICY_CASES, ids=lambda c: f"{c.rules}-{c.mode}-{c.expected[1]}")
@@ -196,7 +200,7 @@ def test_plan_recovery_follows_the_policy_table(case: PolicyCase) -> None:
     c = call("c1")
     surface = {} if case.tool_def is None else {"alpha": case.tool_def}
     accepted = DeferredToolResults(approvals={"c1": True}) if case.approved else None
-    decision = only(plan_recovery(history_with(c), surface, case.mode, accepted))  # type: ignore[arg-type]
+    decision = only(plan_recovery(history_with(c), surface, case.mode, accepted))
     assert decision.call is c
     assert (decision.action, decision.reason) == case.expected
     assert decision.answer == ()
@@ -208,7 +212,7 @@ def test_plan_recovery_follows_the_policy_table(case: PolicyCase) -> None:
 def test_only_the_last_response_is_recovered() -> None:
     """H-41: a dangling call of an earlier response is never touched, even under "always"."""
     old, new = call("c1"), call("c2")
-    history = [request(), response(old), request(UserPromptPart("later")), response(new)]
+    history: list[ModelMessage] = [request(), response(old), request(UserPromptPart("later")), response(new)]
     plan = plan_recovery(history, surface_of(tool()), "always")
     assert [d.call for d in plan.decisions] == [new]
 
@@ -250,14 +254,19 @@ def test_partly_answered_response_keeps_recorded_returns() -> None:
         returned(calls[4], "fix args", outcome="retried"),
         returned(calls[5], "cut", outcome="interrupted", metadata={"pydantic_ai_synthesized_tool_return": True}),
     ]
-    history = [request(), response(*calls), request(*recorded[:3]), request(*recorded[3:], legacy_retry(calls[6]))]
+    history: list[ModelMessage] = [
+        request(),
+        response(*calls),
+        request(*recorded[:3]),
+        request(*recorded[3:], legacy_retry(calls[6])),
+    ]
     assert plan_recovery(history, surface_of(tool(safe=True)), "always").is_empty
 
 
 def test_history_ending_in_a_request_still_recovers_open_calls() -> None:
     """H-41, H-49: the open call after a partial request of returns is still found; the answered one is not."""
     a, b = call("c1"), call("c2")
-    history = [request(), response(a, b), request(returned(a))]
+    history: list[ModelMessage] = [request(), response(a, b), request(returned(a))]
     plan = plan_recovery(history, surface_of(tool(safe=True)), "declared")
     assert plan.replay_ids == ("c2",)
 
@@ -265,14 +274,14 @@ def test_history_ending_in_a_request_still_recovers_open_calls() -> None:
 def test_reused_call_ids_are_handled_per_response() -> None:
     """H-41, H-81: an id answered for an earlier response does not answer the same id in the last response."""
     first, again = call("c1"), call("c1")
-    history = [request(), response(first), request(returned(first)), response(again)]
+    history: list[ModelMessage] = [request(), response(first), request(returned(first)), response(again)]
     assert only(plan_recovery(history, surface_of(tool()), "never")).call is again
 
 
 def test_retry_safe_flag_comes_from_the_current_surface() -> None:
     """H-50: stored metadata is ignored; the same saved state replays or not depending on today's surface."""
     c = call("c1")
-    history = [request(), response(c)]
+    history: list[ModelMessage] = [request(), response(c)]
     history[1].metadata = {SAFE_KEY: True}  # something stored in the messages never counts
     before = canonical(history)
     assert only(plan_recovery(history, surface_of(tool(safe=True)), "declared")).action == "replay"
@@ -281,24 +290,24 @@ def test_retry_safe_flag_comes_from_the_current_surface() -> None:
 
 
 @pytest.mark.parametrize("state", ["complete", "interrupted", "incomplete"])
-def test_not_provider_suspended_responses_are_recovered(state: str) -> None:
+def test_not_provider_suspended_responses_are_recovered(state: ModelResponseState) -> None:
     """H-59: only `state == "suspended"` skips recovery; interrupted responses are recovered (§8)."""
     plan = plan_recovery(history_with(call("c1"), state=state), {}, "declared")
     assert plan.skipped_reason is None and plan.unknown_ids == ("c1",)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_provider_suspended_response_skips_recovery(mode: str) -> None:
+def test_provider_suspended_response_skips_recovery(mode: ToolRecovery) -> None:
     """H-59: a provider-suspended final response skips recovery entirely, accepted answers included."""
     accepted = DeferredToolResults(calls={"c1": "done"})
-    plan = plan_recovery(history_with(call("c1"), state="suspended"), surface_of(tool()), mode, accepted)  # type: ignore[arg-type]
+    plan = plan_recovery(history_with(call("c1"), state="suspended"), surface_of(tool()), mode, accepted)
     assert plan == RecoveryPlan(decisions=(), skipped_reason="provider_suspended")
     assert plan.is_empty
 
 
 def test_earlier_suspended_response_does_not_skip() -> None:
     """H-59: only the last response's state counts."""
-    history = [request(), response(state="suspended"), request(), response(call("c1"))]
+    history: list[ModelMessage] = [request(), response(state="suspended"), request(), response(call("c1"))]
     assert plan_recovery(history, {}, "never").unknown_ids == ("c1",)
 
 
@@ -394,11 +403,11 @@ ANSWER_CASES = [
 @pytest.mark.parametrize("surface", [{}, surface_of(tool(kind="external")), surface_of(tool(safe=True))])
 @pytest.mark.parametrize("case", ANSWER_CASES, ids=lambda c: f"{c.rules}-{c.reason}")
 def test_accepted_answers_are_applied_whatever_the_mode(
-    case: AnswerCase, surface: dict[str, ToolDefinition], mode: str
+    case: AnswerCase, surface: dict[str, ToolDefinition], mode: ToolRecovery
 ) -> None:
     """H-93, H-78, H-79: kept answers are written once, also under "never" and for a tool that is gone."""
     before = copy.deepcopy(case.accepted)
-    decision = only(plan_recovery(history_with(C1), surface, mode, case.accepted))  # type: ignore[arg-type]
+    decision = only(plan_recovery(history_with(C1), surface, mode, case.accepted))
     assert decision.call is C1
     assert (decision.action, decision.reason) == ("apply_answer", case.reason)
     assert [no_ts(p) for p in decision.answer] == [no_ts(p) for p in case.expected]
@@ -408,7 +417,7 @@ def test_accepted_answers_are_applied_whatever_the_mode(
 def test_answers_for_closed_or_foreign_ids_are_ignored() -> None:
     """H-93, H-91: answers already in history, for earlier responses or unknown ids never give a second return."""
     old, done, open_ = call("old"), call("done"), call("open")
-    history = [request(), response(old), request(), response(done, open_), request(returned(done))]
+    history: list[ModelMessage] = [request(), response(old), request(), response(done, open_), request(returned(done))]
     accepted = DeferredToolResults(calls={"old": 1, "done": 2, "ghost": 3}, approvals={"done2": False, "ghost2": True})
     with_batch = plan_recovery(history, surface_of(tool()), "never", accepted)
     assert with_batch == plan_recovery(history, surface_of(tool()), "never")
@@ -418,7 +427,7 @@ def test_answers_for_closed_or_foreign_ids_are_ignored() -> None:
 def test_fully_incorporated_batch_is_no_batch() -> None:
     """H-91: a batch whose ids all have returns leaves ordinary tool_recovery to proceed."""
     a, b = call("c1"), call("c2")
-    history = [request(), response(a, b), request(returned(a, "ext"))]
+    history: list[ModelMessage] = [request(), response(a, b), request(returned(a, "ext"))]
     accepted = DeferredToolResults(calls={"c1": "ext"})
     plan = plan_recovery(history, surface_of(tool(safe=True)), "declared", accepted)
     assert plan.replay_ids == ("c2",) and plan.answer_ids == ()
@@ -489,7 +498,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
     max_leaves=6,
 )
-call_answers = st.one_of(
+call_answers: st.SearchStrategy[Any] = st.one_of(
     json_values,
     st.builds(
         lambda v, c, m: ToolReturn(v, content=c, metadata=m),
@@ -499,7 +508,7 @@ call_answers = st.one_of(
     ),
     st.builds(ToolFailed, st.text(max_size=8)),
 )
-approval_answers = st.sampled_from(
+approval_answers: st.SearchStrategy[bool | ToolApproved | ToolDenied] = st.sampled_from(
     [True, False, ToolApproved(), ToolApproved(override_args={"n": 3}), ToolDenied(), ToolDenied("no")]
 )
 
@@ -508,7 +517,8 @@ approval_answers = st.sampled_from(
 def surfaces(draw: st.DrawFn) -> dict[str, ToolDefinition]:
     surface: dict[str, ToolDefinition] = {}
     for name in draw(st.lists(st.sampled_from(NAMES[:4]), unique=True)):
-        kind = draw(st.sampled_from(["function", "function", "external", "unapproved"]))
+        kinds: list[ToolDefinitionKind] = ["function", "function", "external", "unapproved"]
+        kind = draw(st.sampled_from(kinds))
         metadata = draw(
             st.sampled_from([None, {}, {"other": 1}]) | st.builds(lambda v: {SAFE_KEY: v}, st.sampled_from(SAFE_VALUES))
         )

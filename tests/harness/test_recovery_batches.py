@@ -106,6 +106,7 @@ async def test_batch_objects_mutated_after_construction_do_not_reach_the_run() -
     result = await Harness(agent).run(previous_state=suspended_state(), deferred_resume=batch, bindings=BINDINGS)
 
     assert result.status == "completed"
+    assert result.state is not None
     assert [p.content for p in returns(result.state.message_history, "c2")] == ["original"]
 
 
@@ -123,11 +124,13 @@ async def test_partially_incorporated_batch_applies_only_what_is_missing() -> No
     written = ModelRequest(parts=[ToolReturnPart("ext", "answer", tool_call_id="c2")])
     state = suspended_state(written)
     batch = full_batch(c1=False)
-    assert batch.remaining(state.message_history).requests.calls == []
+    remaining = batch.remaining(state.message_history)
+    assert remaining is not None and remaining.requests.calls == []
 
     result = await Harness(agent).run(previous_state=state, deferred_resume=batch, bindings=BINDINGS)
 
     assert result.status == "completed" and result.output == "done"
+    assert result.state is not None
     history = result.state.message_history
     assert sorted(return_ids(history)) == ["c1", "c2", "c3"]  # one return per id
     assert [p.content for p in returns(history, "c2")] == ["answer"]
@@ -147,7 +150,9 @@ async def test_partially_incorporated_batch_still_asks_again_for_a_retry_safe_ap
 
     assert ran == []
     assert result.status == "suspended"
+    assert result.deferred is not None
     assert [c.tool_call_id for c in result.deferred.approvals] == ["c1"]
+    assert result.state is not None
     assert returns(result.state.message_history, "c1") == []
 
 
@@ -189,6 +194,7 @@ async def test_interrupted_fresh_run_is_finished_by_its_recovery_batch() -> None
     await canceller
 
     cancelled = stream.outcome
+    assert cancelled is not None
     assert cancelled.status == "cancelled" and cancelled.state is not None
     assert ran == [1]
     assert pending_while_running and all(p is not None and p.recovery for p in pending_while_running)
@@ -205,6 +211,7 @@ async def test_interrupted_fresh_run_is_finished_by_its_recovery_batch() -> None
 
     assert result.status == "completed" and result.output == "after recovery"
     assert ran == [1]  # H-94: the approved call is not performed a second time
+    assert result.state is not None
     history = result.state.message_history
     [c1] = returns(history, "c1")
     assert is_unknown(c1)
@@ -242,6 +249,8 @@ async def test_pending_deferred_input_after_cancel_matches_the_outcome_state() -
             pass
     await canceller
 
+    assert stream.outcome is not None
+    assert stream.outcome.state is not None
     history = stream.outcome.state.message_history
     assert [p.content for p in returns(history, "c2")] == ["answer"]  # this schedule incorporates c2 before the cancel
     expected = fresh.remaining(history)
@@ -269,6 +278,7 @@ async def test_pending_deferred_input_while_items_remain_and_after() -> None:
                 after_boundary.append(stream.pending_deferred_input)
 
     assert after_boundary and all(p is None for p in after_boundary)
+    assert stream.outcome is not None
     assert stream.outcome.status == "completed"
     assert stream.pending_deferred_input is None
 
@@ -284,6 +294,7 @@ async def test_fresh_batch_pending_input_is_reported_as_recovery() -> None:
     async with stream:
         async for _ in stream:
             pass
+    assert stream.outcome is not None
     assert stream.outcome.status == "completed" and stream.pending_deferred_input is None
 
 
@@ -302,6 +313,7 @@ async def test_incorporated_batch_is_treated_as_no_batch() -> None:
     )
 
     assert again.status == "completed"
+    assert again.state is not None
     assert sorted(return_ids(again.state.message_history)) == ["c1", "c2", "c3"]
     assert ran == []
 
@@ -320,6 +332,7 @@ async def test_superseded_batch_is_treated_as_no_batch() -> None:
 
     # Ordinary recovery of c9: retry-safe but approval-gated → a fresh approval request (H-55).
     assert result.status == "suspended"
+    assert result.deferred is not None
     assert [c.tool_call_id for c in result.deferred.approvals] == ["c9"]
     assert ran == []
 
@@ -382,6 +395,7 @@ async def test_accepted_answers_are_written_once_in_every_mode(
     )
 
     assert result.status == "completed"
+    assert result.state is not None
     history = result.state.message_history
     assert sorted(return_ids(history)) == ["c1", "c2", "c3"]
     [c2] = returns(history, "c2")
@@ -403,7 +417,8 @@ async def test_tool_return_content_is_added_once_in_a_recovery_batch() -> None:
     [request, _] = result.new_messages()
     kinds = [type(p).__name__ for p in request.parts]
     assert kinds == ["ToolReturnPart"] * 3 + ["UserPromptPart", "UserPromptPart"]
-    assert [p.content for p in request.parts[3:]] == ["extra context", "next"]
+    assert [getattr(p, "content", None) for p in request.parts[3:]] == ["extra context", "next"]
+    assert result.state is not None
     [c2] = returns(result.state.message_history, "c2")
     assert c2.metadata == {"m": 1}
 
@@ -418,9 +433,12 @@ async def test_approval_for_retry_safe_tool_asks_again_under_declared() -> None:
     result = await Harness(agent).run(previous_state=state, deferred_resume=only_c1)
 
     assert result.status == "suspended"
+    assert result.deferred is not None
     assert [c.tool_call_id for c in result.deferred.approvals] == ["c1"]
+    assert result.deferred is not None
     assert result.deferred.calls == []
     assert ran == [] and script.seen == []
+    assert result.state is not None
     assert returns(result.state.message_history, "c1") == []
 
     denied = await Harness(agent).run(
@@ -428,6 +446,7 @@ async def test_approval_for_retry_safe_tool_asks_again_under_declared() -> None:
         deferred_resume=DeferredToolResume(result.deferred, DeferredToolResults(approvals={"c1": False})),
     )
     assert denied.status == "completed"
+    assert denied.state is not None
     assert [p.outcome for p in returns(denied.state.message_history, "c1")] == ["denied"]
     assert ran == []
 
@@ -437,9 +456,12 @@ async def test_asked_again_approval_can_be_answered_after_other_answers_were_wri
     agent, _, ran = agent_with(safe=True)
     result = await Harness(agent).run(previous_state=suspended_state(), deferred_resume=full_batch(), bindings=BINDINGS)
     assert result.status == "suspended"
+    assert result.deferred is not None
     assert [c.tool_call_id for c in result.deferred.approvals] == ["c1"]
+    assert result.state is not None
     assert sorted(return_ids(result.state.message_history)) == ["c2", "c3"]
 
+    assert result.deferred is not None
     denied = await Harness(agent).run(
         previous_state=result.state,
         deferred_resume=DeferredToolResume(result.deferred, DeferredToolResults(approvals={"c1": False})),
@@ -447,6 +469,7 @@ async def test_asked_again_approval_can_be_answered_after_other_answers_were_wri
     )
 
     assert denied.status == "completed"
+    assert denied.state is not None
     assert sorted(return_ids(denied.state.message_history)) == ["c1", "c2", "c3"]
     assert [p.outcome for p in returns(denied.state.message_history, "c1")] == ["denied"]
     assert ran == []
@@ -477,6 +500,7 @@ async def test_approval_is_closed_with_unknown_outcome_when_not_replayable(
 
     assert result.status == "completed"
     assert ran == []
+    assert result.state is not None
     history = result.state.message_history
     [c1] = returns(history, "c1")
     assert is_unknown(c1)
@@ -511,6 +535,7 @@ async def test_no_state_or_namespace_ever_holds_the_batch() -> None:
         async for event in stream:
             if isinstance(event, (BoundaryEvent, RunResultEvent)):
                 states.append(await stream.export_state())
+    assert stream.outcome is not None and stream.outcome.state is not None
     states.append(stream.outcome.state)
 
     assert stream.outcome.status == "suspended"  # c1 is asked again (H-94)
@@ -543,7 +568,9 @@ async def test_cancelled_state_does_not_hold_unincorporated_answers() -> None:
             pass
 
     cancelled = stream.outcome
+    assert cancelled is not None
     assert cancelled.status == "cancelled"
+    assert cancelled.state is not None
     assert "UNINCORPORATED-ANSWER" not in cancelled.state.model_dump_json()
     assert returns(cancelled.state.message_history, "c2") == []  # pending accepted input stays open (H-103)
     assert stream.pending_deferred_input is not None

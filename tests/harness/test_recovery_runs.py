@@ -83,7 +83,7 @@ def open_state(*calls: ToolCallPart, before: Sequence[ModelMessage] = ()) -> Har
 @dataclass
 class Exec:
     tool: str
-    call_id: str | None
+    call_id: str
     x: Any
     approved: bool
 
@@ -96,6 +96,7 @@ class Ledger:
 
     def fn(self, name: str) -> Callable[..., Any]:
         async def tool(ctx: RunContext[Any], x: int) -> str:
+            assert ctx.tool_call_id is not None  # set for every tool call
             self.execs.append(Exec(name, ctx.tool_call_id, x, ctx.tool_call_approved))
             return f"{name}:{x}"
 
@@ -106,7 +107,7 @@ class Ledger:
         tool = Tool(self.fn(name), name=name, **kwargs)
         return recovery_retryable(tool) if safe else tool
 
-    def ids(self, tool: str | None = None) -> list[str | None]:
+    def ids(self, tool: str | None = None) -> list[str]:
         return [e.call_id for e in self.execs if tool is None or e.tool == tool]
 
 
@@ -151,7 +152,7 @@ def only_return(messages: Sequence[ModelMessage], call_id: str) -> ToolReturnPar
     return found[0]
 
 
-def no_ts(part: Any) -> Any:
+def no_ts(part: ToolReturnPart) -> ToolReturnPart:
     return dataclasses.replace(part, timestamp=FIXED_TS)
 
 
@@ -238,8 +239,10 @@ async def test_tool_boundary_state_abandoned_then_recovered_under_declared() -> 
     assert result.status == "completed"
     assert ledger2.ids() == ["c2"]  # the retry-safe call exactly once; the others never
     assert ledger2.execs[0].approved is False
+    assert result.state is not None
     history = result.state.message_history
     c1, _, c3 = state.message_history[-1].parts
+    assert isinstance(c1, ToolCallPart) and isinstance(c3, ToolCallPart)
     assert is_unknown_for(only_return(history, "c1"), c1)
     assert is_unknown_for(only_return(history, "c3"), c3)
     assert only_return(history, "c2").content == "lookup:2"
@@ -279,7 +282,9 @@ async def test_recovery_run_boundaries() -> None:
         ("BoundaryEvent", "model"),
     ]
     assert ledger.ids() == ["c1", "n1"]
+    assert stream.outcome is not None
     for earlier, later in zip([state, *snapshots], [*snapshots, stream.outcome.state], strict=True):
+        assert later is not None
         assert_prefix(earlier, later)  # H-39
     assert [e.index for e in events if isinstance(e, BoundaryEvent)] == [1, 2, 3]
 
@@ -300,6 +305,7 @@ async def test_only_the_last_response_is_recovered() -> None:
     result = await h.run(previous_state=state, tool_recovery="always")
     assert result.status == "completed"
     assert ledger.ids() == ["new"]
+    assert result.state is not None
     assert returns_for(result.state.message_history, "old") == []
     assert only_return(result.state.message_history, "new").content == "act:1"
     assert_prefix(state, result.state)
@@ -309,7 +315,7 @@ async def test_existing_messages_are_never_changed() -> None:
     """H-42, H-49: recorded returns keep content and ids; the restored response keeps its parts."""
     ledger = Ledger()
     h = harness(Script(), ledger.tool("act", safe=True))
-    earlier = [
+    earlier: list[ModelMessage] = [
         prompt("first"),
         ModelResponse(parts=[TextPart("checking"), call("act", "e1", x=0)]),
         ModelRequest(parts=[ToolReturnPart("act", "recorded", tool_call_id="e1")]),
@@ -318,7 +324,9 @@ async def test_existing_messages_are_never_changed() -> None:
     before_json = state.model_dump_json()
     result = await h.run(previous_state=state, tool_recovery="always")
     assert state.model_dump_json() == before_json
+    assert result.state is not None
     assert_prefix(state, result.state)
+    assert result.state is not None
     assert only_return(result.state.message_history, "e1").content == "recorded"
     assert ledger.ids() == ["c1", "c2"]
 
@@ -337,14 +345,17 @@ async def test_unknown_outcome_results_exact_shape_in_one_request_in_call_order(
     assert len(new) == 2  # the merged request and the final response
     request = new[0]
     assert isinstance(request, ModelRequest)
-    assert [p.tool_call_id for p in request.parts] == ["z9", "m5", "a1"]
+    assert [getattr(p, "tool_call_id", None) for p in request.parts] == ["z9", "m5", "a1"]
     for part, original in zip(request.parts, calls, strict=True):
         if original.tool_name == "a":
+            assert isinstance(part, ToolReturnPart)
             assert is_unknown_for(part, original)
             assert part.content == UNKNOWN_OUTCOME_CONTENT
             assert part.outcome == "interrupted"
             assert part.metadata == {UNKNOWN_OUTCOME_METADATA_KEY: True}
             assert part.tool_name == original.tool_name
+    assert result.state is not None
+    assert state is not None
     assert canonical(result.state.message_history[len(state.message_history) :]) == canonical(new)
     assert result.all_messages() == list(result.state.message_history)
     # They were sent to the model, in the same single request.
@@ -362,6 +373,7 @@ async def test_never_executes_nothing() -> None:
     assert result.status == "completed"
     assert ledger.execs == []
     for original in calls:
+        assert result.state is not None
         assert is_unknown_for(only_return(result.state.message_history, original.tool_call_id), original)
 
 
@@ -374,6 +386,7 @@ async def test_declared_executes_only_retry_safe_calls() -> None:
     assert result.status == "completed"
     assert ledger.ids() == ["c1", "c3"]
     assert all(e.approved is False for e in ledger.execs)
+    assert result.state is not None
     history = result.state.message_history
     assert is_unknown_for(only_return(history, "c2"), calls[1])
     assert only_return(history, "c1").content == "b:1"
@@ -389,9 +402,13 @@ async def test_always_executes_every_offered_call() -> None:
     result = await h.run(previous_state=state, tool_recovery="always")
     assert result.status == "completed"
     assert sorted(ledger.ids()) == ["c1", "c2", "c3"]
+    assert result.state is not None
+    assert state is not None
     request = result.state.message_history[len(state.message_history)]
     assert isinstance(request, ModelRequest)
-    assert [(p.tool_call_id, p.content) for p in request.parts] == [("c1", "a:1"), ("c2", "b:2"), ("c3", "a:3")]
+    assert all(isinstance(p, ToolReturnPart) for p in request.parts)
+    returned = [(p.tool_call_id, p.content) for p in request.parts if isinstance(p, ToolReturnPart)]
+    assert returned == [("c1", "a:1"), ("c2", "b:2"), ("c3", "a:3")]
 
 
 @pytest.mark.parametrize("mode", ["declared", "never", "always"])
@@ -402,6 +419,7 @@ async def test_missing_tool_gets_unknown_outcome(mode: str) -> None:
     calls = [call("gone", "c1", x=1), call("kept", "c2", x=2)]
     result = await h.run(previous_state=open_state(*calls), tool_recovery=mode)
     assert result.status == "completed"
+    assert result.state is not None
     history = result.state.message_history
     assert is_unknown_for(only_return(history, "c1"), calls[0])
     if mode == "never":
@@ -435,7 +453,9 @@ async def test_recorded_returns_are_never_reopened() -> None:
     assert result.status == "completed"
     assert ledger.execs == []
     for original in calls:
+        assert result.state is not None
         only_return(result.state.message_history, original.tool_call_id)
+    assert result.state is not None
     assert_prefix(state, result.state)
 
 
@@ -452,12 +472,14 @@ async def test_recovered_state_run_again_with_always_executes_nothing() -> None:
     assert failed.status == "failed"
     assert ledger.ids() == ["c2"]
     # the failed state ends with the recovery request: every call is closed
+    assert failed.state is not None
     assert isinstance(failed.state.message_history[-1], ModelRequest)
     every_call_answered_once(failed.state.message_history)
 
     again = await harness(Script(), *tools).run(previous_state=failed.state, tool_recovery="always")
     assert again.status == "completed"
     assert ledger.ids() == ["c2"]
+    assert again.state is not None
     every_call_answered_once(again.state.message_history)
 
     once_more = await harness(Script(), *tools).run("more", previous_state=again.state, tool_recovery="always")
@@ -474,12 +496,14 @@ async def test_retry_safe_flag_comes_from_the_current_surface() -> None:
         previous_state=HarnessState.model_validate_json(saved)
     )
     assert marked.ids() == ["c1"]
+    assert r1.state is not None
     assert only_return(r1.state.message_history, "c1").content == "lookup:1"
 
     unmarked = Ledger()
     r2 = await harness(Script(), unmarked.tool("lookup")).run(previous_state=HarnessState.model_validate_json(saved))
     assert unmarked.execs == []
     c1 = call("lookup", "c1", x=1)
+    assert r2.state is not None
     assert is_unknown_for(only_return(r2.state.message_history, "c1"), c1)
 
     # Something that looks like the flag inside stored messages does not count either.
@@ -490,6 +514,7 @@ async def test_retry_safe_flag_comes_from_the_current_surface() -> None:
     unmarked2 = Ledger()
     r3 = await harness(Script(), unmarked2.tool("lookup")).run(previous_state=stale)
     assert unmarked2.execs == []
+    assert r3.state is not None
     assert is_unknown_for(only_return(r3.state.message_history, "c1"), c1)
 
 
@@ -519,6 +544,7 @@ async def test_only_boolean_true_marks_a_tool(value: Any, replayed: bool) -> Non
         assert ledger.ids() == ["c1"]
     else:
         assert ledger.execs == []
+        assert result.state is not None
         assert is_unknown_for(only_return(result.state.message_history, "c1"), c1)
 
 
@@ -533,7 +559,7 @@ async def test_recovery_retryable_copies_every_tool_attribute() -> None:
         return "ok"
 
     original = Tool(
-        transfer,
+        transfer,  # type: ignore[arg-type]  # mypy cannot solve Tool's ParamSpec once prepare= is given
         name="move_money",
         description="Moves money between accounts.",
         prepare=prep,
@@ -545,6 +571,7 @@ async def test_recovery_retryable_copies_every_tool_attribute() -> None:
         strict=True,
     )
     original_metadata = copy.deepcopy(original.metadata)
+    assert original_metadata is not None and original.metadata is not None
     copied = recovery_retryable(original)
     assert copied is not original
     assert isinstance(copied, Tool)
@@ -644,6 +671,7 @@ async def test_every_marking_mechanism_is_equivalent(mechanism: str, mode: str) 
     calls = [call("lookup", "c1", x=1), call("other", "c2", x=2)]
     result = await h.run(previous_state=open_state(*calls), bindings=bindings, tool_recovery=mode)
     assert result.status == "completed"
+    assert result.state is not None
     history = result.state.message_history
     assert is_unknown_for(only_return(history, "c2"), calls[1])
     if mode == "declared":
@@ -668,6 +696,7 @@ async def test_replayed_call_with_invalid_args_is_retried_not_run(args: Any) -> 
     result = await h.run(previous_state=open_state(bad, good))
     assert result.status == "completed"
     assert ledger.ids() == ["c2"]
+    assert result.state is not None
     history = result.state.message_history
     retried = only_return(history, "c1")
     assert retried.outcome == "retried"
@@ -694,14 +723,18 @@ async def test_replay_of_approval_gated_tool_asks_again(mode: str, sibling: bool
     assert suspended.status == "suspended"
     assert ledger.ids() == (["c2"] if sibling and mode == "always" else [])
     deferred = suspended.deferred
+    assert deferred is not None
     assert [c.tool_call_id for c in deferred.approvals] == ["c1"]
+    assert deferred is not None
     assert deferred.calls == []
     assert deferred.kind("c1") == "approval"
+    assert suspended.state is not None
     assert returns_for(suspended.state.message_history, "c1") == []
     if sibling:
         only_return(suspended.state.message_history, "c2")
     assert_prefix(state, suspended.state)
     assert suspended.all_messages() == list(suspended.state.message_history)  # H-34
+    assert state is not None
     assert canonical(suspended.new_messages()) == canonical(
         suspended.state.message_history[len(state.message_history) :]
     )
@@ -711,6 +744,7 @@ async def test_replay_of_approval_gated_tool_asks_again(mode: str, sibling: bool
     assert done.status == "completed"
     wire = [e for e in ledger.execs if e.tool == "wire"]
     assert [(e.call_id, e.approved) for e in wire] == [("c1", True)]
+    assert done.state is not None
     assert only_return(done.state.message_history, "c1").content == "wire:100"
 
 
@@ -731,13 +765,16 @@ async def test_replay_of_tool_raising_approval_required_asks_again() -> None:
     assert suspended.status == "suspended"
     assert attempts == [False]
     assert effects == []
+    assert suspended.deferred is not None
     assert [c.tool_call_id for c in suspended.deferred.approvals] == ["c1"]
+    assert suspended.deferred is not None
     assert suspended.deferred.metadata.get("c1", {}).get("reason") == "large amount"
 
     resume = DeferredToolResume(suspended.deferred, DeferredToolResults(approvals={"c1": True}))
     done = await harness(Script(), tool).run(previous_state=suspended.state, deferred_resume=resume)
     assert done.status == "completed"
     assert effects == [("c1", True)]
+    assert done.state is not None
     assert only_return(done.state.message_history, "c1").content == "guarded:5"
 
 
@@ -761,15 +798,19 @@ async def test_replay_of_external_tool_suspends_again(mode: str, marked: bool, s
     calls = [call("ask_browser", "e1", q="weather")] + ([call("note", "c2", x=1)] if sibling else [])
     suspended = await h.run(previous_state=open_state(*calls), bindings=bindings, tool_recovery=mode)
     assert suspended.status == "suspended"
+    assert suspended.deferred is not None
     assert [c.tool_call_id for c in suspended.deferred.calls] == ["e1"]
+    assert suspended.deferred is not None
     assert suspended.deferred.approvals == []
     assert suspended.deferred.kind("e1") == "external"
     assert ledger.ids() == (["c2"] if sibling else [])
+    assert suspended.state is not None
     assert returns_for(suspended.state.message_history, "e1") == []
 
     resume = DeferredToolResume(suspended.deferred, DeferredToolResults(calls={"e1": {"temp": 21}}))
     done = await h.run(previous_state=suspended.state, deferred_resume=resume, bindings=bindings)
     assert done.status == "completed"
+    assert done.state is not None
     assert only_return(done.state.message_history, "e1").content == {"temp": 21}
     assert ledger.ids() == (["c2"] if sibling else [])
 
@@ -796,6 +837,7 @@ async def test_blocking_hooks_prevent_replayed_execution() -> None:
     result = await h.run(previous_state=open_state(*calls), bindings=RunBindings(capabilities=[watch]))
     assert result.status == "completed"
     assert ledger.ids() == ["c2"]
+    assert result.state is not None
     history = result.state.message_history
     assert only_return(history, "c1").content == "blocked by policy"
     assert only_return(history, "c3").content == "refused by wrapper"
@@ -810,9 +852,11 @@ async def test_raising_hook_prevents_replay_and_fails_the_run() -> None:
     calls = [call("a", "c1", x=1), call("b", "c2", x=2)]
     result = await h.run(previous_state=open_state(*calls), bindings=RunBindings(capabilities=[watch]))
     assert result.status == "failed"
+    assert result.failure is not None
     assert result.failure.code == "agent_run_failed"
     assert result.failure.details["error_type"] == "PermissionError"
     assert ledger.execs == []
+    assert result.state is not None
     history = result.state.message_history
     every_call_answered_once(history)
     assert is_unknown_for(only_return(history, "c1"), calls[0])
@@ -828,6 +872,7 @@ async def test_calls_made_later_in_the_run_are_handled_normally() -> None:
     result = await h.run(previous_state=open_state(c1), tool_recovery="never")
     assert result.status == "completed"
     assert sorted(ledger.ids()) == ["n1", "n2"]
+    assert result.state is not None
     history = result.state.message_history
     assert is_unknown_for(only_return(history, "c1"), c1)
     assert only_return(history, "n1").content == "a:10"
@@ -855,6 +900,7 @@ async def test_self_gating_replay_is_denied_when_the_run_cannot_suspend(mode: st
     )
     assert result.status == "completed"
     assert attempts == [False]
+    assert result.state is not None
     assert only_return(result.state.message_history, "c1").outcome == "denied"
 
 
@@ -871,8 +917,10 @@ async def test_approval_gated_replay_when_the_run_cannot_suspend(mode: str) -> N
     assert result.status != "suspended"
     assert ledger.execs == []
     if result.status == "completed":
+        assert result.state is not None
         assert only_return(result.state.message_history, "c1").outcome == "denied"
     else:
+        assert result.failure is not None
         assert result.status == "failed" and result.failure.code == "deferred_tools_unsupported"
 
 
@@ -894,6 +942,7 @@ async def test_restored_output_tool_call_is_processed_natively(with_function_cal
     assert result.status == "completed"
     assert result.output == Answer(value=1)
     assert script.seen == []
+    assert result.state is not None
     history = result.state.message_history
     only_return(history, "o1")
     assert not any(isinstance(m, ModelRequest) and not m.parts for m in history)
@@ -911,10 +960,12 @@ async def test_provider_suspended_response_skips_recovery() -> None:
     result = await h.run(previous_state=state, tool_recovery="never")
     assert result.status == "completed"
     assert len(script.seen) == 1
+    assert result.state is not None
     assert not any(
         isinstance(p.metadata, dict) and UNKNOWN_OUTCOME_METADATA_KEY in p.metadata
         for p in tool_returns(result.state.message_history)
     )
+    assert result.state is not None
     assert_prefix(state, result.state)
 
 
@@ -925,6 +976,7 @@ async def test_provider_suspended_response_continuation_is_stored() -> None:
     state = state_of(prompt(), ModelResponse(parts=[TextPart("the start")], state="suspended"))
     result = await h.run(previous_state=state)
     assert result.status == "completed"
+    assert result.state is not None
     history = result.state.message_history
     texts = [p.content for m in history if isinstance(m, ModelResponse) for p in m.parts if isinstance(p, TextPart)]
     assert " and the rest" in "".join(texts)
@@ -956,7 +1008,7 @@ async def test_cancel_while_recovery_is_partly_done() -> None:
 
     ledger = Ledger()
     tools = (recovery_retryable(Tool(fast)), recovery_retryable(Tool(slow)), ledger.tool("plain"))
-    earlier = [
+    earlier: list[ModelMessage] = [
         prompt("first"),
         ModelResponse(parts=[call("plain", "e1", x=0)]),
         ModelRequest(parts=[ToolReturnPart("plain", "recorded earlier", tool_call_id="e1")]),
@@ -978,6 +1030,7 @@ async def test_cancel_while_recovery_is_partly_done() -> None:
     assert script.seen == []  # no model request was sent
     assert slow_cancelled == [True]  # H-105: the running async tool was cancelled
     assert ledger.execs == []
+    assert result.state is not None
     history = result.state.message_history
     assert_prefix(state, result.state)
     assert only_return(history, "e1").content == "recorded earlier"
@@ -991,6 +1044,7 @@ async def test_cancel_while_recovery_is_partly_done() -> None:
     again = await harness(Script(), *tools).run(previous_state=result.state, tool_recovery="always")
     assert again.status == "completed"
     assert done_fast == [] and ledger.execs == []
+    assert again.state is not None
     every_call_answered_once(again.state.message_history)
 
 
@@ -1005,7 +1059,9 @@ async def test_open_calls_after_partial_returns_are_replayed(mode: str) -> None:
     )
     result = await h.run(previous_state=state, tool_recovery=mode)
     assert result.status == "completed"
+    assert result.state is not None
     assert_prefix(state, result.state)
+    assert result.state is not None
     assert only_return(result.state.message_history, "c0").content == "recorded"
     assert ledger.ids() == ["c1"]
     assert only_return(result.state.message_history, "c1").content == "a:1"
@@ -1022,7 +1078,9 @@ async def test_open_calls_after_partial_returns_are_closed_once() -> None:
     result = await h.run(previous_state=state, tool_recovery="never")
     assert result.status == "completed"
     assert ledger.execs == []
+    assert result.state is not None
     assert_prefix(state, result.state)
+    assert result.state is not None
     history = result.state.message_history
     assert only_return(history, "c0").content == "recorded"
     assert is_unknown_for(only_return(history, "c1"), calls[1])
@@ -1057,7 +1115,8 @@ async def test_new_input_follows_the_recovery_returns(mode: str) -> None:
     assert isinstance(request, ModelRequest)
     kinds = [(type(p).__name__, getattr(p, "tool_call_id", None)) for p in request.parts]
     assert kinds == [("ToolReturnPart", "c1"), ("ToolReturnPart", "c2"), ("UserPromptPart", None)]
-    assert request.parts[-1].content == "what happened?"
+    last = request.parts[-1]
+    assert isinstance(last, UserPromptPart) and last.content == "what happened?"
     sent = script.seen[0]
     assert canonical([sent[-1]])[0]["parts"] == canonical([request])[0]["parts"]
     assert (
@@ -1091,9 +1150,11 @@ async def _suspended_pair(
     bindings = RunBindings(toolsets=[_ext_toolset("fetch")])
     suspended = await h.run("pay", bindings=bindings)
     assert suspended.status == "suspended"
+    assert suspended.deferred is not None
     assert [c.tool_call_id for c in suspended.deferred.calls] == (["e1"] if external else [])
     assert [c.tool_call_id for c in suspended.deferred.approvals] == ["a1"]
     assert ledger.ids() == (["n1"] if sibling else [])
+    assert suspended.state is not None
     assert isinstance(suspended.state.message_history[-1], ModelRequest if sibling else ModelResponse)
     return h, bindings, suspended
 
@@ -1103,16 +1164,19 @@ async def test_recovery_batch_completes_and_is_incorporated() -> None:
     ledger = Ledger()
     h, bindings, suspended = await _suspended_pair(ledger, wire_safe=False, sibling=True)
     answers = DeferredToolResults(calls={"e1": {"rate": 1.1}}, approvals={"a1": True})
+    assert suspended.deferred is not None
     batch = DeferredToolResume(suspended.deferred, answers, recovery=True)
     result = await h.run(previous_state=suspended.state, deferred_resume=batch, bindings=bindings)
     assert result.status == "completed"
     assert ledger.ids() == ["n1"]  # wire never ran
+    assert result.state is not None
     history = result.state.message_history
     assert only_return(history, "e1").content == {"rate": 1.1}
     a1 = [c for c in suspended.deferred.approvals if c.tool_call_id == "a1"][0]
     assert is_unknown_for(only_return(history, "a1"), a1)  # H-94: not marked → unknown outcome
     only_return(history, "n1")
     assert batch.remaining(history) is None  # H-90
+    assert suspended.state is not None
     assert_prefix(suspended.state, result.state)
 
 
@@ -1143,10 +1207,12 @@ async def test_recovery_batch_answers_written_once_in_every_form(mode: str) -> N
         },
         approvals={"a1": False, "a2": ToolDenied("not today")},
     )
+    assert suspended.deferred is not None
     batch = DeferredToolResume(suspended.deferred, answers, recovery=True)
     result = await h.run(previous_state=suspended.state, deferred_resume=batch, bindings=bindings, tool_recovery=mode)
     assert result.status == "completed"
     assert ledger.execs == []
+    assert result.state is not None
     history = result.state.message_history
     e1, e2, e3 = (only_return(history, i) for i in ("e1", "e2", "e3"))
     assert (e1.content, e1.outcome) == ({"v": 1}, "success")
@@ -1186,16 +1252,21 @@ async def test_recovery_batch_approval_asks_again_when_replay_would_happen(exter
     answers = DeferredToolResults(
         calls={"e1": {"marker": "ANSWER-MARKER-1"}} if external else {}, approvals={"a1": True}
     )
+    assert suspended.deferred is not None
     batch = DeferredToolResume(suspended.deferred, answers, recovery=True)
     asked = await h.run(
         previous_state=suspended.state, deferred_resume=batch, bindings=bindings, tool_recovery="declared"
     )
     assert asked.status == "suspended"
+    assert asked.deferred is not None
     assert [c.tool_call_id for c in asked.deferred.approvals] == ["a1"]
+    assert asked.deferred is not None
     assert asked.deferred.calls == []
     assert ledger.ids() == ran_before
     if external:
+        assert asked.state is not None
         assert only_return(asked.state.message_history, "e1").content == {"marker": "ANSWER-MARKER-1"}
+    assert asked.state is not None
     assert returns_for(asked.state.message_history, "a1") == []
     # H-95: the approval is nowhere in the state; no capability namespace holds the batch.
     assert set(asked.state.capabilities) <= {"candor.usage", "candor.recovery"}  # recovery_basis.py: no answers
@@ -1204,6 +1275,7 @@ async def test_recovery_batch_approval_asks_again_when_replay_would_happen(exter
     deny = DeferredToolResume(asked.deferred, DeferredToolResults(approvals={"a1": ToolDenied("changed my mind")}))
     done = await h.run(previous_state=asked.state, deferred_resume=deny, bindings=bindings)
     assert done.status == "completed"
+    assert done.state is not None
     a1 = only_return(done.state.message_history, "a1")
     assert (a1.outcome, a1.content) == ("denied", "changed my mind")
     assert ledger.ids() == ran_before
@@ -1214,6 +1286,7 @@ async def test_recovery_batch_approval_without_replay_is_unknown(mode: str, safe
     """H-94: under "never", or for an unmarked tool, the approved call is closed with an unknown outcome."""
     ledger = Ledger()
     h, bindings, suspended = await _suspended_pair(ledger, wire_safe=safe)
+    assert suspended.deferred is not None
     batch = DeferredToolResume(
         suspended.deferred, DeferredToolResults(calls={"e1": 1}, approvals={"a1": True}), recovery=True
     )
@@ -1221,6 +1294,7 @@ async def test_recovery_batch_approval_without_replay_is_unknown(mode: str, safe
     assert result.status == "completed"
     assert ledger.execs == []
     a1 = [c for c in suspended.deferred.approvals if c.tool_call_id == "a1"][0]
+    assert result.state is not None
     assert is_unknown_for(only_return(result.state.message_history, "a1"), a1)
     assert only_return(result.state.message_history, "e1").content == 1
 
@@ -1229,6 +1303,7 @@ async def test_incorporated_recovery_batch_is_no_batch() -> None:
     """H-91, H-90: re-offering a batch that history already reflects changes nothing; the run goes on normally."""
     ledger = Ledger()
     h, bindings, suspended = await _suspended_pair(ledger, wire_safe=False, sibling=True)
+    assert suspended.deferred is not None
     batch = DeferredToolResume(
         suspended.deferred, DeferredToolResults(calls={"e1": 1}, approvals={"a1": False}), recovery=True
     )
@@ -1236,6 +1311,7 @@ async def test_incorporated_recovery_batch_is_no_batch() -> None:
     assert first.status == "completed"
     again = await h.run("anything else?", previous_state=first.state, deferred_resume=batch, bindings=bindings)
     assert again.status == "completed"
+    assert again.state is not None
     assert len(returns_for(again.state.message_history, "e1")) == 1
     assert ledger.ids() == ["n1"]
 
@@ -1244,14 +1320,17 @@ async def test_superseded_recovery_batch_lets_ordinary_recovery_proceed() -> Non
     """H-91, H-46: a recovery batch about an older response is ignored; the last response is recovered normally."""
     ledger = Ledger()
     h, bindings, suspended = await _suspended_pair(ledger, wire_safe=False, sibling=True)
+    assert suspended.deferred is not None
     batch = DeferredToolResume(
         suspended.deferred, DeferredToolResults(calls={"e1": 1}, approvals={"a1": False}), recovery=True
     )
     first = await h.run(previous_state=suspended.state, deferred_resume=batch, bindings=bindings)
     later = call("note", "n9", x=9)
+    assert first.state is not None
     state = state_of(*first.state.message_history, prompt("more"), ModelResponse(parts=[later]))
     result = await h.run(previous_state=state, deferred_resume=batch, bindings=bindings, tool_recovery="declared")
     assert result.status == "completed"
+    assert result.state is not None
     assert is_unknown_for(only_return(result.state.message_history, "n9"), later)
     assert ledger.ids() == ["n1"]
 
@@ -1260,15 +1339,18 @@ async def test_partly_incorporated_recovery_batch_applies_the_rest_once() -> Non
     """H-89, H-93, H-96: only the items history does not reflect are applied; no id gets a second return."""
     ledger = Ledger()
     h, bindings, suspended = await _suspended_pair(ledger, wire_safe=False, sibling=True)
+    assert suspended.deferred is not None
     batch = DeferredToolResume(
         suspended.deferred, DeferredToolResults(calls={"e1": 1}, approvals={"a1": False}), recovery=True
     )
     # e1's answer already reached history (a host saved after writing it), a1's did not.
+    assert suspended.state is not None
     partial = state_of(
         *suspended.state.message_history, ModelRequest(parts=[ToolReturnPart("fetch", 1, tool_call_id="e1")])
     )
     result = await h.run(previous_state=partial, deferred_resume=batch, bindings=bindings, tool_recovery="never")
     assert result.status == "completed"
+    assert result.state is not None
     history = result.state.message_history
     assert only_return(history, "e1").content == 1
     assert only_return(history, "a1").outcome == "denied"
@@ -1280,8 +1362,10 @@ async def test_recovery_batch_checked_against_history() -> None:
     ledger = Ledger()
     h, bindings, suspended = await _suspended_pair(ledger, wire_safe=True, sibling=True)
     requests = copy.deepcopy(suspended.deferred)
+    assert requests is not None
     requests.calls[0] = dataclasses.replace(requests.calls[0], tool_name="fetch_v2")
     batch = DeferredToolResume(requests, DeferredToolResults(calls={"e1": 1}, approvals={"a1": True}), recovery=True)
+    assert suspended.state is not None
     before = suspended.state.model_dump_json()
     with pytest.raises(RunError) as info:
         h.stream(previous_state=suspended.state, deferred_resume=batch, bindings=bindings)
@@ -1318,9 +1402,11 @@ async def test_pending_batch_input_survives_cancel_and_is_not_closed() -> None:
                 await asyncio.wait_for(slow_started.wait(), 5)
                 first.cancel()
     cancelled = first.outcome
+    assert cancelled is not None
     assert cancelled.status == "cancelled"
     s1 = call("slow", "s1", x=1)
     e1 = call("fetch", "e1", q="x")
+    assert cancelled.state is not None
     assert is_unknown_for(only_return(cancelled.state.message_history, "s1"), s1)
     assert is_unknown_for(only_return(cancelled.state.message_history, "e1"), e1)  # H-103: no batch pending
 
@@ -1342,8 +1428,10 @@ async def test_pending_batch_input_survives_cancel_and_is_not_closed() -> None:
                 await asyncio.wait_for(slow_started.wait(), 5)
                 stream.cancel()
     result = stream.outcome
+    assert result is not None
     assert result.status == "cancelled"
     assert executions == ["s1"]
+    assert result.state is not None
     history = result.state.message_history
     assert is_unknown_for(only_return(history, "s1"), s1)
     assert returns_for(history, "e1") == []  # H-103: pending batch input keeps the call open
@@ -1360,8 +1448,10 @@ async def test_pending_batch_input_survives_cancel_and_is_not_closed() -> None:
     )
     await consume(stream2)
     final = stream2.outcome
+    assert final is not None
     assert final.status == "completed"
     assert executions == []
+    assert final.state is not None
     assert only_return(final.state.message_history, "e1").content == {"marker": "ANSWER-MARKER-2"}
     only_return(final.state.message_history, "s1")
     assert stream2.pending_deferred_input is None  # H-96: all incorporated
@@ -1371,6 +1461,7 @@ async def test_fresh_batch_pending_input_is_offered_as_recovery() -> None:
     """H-96: while a fresh batch is not incorporated, `pending_deferred_input` re-offers it with recovery=True."""
     ledger = Ledger()
     h, bindings, suspended = await _suspended_pair(ledger, wire_safe=False)
+    assert suspended.deferred is not None
     batch = DeferredToolResume(suspended.deferred, DeferredToolResults(calls={"e1": 1}, approvals={"a1": True}))
     stream = h.stream(previous_state=suspended.state, deferred_resume=batch, bindings=bindings)
     async with stream:
@@ -1380,6 +1471,7 @@ async def test_fresh_batch_pending_input_is_offered_as_recovery() -> None:
         assert {c.tool_call_id for c in pending.requests.approvals} == {"a1"}
         async for _ in stream:
             pass
+    assert stream.outcome is not None
     assert stream.outcome.status == "completed"
     assert stream.pending_deferred_input is None
     assert [(e.call_id, e.approved) for e in ledger.execs if e.tool == "wire"] == [("a1", True)]
@@ -1389,10 +1481,12 @@ async def test_fresh_resume_after_suspension_with_sibling_return() -> None:
     """H-63, H-74, H-96: a suspended step whose sibling ran (its return ends the state) resumes with a fresh batch."""
     ledger = Ledger()
     h, bindings, suspended = await _suspended_pair(ledger, wire_safe=False, sibling=True)
+    assert suspended.deferred is not None
     batch = DeferredToolResume(suspended.deferred, DeferredToolResults(calls={"e1": 1}, approvals={"a1": True}))
     result = await h.run(previous_state=suspended.state, deferred_resume=batch, bindings=bindings)
     assert result.status == "completed"
     assert [(e.call_id, e.approved) for e in ledger.execs] == [("n1", False), ("a1", True)]
+    assert result.state is not None
     every_call_answered_once(result.state.message_history)
 
 
@@ -1413,9 +1507,12 @@ async def test_failed_run_keeps_pending_batch_calls_open() -> None:
     )
     await consume(stream)
     result = stream.outcome
+    assert result is not None
     assert result.status == "failed"
+    assert result.failure is not None
     assert result.failure.code == "agent_run_failed"
     assert result.failure.details == {"error_type": "RuntimeError"}
+    assert result.state is not None
     history = result.state.message_history
     assert is_unknown_for(only_return(history, "b1"), b1)
     assert returns_for(history, "e1") == []
@@ -1434,6 +1531,7 @@ async def test_failed_and_cancelled_candidates_close_open_calls() -> None:
     script = Script(ModelResponse(parts=[call("boom", "b1", x=1), call("a", "c2", x=2)]))
     failed = await harness(script, Tool(boom), ledger.tool("a")).run("go")
     assert failed.status == "failed"
+    assert failed.state is not None
     every_call_answered_once(failed.state.message_history)
     assert is_unknown_for(only_return(failed.state.message_history, "b1"), call("boom", "b1", x=1))
 
@@ -1445,8 +1543,10 @@ async def test_failed_and_cancelled_candidates_close_open_calls() -> None:
         async for event in stream:
             if isinstance(event, BoundaryEvent) and event.kind == "tool":
                 stream.cancel()
+    assert stream.outcome is not None
     assert stream.outcome.status == "cancelled"
     assert ledger2.execs == []
+    assert stream.outcome.state is not None
     assert is_unknown_for(only_return(stream.outcome.state.message_history, "c1"), call("a", "c1", x=1))
 
 
@@ -1461,6 +1561,7 @@ async def test_cancel_at_model_boundary_sends_no_request() -> None:
             if isinstance(event, BoundaryEvent) and event.kind == "model":
                 stream.cancel()
     assert script.seen == []
+    assert stream.outcome is not None
     assert stream.outcome.status == "cancelled"
     assert isinstance(events[-1], RunResultEvent)
     assert stream.outcome.state is not None

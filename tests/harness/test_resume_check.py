@@ -21,7 +21,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     UserPromptPart,
 )
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.tools import ToolDefinition, ToolDefinitionKind
 
 from candor.harness.deferred import (
     DEFERRED_FUNCTION_ID_METADATA_KEY,
@@ -360,7 +360,8 @@ def test_errors_never_echo_submitted_values() -> None:
 )
 def test_metadata_keys_and_values(side: str, metadata: dict[Any, Any], ok: bool) -> None:
     """H-69: metadata keys must be pending ids and values finite JSON objects → else deferred_metadata_invalid."""
-    batch = Batch(**{side: metadata})
+    fields: dict[str, Any] = {side: metadata}
+    batch = Batch(**fields)
     assert code_of(batch.resume(), batch.history()) == (None if ok else "deferred_metadata_invalid")
 
 
@@ -369,9 +370,11 @@ def test_metadata_size_limit(side: str) -> None:
     """H-69: the encoded JSON (compact UTF-8) of each metadata mapping may hold at most 65536 bytes."""
     overhead = len(json.dumps({"a1": {"v": ""}}, separators=(",", ":")).encode())
     exact = {"a1": {"v": "x" * (MAX_DEFERRED_METADATA_BYTES - overhead)}}
-    batch = Batch(**{side: exact})
+    fits: dict[str, Any] = {side: exact}
+    batch = Batch(**fits)
     assert code_of(batch.resume(), batch.history()) is None
-    over = Batch(**{side: {"a1": {"v": "é" * ((MAX_DEFERRED_METADATA_BYTES - overhead) // 2 + 1)}}})
+    too_big: dict[str, Any] = {side: {"a1": {"v": "é" * ((MAX_DEFERRED_METADATA_BYTES - overhead) // 2 + 1)}}}
+    over = Batch(**too_big)
     assert code_of(over.resume(), over.history()) == "deferred_metadata_invalid"
 
 
@@ -451,7 +454,8 @@ def test_accepted_batch_reports_pending_calls_and_categories() -> None:
     assert dict(result.categories) == {"a1": "approval", "e1": "external", "q1": "question"}
     assert result.category("q1") == "question" and result.response_index == 1
     result.calls["q1"].args = "{}"  # detached: the history is not touched
-    assert messages[1].parts[0].args == '{"n": 1}'  # type: ignore[union-attr]
+    question = messages[1].parts[0]
+    assert isinstance(question, ToolCallPart) and question.args == '{"n": 1}'
 
 
 # -- check order and H-73 --------------------------------------------------------------------------------------------
@@ -524,9 +528,9 @@ def test_coverage_property(case: tuple[list[str], list[str], set[str], set[str]]
 # -- H-74: the tool surface --------------------------------------------------------------------------------------------
 
 
-def tool(name: str, kind: str = "function", function_id: str | None = None) -> ToolDefinition:
+def tool(name: str, kind: ToolDefinitionKind = "function", function_id: str | None = None) -> ToolDefinition:
     metadata = None if function_id is None else {DEFERRED_FUNCTION_ID_METADATA_KEY: function_id}
-    return ToolDefinition(name=name, kind=kind, metadata=metadata)  # type: ignore[arg-type]
+    return ToolDefinition(name=name, kind=kind, metadata=metadata)
 
 
 def surface_resume(

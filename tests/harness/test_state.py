@@ -280,9 +280,9 @@ def test_mutating_messages_passed_in_does_not_change_state() -> None:
     messages = history()
     state = HarnessState(schema_version="1", thread_id="thr_a", message_history=messages)
     before = state.model_dump_json()
-    messages[0].parts[1].content = "changed"  # type: ignore[union-attr]
+    messages[0].parts[1].content = "changed"
     messages[1].parts.append(TextPart("extra"))
-    messages[2].parts[0].content = 99  # type: ignore[union-attr]
+    messages[2].parts[0].content = 99
     messages.append(ModelRequest(parts=[UserPromptPart("appended")]))
     assert state.model_dump_json() == before
 
@@ -293,11 +293,14 @@ def test_mutating_messages_read_from_state_does_not_change_state() -> None:
     before = state.model_dump_json()
     read = state.message_history
     assert isinstance(read, tuple)
-    read[0].parts[1].content = "changed"  # type: ignore[union-attr]
-    read[1].parts.clear()
-    read[3].parts[0].args = {"value": "changed"}  # type: ignore[union-attr]
+    prompt, response_parts, open_call = read[0].parts[1], read[1].parts, read[3].parts[0]
+    assert isinstance(prompt, UserPromptPart) and isinstance(response_parts, list)
+    assert isinstance(open_call, ToolCallPart)
+    prompt.content = "changed"
+    response_parts.clear()
+    open_call.args = {"value": "changed"}
     assert state.model_dump_json() == before
-    assert state.message_history[0].parts[1].content == "hi"  # type: ignore[union-attr]
+    assert state.message_history[0].parts[1] == UserPromptPart("hi", timestamp=EPOCH)
     assert state.message_history is not state.message_history
 
 
@@ -305,9 +308,12 @@ def test_mutating_capability_and_environment_reads_does_not_change_state() -> No
     """H-6, H-19: capability data and environment are detached on read, too."""
     state = full_state()
     before = state.model_dump_json()
-    state.capabilities["memo"].data["items"].append("x")  # type: ignore[index,union-attr]
+    memo, workspace = state.capabilities["memo"].data, state.environment["workspace"]
+    assert isinstance(memo, dict) and isinstance(memo["items"], list)
+    assert isinstance(workspace, dict) and isinstance(workspace["files"], list)
+    memo["items"].append("x")
     state.capabilities.pop("memo")
-    state.environment["workspace"]["files"].append("c")  # type: ignore[index,union-attr]
+    workspace["files"].append("c")
     state.environment["new"] = 1
     assert state.model_dump_json() == before
 
@@ -379,8 +385,12 @@ def test_fork_is_detached_from_the_source() -> None:
     before = state.model_dump_json()
     forked = state.fork()
     assert HarnessState.model_validate_json(forked.model_dump_json()) == forked
-    forked.message_history[0].parts.clear()
-    forked.capabilities["memo"].data["nested"]["k"].append(1)  # type: ignore[index,union-attr]
+    forked_parts, forked_memo = forked.message_history[0].parts, forked.capabilities["memo"].data
+    assert isinstance(forked_parts, list) and isinstance(forked_memo, dict)
+    nested = forked_memo["nested"]
+    assert isinstance(nested, dict) and isinstance(nested["k"], list)
+    forked_parts.clear()
+    nested["k"].append(1)
     assert state.model_dump_json() == before
 
 

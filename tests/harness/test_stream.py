@@ -100,7 +100,8 @@ async def test_boundaries_come_before_every_request_and_tool_step(stream_model: 
                 log.append(("boundary", event.kind, event.index, event.message_count))
             elif isinstance(event, RunResultEvent):
                 log.append(("result",))
-    assert stream.outcome.status == "completed"  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    assert stream.outcome.status == "completed"
     second_tools = log[8:12]
     assert log[:8] == [
         ("boundary", "model", 1, 1),
@@ -169,7 +170,8 @@ async def test_output_tool_call_has_no_tool_boundary_requirement() -> None:
     )
     stream = Harness(agent).stream("go")
     events = await consume(stream)
-    assert stream.outcome.output == Answer(value=3)  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    assert stream.outcome.output == Answer(value=3)
     kinds = [b.kind for b in boundaries(events)]
     assert kinds[:3] == ["model", "tool", "model"]
     assert kinds.count("model") == 2
@@ -191,7 +193,8 @@ async def test_run_waits_for_the_consumer_after_a_boundary(stream_model: bool) -
                     await asyncio.sleep(0)
                 await asyncio.sleep(0.02)
                 assert log == before, f"work happened after {event}"
-    assert stream.outcome.status == "completed"  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    assert stream.outcome.status == "completed"
 
 
 # ---------------------------------------------------------------------------------------------- H-37
@@ -287,8 +290,9 @@ async def test_histories_grow_append_only(stream_model: bool, scenario: str) -> 
                 states.append(await stream.export_state())
                 if event.index == 2:
                     await stream.steer("also this", key="k1")
-    states.append(stream.outcome.state)  # type: ignore[arg-type]
-    assert stream.outcome.status == "completed"  # type: ignore[union-attr]
+    assert stream.outcome is not None and stream.outcome.state is not None
+    states.append(stream.outcome.state)
+    assert stream.outcome.status == "completed"
     _assert_append_only(states)
     assert len(states[-1].message_history) > len(states[0].message_history)
 
@@ -307,8 +311,10 @@ async def test_failed_and_cancelled_states_extend_the_last_boundary() -> None:
         async for event in stream:
             if isinstance(event, BoundaryEvent):
                 states.append(await stream.export_state())
-    assert stream.outcome.status == "failed"  # type: ignore[union-attr]
-    _assert_append_only([*states, stream.outcome.state])  # type: ignore[list-item]
+    assert stream.outcome is not None
+    assert stream.outcome.status == "failed"
+    assert stream.outcome is not None and stream.outcome.state is not None
+    _assert_append_only([*states, stream.outcome.state])
 
     agent = two_step_agent([])
     states = []
@@ -318,8 +324,10 @@ async def test_failed_and_cancelled_states_extend_the_last_boundary() -> None:
                 states.append(await stream.export_state())
                 if event.index == 4:
                     stream.cancel()
-    assert stream.outcome.status == "cancelled"  # type: ignore[union-attr]
-    _assert_append_only([*states, stream.outcome.state])  # type: ignore[list-item]
+    assert stream.outcome is not None
+    assert stream.outcome.status == "cancelled"
+    assert stream.outcome is not None and stream.outcome.state is not None
+    _assert_append_only([*states, stream.outcome.state])
 
 
 # ---------------------------------------------------------------------------------------------- H-97
@@ -361,7 +369,8 @@ async def test_second_iterator_raises_reused() -> None:
             stream.__aiter__()
         assert info.value.code == "run_stream_reused"
         await _drain(iterator)
-    assert stream.outcome.status == "completed"  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    assert stream.outcome.status == "completed"
 
 
 async def test_concurrent_next_raises() -> None:
@@ -388,8 +397,9 @@ async def test_concurrent_next_raises() -> None:
         release.set()
         await asyncio.wait_for(pending, timeout=5)
         await _drain(iterator)
-    assert stream.outcome.status == "completed"  # type: ignore[union-attr]
-    assert stream.outcome.output == "done"  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    assert stream.outcome.status == "completed"
+    assert stream.outcome.output == "done"
 
 
 async def _assert_refused_before_model_work(code: str, *args: Any, **options: Any) -> None:
@@ -402,7 +412,7 @@ async def _assert_refused_before_model_work(code: str, *args: Any, **options: An
     with pytest.raises(RunError) as info:
         await harness.run(*args, **options)
     assert info.value.code == code
-    assert model.seen == []  # type: ignore[attr-defined]
+    assert model.seen == []
 
 
 async def test_input_and_input_factory_conflict() -> None:
@@ -427,7 +437,7 @@ async def test_input_factory_supplies_the_input_lazily() -> None:
     assert calls_made == []
     await consume(stream)
     assert calls_made == ["called"]
-    prompts = [p.content for m in model.seen[0] for p in m.parts if isinstance(p, UserPromptPart)]  # type: ignore[attr-defined]
+    prompts = [p.content for m in model.seen[0] for p in m.parts if isinstance(p, UserPromptPart)]
     assert prompts == ["lazy input"]
 
 
@@ -442,7 +452,7 @@ async def test_input_factory_failure() -> None:
         await Harness(make_agent(model)).run(input_factory=factory)
     assert info.value.code == "input_factory_failed"
     assert "secret" not in json.dumps(info.value.details)
-    assert model.seen == []  # type: ignore[attr-defined]
+    assert model.seen == []
     stream = Harness(make_agent(model)).stream(input_factory=factory)
     with pytest.raises(RunError) as info:
         async with stream:
@@ -510,8 +520,9 @@ async def test_export_state_during_run_is_the_latest_boundary() -> None:
                 assert await stream.export_state() == boundary_state
             elif isinstance(event, (FunctionToolCallEvent, FunctionToolResultEvent)):
                 # tools are running or done, but no boundary was reached since
+                assert boundary_state is not None
                 assert canonical((await stream.export_state()).message_history) == canonical(
-                    boundary_state.message_history  # type: ignore[union-attr]
+                    boundary_state.message_history
                 )
 
 
@@ -639,9 +650,10 @@ async def test_steer_enters_history_before_next_request() -> None:
     assert "k1" in json.dumps(pending) and "please also check" in json.dumps(pending)
     # once incorporated it leaves the namespace
     assert _steering(exported[3]) is None
-    assert _steering(stream.outcome.state) is None  # type: ignore[arg-type]
+    assert stream.outcome is not None and stream.outcome.state is not None
+    assert _steering(stream.outcome.state) is None
     # the second request sent to the model holds the tool return and then the steered input
-    second = model.seen[1]  # type: ignore[attr-defined]
+    second = model.seen[1]
     last_request = second[-1]
     assert isinstance(last_request, ModelRequest)
     assert isinstance(last_request.parts[0], ToolReturnPart)
@@ -659,7 +671,7 @@ async def test_steer_before_first_request() -> None:
         await stream.steer("second extra")
         events = [e async for e in stream]
     assert boundaries(events)[0].incorporated_keys == ("a",)
-    prompts = [p.content for m in model.seen[0] for p in m.parts if isinstance(p, UserPromptPart)]  # type: ignore[attr-defined]
+    prompts = [p.content for m in model.seen[0] for p in m.parts if isinstance(p, UserPromptPart)]
     assert prompts == ["go", "first extra", "second extra"]
 
 
@@ -676,7 +688,8 @@ async def test_steer_during_the_last_request_stays_pending() -> None:
     holder.append(stream)
     events = await consume(stream)
     assert [b.incorporated_keys for b in boundaries(events)] == [()]
-    state = stream.outcome.state  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    state = stream.outcome.state
     assert state is not None
     assert _steering(state) is not None
     assert "too late" in json.dumps(_steering(state)) and "late" in json.dumps(_steering(state))
@@ -694,7 +707,9 @@ async def test_restored_pending_steering_is_not_lost() -> None:
     stream = Harness(make_agent(script(respond))).stream("go")
     holder.append(stream)
     await consume(stream)
-    state = stream.outcome.state  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    state = stream.outcome.state
+    assert state is not None
     assert "too late" in json.dumps(_steering(state))
     model = script(calls(tool_call("add", {"a": 1, "b": 2})), text("done"))
     second = Harness(make_agent(model)).stream("next", previous_state=state)
@@ -702,8 +717,11 @@ async def test_restored_pending_steering_is_not_lost() -> None:
         async for event in second:
             if isinstance(event, BoundaryEvent) and event.index == 1:
                 await second.steer("new input", key="new")
-    final = second.outcome.state  # type: ignore[union-attr]
+    assert second.outcome is not None
+    final = second.outcome.state
+    assert final is not None
     in_history = any("too late" in json.dumps(canonical([m])) for m in final.message_history)
+    assert final is not None
     assert in_history or "too late" in json.dumps(_steering(final))
 
 
@@ -749,7 +767,7 @@ async def test_cancel_during_an_async_tool() -> None:
     assert outcome.status == "cancelled"
     assert isinstance(events[-1], RunResultEvent)
     assert observed == ["cancelled"]
-    assert len(model.seen) == 1  # type: ignore[attr-defined]
+    assert len(model.seen) == 1
     state = outcome.state
     assert state is not None
     assert open_calls(state.message_history) == []
@@ -772,10 +790,13 @@ async def test_cancel_at_a_tool_boundary_runs_no_tool() -> None:
             if isinstance(event, BoundaryEvent) and event.kind == "tool":
                 stream.cancel()
     assert ran == []
-    assert stream.outcome.status == "cancelled"  # type: ignore[union-attr]
-    state = stream.outcome.state  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    assert stream.outcome.status == "cancelled"
+    state = stream.outcome.state
+    assert state is not None
     assert open_calls(state.message_history) == []
-    assert state.message_history[-1].parts[0].outcome == "interrupted"  # type: ignore[union-attr]
+    unknown = state.message_history[-1].parts[0]
+    assert isinstance(unknown, ToolReturnPart) and unknown.outcome == "interrupted"
     # the cancelled state can be continued with "always" without executing anything
     again = await Harness(make_agent(script(text("ok")), effect)).run(
         None, previous_state=state, tool_recovery="always"
@@ -803,8 +824,10 @@ async def test_cancel_during_model_request(stream_model: bool) -> None:
     helper = asyncio.ensure_future(cancel_when_started())
     await asyncio.wait_for(consume(stream), timeout=5)
     await asyncio.wait_for(helper, timeout=1)
-    assert stream.outcome.status == "cancelled"  # type: ignore[union-attr]
-    history = stream.outcome.state.message_history  # type: ignore[union-attr]
+    assert stream.outcome is not None
+    assert stream.outcome.status == "cancelled"
+    assert stream.outcome.state is not None
+    history = stream.outcome.state.message_history
     assert [type(m) for m in history] == [ModelRequest]
 
 
@@ -815,8 +838,9 @@ async def test_cancel_before_first_step() -> None:
     async with stream:
         stream.cancel()
         events = [e async for e in stream]
-    assert stream.outcome.status == "cancelled"  # type: ignore[union-attr]
-    assert model.seen == []  # type: ignore[attr-defined]
+    assert stream.outcome is not None
+    assert stream.outcome.status == "cancelled"
+    assert model.seen == []
     assert isinstance(events[-1], RunResultEvent)
 
 

@@ -74,7 +74,7 @@ class Gates:
 
 
 def gates(*, sibling: bool = False, after: Sequence[ModelResponse] = (text("done"),)) -> Gates:
-    first = [("c1", "gated", {"n": 1}), ("c2", "ext", {"q": "x"})]
+    first: list[tuple[str, str, dict[str, Any]]] = [("c1", "gated", {"n": 1}), ("c2", "ext", {"q": "x"})]
     if sibling:
         first.append(("c3", "plain", {}))
     script = ScriptedModel(tool_calls(*first), *after)
@@ -170,6 +170,7 @@ async def test_resume_after_sibling_ran() -> None:
     assert result.status == "completed"
     assert result.output == "done"
     assert g.ran == ["plain", ("gated", 1, True)]
+    assert result.state is not None
     history = result.state.message_history
     for call_id, content in (("c1", "g1"), ("c2", "answer"), ("c3", "p")):
         assert [p.content for p in returns(history, call_id)] == [content]
@@ -212,7 +213,11 @@ async def test_batch_argument_errors_are_synchronous(options: dict[str, Any], co
 
 
 def _requests(deferred: DeferredToolRequests, **changes: Any) -> DeferredToolRequests:
-    fields = {"calls": list(deferred.calls), "approvals": list(deferred.approvals), "metadata": dict(deferred.metadata)}
+    fields: dict[str, Any] = {
+        "calls": list(deferred.calls),
+        "approvals": list(deferred.approvals),
+        "metadata": dict(deferred.metadata),
+    }
     fields.update(changes)
     return DeferredToolRequests(**fields)
 
@@ -242,7 +247,7 @@ PREFLIGHT_CASES: list[Any] = [
         id="H-66-overlap",
     ),
     pytest.param(
-        lambda d: (d, DeferredToolResults(approvals={"c1": "approved"}, calls={"c2": "v"})),
+        lambda d: (d, DeferredToolResults(approvals={"c1": "approved"}, calls={"c2": "v"})),  # type: ignore[dict-item]  # H-67: a string is no approval
         "deferred_approval_invalid",
         id="H-67-approval-string",
     ),
@@ -414,14 +419,17 @@ async def test_removed_external_tool_accepts_only_tool_failed(answer: Any, accep
     agent: Agent[None, str] = Agent(FunctionModel(script))
     first = await Harness(agent).run("hi", bindings=RunBindings(toolsets=[external("ext")]))
     assert first.status == "suspended"
+    assert first.deferred is not None
     batch = DeferredToolResume(first.deferred, DeferredToolResults(calls={"c2": answer}))
 
     if not accepted:
+        assert first.state is not None
         error = await _expect_surface_mismatch(agent, first.state, batch)  # no ExternalToolset this time
         assert error.details["reason"] == "external_tool_removed"
         return
     result = await Harness(agent).run(previous_state=first.state, deferred_resume=batch)
     assert result.status == "completed"
+    assert result.state is not None
     [part] = returns(result.state.message_history, "c2")
     assert (part.outcome, part.content) == ("failed", "client tool is gone")
 
@@ -432,6 +440,7 @@ async def test_local_tool_sharing_removed_external_name_never_matches(answer: An
     script = ScriptedModel(tool_calls(("c2", "ext", {"q": "x"})), text("done"))
     agent: Agent[None, str] = Agent(FunctionModel(script))
     first = await Harness(agent).run("hi", bindings=RunBindings(toolsets=[external("ext")]))
+    assert first.deferred is not None
     batch = DeferredToolResume(first.deferred, DeferredToolResults(calls={"c2": answer}))
     ran: list[str] = []
     impostor: Agent[None, str] = Agent(FunctionModel(ScriptedModel(text("never"))))
@@ -441,6 +450,7 @@ async def test_local_tool_sharing_removed_external_name_never_matches(answer: An
         ran.append(q)
         return "local"
 
+    assert first.state is not None
     error = await _expect_surface_mismatch(impostor, first.state, batch)
     assert error.details["reason"] == "not_an_external_tool"
     assert ran == []
@@ -464,6 +474,7 @@ async def test_local_deferral_needs_the_same_function_id(metadata: dict[str, Any
         raise CallDeferred({"prompt": "?"}, kind="question")
 
     first = await Harness(agent).run("hi")
+    assert first.deferred is not None
     assert first.deferred.metadata["q1"][FUNCTION_ID_KEY] == "ask"
     batch = DeferredToolResume(first.deferred, DeferredToolResults(calls={"q1": "blue"}))
     later = ScriptedModel(text("thanks"))
@@ -472,11 +483,13 @@ async def test_local_deferral_needs_the_same_function_id(metadata: dict[str, Any
     )
 
     if not fits:
+        assert first.state is not None
         error = await _expect_surface_mismatch(current, first.state, batch)
         assert error.details == {"tool_call_id": "q1", "category": "question", "reason": "no_matching_function_tool"}
         return
     result = await Harness(current).run(previous_state=first.state, deferred_resume=batch)
     assert result.status == "completed" and result.output == "thanks"
+    assert result.state is not None
     assert [p.content for p in returns(result.state.message_history, "q1")] == ["blue"]
 
 
@@ -493,6 +506,7 @@ async def test_a_deferral_in_a_continued_thread_carries_its_function_id_too() ->
 
     second = await Harness(agent).run("again", previous_state=first.state)
     assert second.status == "suspended"
+    assert second.deferred is not None
     assert second.deferred.metadata["q1"] == {"prompt": "?", FUNCTION_ID_KEY: "ask-v2"}
 
 
@@ -532,6 +546,7 @@ async def test_override_args_are_coerced_and_hooks_see_them() -> None:
     assert result.status == "completed"
     assert g.ran == [("gated", 4, True)]
     assert policy.seen == [("c1", {"n": 4}, True)]
+    assert result.state is not None
     assert [p.content for p in returns(result.state.message_history, "c1")] == ["g4"]
     [call] = [
         p
@@ -556,7 +571,9 @@ async def test_invalid_override_fails_before_any_tool_runs() -> None:
         return "g"
 
     first = await Harness(agent).run("hi")
+    assert first.state is not None
     before = first.state.model_dump_json()
+    assert first.deferred is not None
     batch = DeferredToolResume(
         first.deferred,
         first.deferred.build_results(approvals={"a": True, "b": ToolApproved(override_args={"n": "not a number"})}),
@@ -592,6 +609,7 @@ async def test_current_hook_blocks_an_approved_call() -> None:
     assert result.status == "completed"
     assert g.ran == []  # approved, yet blocked by current policy
     assert [c[0] for c in policy.seen] == ["c1"]
+    assert result.state is not None
     assert [p.content for p in returns(result.state.message_history, "c1")] == ["blocked by current policy"]
 
 
@@ -609,13 +627,16 @@ async def test_approval_required_tool_runs_once_approved() -> None:
         return "charged"
 
     first = await Harness(agent).run("pay")
+    assert first.deferred is not None
     assert first.status == "suspended" and [c.tool_call_id for c in first.deferred.approvals] == ["a1"]
+    assert first.deferred is not None
     batch = DeferredToolResume(first.deferred, DeferredToolResults(approvals={"a1": True}))
 
     result = await Harness(agent).run(previous_state=first.state, deferred_resume=batch)
 
     assert result.status == "completed" and result.output == "paid"
     assert seen == [(5, False), (5, True)]
+    assert result.state is not None
     assert [p.content for p in returns(result.state.message_history, "a1")] == ["charged"]
 
 
@@ -629,7 +650,7 @@ async def test_host_built_history_and_native_answers(answer: Any) -> None:
     """H-77: a host builds the history and native answers itself, without candor metadata; stale metadata in
     history is ignored and the current implementation of the tool runs."""
     call = ToolCallPart("gated", {"n": 3}, tool_call_id="h1", provider_details={"stale": True})
-    history = [
+    history: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart("import")]),
         ModelResponse(parts=[ToolCallPart("gated", {"n": 0}, tool_call_id="h0")]),
         ModelRequest(
@@ -657,6 +678,7 @@ async def test_host_built_history_and_native_answers(answer: Any) -> None:
     expected = 7 if isinstance(answer, ToolApproved) and answer.override_args else 3
     assert result.status == "completed" and result.output == "imported"
     assert ran == [expected]
+    assert result.state is not None
     assert [p.content for p in returns(result.state.message_history, "h1")] == [f"current-{expected}"]
     assert [p.content for p in returns(result.state.message_history, "h0")] == ["old"]
 
@@ -678,6 +700,7 @@ async def test_denials_record_denied_returns(answer: Any, content: str) -> None:
 
     assert result.status == "completed"
     assert g.ran == []
+    assert result.state is not None
     [part] = returns(result.state.message_history, "c1")
     assert (part.outcome, part.content) == ("denied", content)
 
@@ -700,6 +723,7 @@ async def test_external_answers_become_returns(answer: Any, outcome: str, conten
     result = await Harness(g.agent).run(previous_state=first.state, deferred_resume=batch, bindings=g.bindings)
 
     assert result.status == "completed"
+    assert result.state is not None
     [part] = returns(result.state.message_history, "c2")
     assert (part.outcome, part.content) == (outcome, content)
 
@@ -717,6 +741,7 @@ async def test_tool_return_answer_keeps_value_metadata_and_adds_content_once() -
     )
 
     assert result.status == "completed"
+    assert result.state is not None
     history = result.state.message_history
     [part] = returns(history, "c2")
     assert (part.outcome, part.content, part.metadata) == ("success", {"id": 9}, {"source": "crm"})
@@ -725,7 +750,7 @@ async def test_tool_return_answer_keeps_value_metadata_and_adds_content_once() -
     assert user_prompts(sent).count("see the attached summary") == 1
     request = result.new_messages()[0]
     assert isinstance(request, ModelRequest)
-    kinds = [(type(p).__name__, getattr(p, "tool_call_id", None) or p.content) for p in request.parts]
+    kinds = [(type(p).__name__, getattr(p, "tool_call_id", None) or getattr(p, "content", None)) for p in request.parts]
     assert [k for k, _ in kinds] == ["ToolReturnPart", "ToolReturnPart", "UserPromptPart", "UserPromptPart"]
     assert [v for _, v in kinds][2:] == ["see the attached summary", "and now?"]
 
@@ -753,14 +778,15 @@ async def test_fresh_batch_switches_tool_recovery_off(mode: str) -> None:
     agent: Agent[None, str] = Agent(
         FunctionModel(script), tools=[Tool(gated, requires_approval=True), recovery_retryable(safe)]
     )
-    batch = DeferredToolResume(
-        DeferredToolRequests(approvals=[response.parts[0]]), DeferredToolResults(approvals={"c1": True})
-    )
+    approval = response.parts[0]
+    assert isinstance(approval, ToolCallPart)
+    batch = DeferredToolResume(DeferredToolRequests(approvals=[approval]), DeferredToolResults(approvals={"c1": True}))
 
     result = await Harness(agent).run(previous_state=state, deferred_resume=batch, tool_recovery=mode)
 
     assert result.status == "completed"
     assert ran == ["gated"]
+    assert result.state is not None
     history = result.state.message_history
     assert [p.content for p in returns(history, "c1")] == ["g"]
     [unknown] = returns(history, "c2")
@@ -780,13 +806,16 @@ async def test_reused_call_ids_are_handled_per_cycle() -> None:
 
     harness = Harness(agent)
     first = await harness.run("hi")
+    assert first.deferred is not None
     assert first.deferred.approvals[0].args == {"n": 1}
     second = await harness.run(
         previous_state=first.state,
         deferred_resume=DeferredToolResume(first.deferred, DeferredToolResults(approvals={"x": True})),
     )
     assert second.status == "suspended"
+    assert second.deferred is not None
     assert [c.tool_call_id for c in second.deferred.approvals] == ["x"]
+    assert second.deferred is not None
     assert second.deferred.approvals[0].args == {"n": 2}
     # The first cycle's batch no longer fits: its arguments differ from the new call with the same id.
     with pytest.raises(RunError) as raised:
@@ -804,6 +833,7 @@ async def test_reused_call_ids_are_handled_per_cycle() -> None:
 
     assert third.status == "completed" and third.output == "done"
     assert ran == [1]
+    assert third.state is not None
     x_returns = returns(third.state.message_history, "x")
     assert [(p.outcome, p.content) for p in x_returns] == [("success", "g1"), ("denied", "no more")]
 
@@ -880,6 +910,7 @@ async def test_no_deferral_policy_leaves_external_tools_out_and_denies_deferrals
     assert all("ext" not in names for names in script.tool_names)
     assert script.tool_names[0] == ["ask", "gated"]
     assert ran == ["ask"]
+    assert result.state is not None
     history = result.state.message_history
     for call_id in ("c1", "q1"):
         [part] = returns(history, call_id)
@@ -905,9 +936,11 @@ async def test_no_deferral_policy_never_suspends_from_recovery() -> None:
     assert ran == []
     assert result.status != "suspended"
     if result.status == "failed":
+        assert result.failure is not None
         assert result.failure.code == "deferred_tools_unsupported"
         assert result.state is not None
     else:  # closed in-run as denied is the other acceptable reading of H-84
+        assert result.state is not None
         [part] = returns(result.state.message_history, "c1")
         assert part.outcome == "denied"
 
@@ -922,6 +955,7 @@ async def test_no_deferral_policy_denies_a_deferral_raised_after_approval() -> N
         raise CallDeferred()
 
     first = await Harness(agent).run("hi")
+    assert first.deferred is not None
     batch = DeferredToolResume(first.deferred, DeferredToolResults(approvals={"c1": True}))
 
     result = await Harness(agent).run(
@@ -929,6 +963,7 @@ async def test_no_deferral_policy_denies_a_deferral_raised_after_approval() -> N
     )
 
     assert result.status == "completed"
+    assert result.state is not None
     [part] = returns(result.state.message_history, "c1")
     assert part.outcome == "denied"
     assert isinstance(part.content, str)
@@ -955,6 +990,7 @@ async def test_no_deferral_policy_denies_a_deferral_a_tool_raises(deferral: Call
 
     assert result.status == "completed" and result.output == "done"
     assert ran == [False]
+    assert result.state is not None
     [part] = returns(result.state.message_history, "c1")
     assert part.outcome == "denied"
     assert isinstance(part.content, str) and part.content
@@ -980,11 +1016,13 @@ async def test_no_deferral_policy_for_a_deferral_raised_by_an_args_validator(kin
     result = await Harness(agent).run("hi", bindings=RunBindings(deferred_tools_supported=False))
 
     assert ran == []
+    assert result.state is not None
     [part] = returns(result.state.message_history, "c1")
     assert part.outcome != "success"
     if kind == "question":
         assert result.status == "completed" and part.outcome == "denied" and isinstance(part.content, str)
     else:
+        assert result.failure is not None
         assert result.status == "failed" and result.failure.code == "deferred_tools_unsupported"
 
 
@@ -1000,6 +1038,7 @@ async def test_no_deferral_policy_denies_an_approval_asked_again_after_approval(
         raise ApprovalRequired()
 
     first = await Harness(agent).run("hi")
+    assert first.deferred is not None
     batch = DeferredToolResume(first.deferred, DeferredToolResults(approvals={"c1": True}))
 
     result = await Harness(agent).run(
@@ -1008,6 +1047,7 @@ async def test_no_deferral_policy_denies_an_approval_asked_again_after_approval(
 
     assert result.status == "completed" and result.output == "done"
     assert approvals == [True]
+    assert result.state is not None
     [part] = returns(result.state.message_history, "c1")
     assert part.outcome == "denied" and isinstance(part.content, str)
 
@@ -1025,7 +1065,9 @@ async def test_deferrals_still_suspend_when_the_run_can_suspend() -> None:
     result = await Harness(agent).run("hi")
 
     assert result.status == "suspended"
+    assert result.deferred is not None
     assert [c.tool_call_id for c in result.deferred.calls] == ["c1"]
+    assert result.state is not None
     assert returns(result.state.message_history, "c1") == []
 
 
@@ -1041,8 +1083,11 @@ async def test_resume_restores_the_steering_namespace_as_stored() -> None:
             if getattr(event, "kind", None) == "tool":
                 await stream.steer("also check the invoice", key="k1")
     first = stream.outcome
+    assert first is not None
     assert first.status == "suspended"
+    assert first.state is not None
     stored = first.state.capabilities["candor.steering"]
+    assert first.deferred is not None
     batch = DeferredToolResume(first.deferred, first.deferred.build_results(approve_all=True, calls={"c2": "v"}))
 
     resumed = Harness(g.agent).stream(previous_state=first.state, deferred_resume=batch, bindings=g.bindings)
@@ -1052,8 +1097,10 @@ async def test_resume_restores_the_steering_namespace_as_stored() -> None:
             if getattr(event, "event_kind", None) == "candor_boundary":
                 exported.append((await resumed.export_state()).capabilities["candor.steering"])
 
+    assert resumed.outcome is not None
     assert resumed.outcome.status == "completed"
     assert exported and all(s == stored for s in exported)
+    assert resumed.outcome.state is not None
     assert resumed.outcome.state.capabilities["candor.steering"] == stored
     assert resumed.outcome.state.capabilities["candor.steering"].model_dump_json() == stored.model_dump_json()
 
@@ -1076,4 +1123,5 @@ async def test_approve_all_is_not_an_answer() -> None:
         previous_state=first.state, deferred_resume=DeferredToolResume(first.deferred, answered), bindings=g.bindings
     )
     assert result.status == "completed"
+    assert result.state is not None
     assert [p.content for p in returns(result.state.message_history, "c2")] == ["explicit"]

@@ -57,7 +57,8 @@ def http_server(workdir: Path, **extra_env: str) -> Iterator[str]:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 break
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"tool server did not start: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                assert process.stderr is not None
+                raise RuntimeError(f"tool server did not start: {process.stderr.read().decode()[-2000:]}")
             time.sleep(0.05)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:

@@ -67,6 +67,7 @@ async def test_annotations_become_the_prepared_retry_safe_declaration(tmp_path: 
         name: (surface[name].get("candor.recovery_retry_safe"), surface[name]["candor.retry_safe_source"])
         for name in EXPECTED_SURFACE
     } == EXPECTED_SURFACE
+    assert result.state is not None
     recorded = result.state.capabilities[f"candor.mcp.{SERVER_NAME}"]
     assert recorded.version == "1"
     assert recorded.data == {
@@ -120,12 +121,15 @@ async def test_a_recovery_judges_by_the_declaration_recorded_with_the_call(
 
     assert result.status == "completed"
     assert ledger(tmp_path) == ([f"{tool} acme"] if rerun else [])
+    assert result.state is not None
     (answer,) = _returns(result.state.message_history, CALL_ID)
     assert (answer.content == UNKNOWN_OUTCOME_CONTENT) is not rerun
-    basis = result.state.capabilities["candor.recovery"].data["calls"][CALL_ID]  # type: ignore[index, call-overload]
+    recovery: Any = result.state.capabilities["candor.recovery"].data  # recorded JSON, read field by field
+    basis = recovery["calls"][CALL_ID]
     assert basis["declared_by"] == declared_by and basis["declaration_changed"] is True
     # The record now holds what the redeployed server declares, for calls made from here on.
-    now = result.state.capabilities[f"candor.mcp.{SERVER_NAME}"].data["tools"]  # type: ignore[index, call-overload]
+    record: Any = result.state.capabilities[f"candor.mcp.{SERVER_NAME}"].data
+    now = record["tools"]
     assert now["charge"]["readOnlyHint"] is True and now["read_balance"]["readOnlyHint"] is False
 
 
@@ -162,6 +166,7 @@ async def test_a_server_that_is_down_fails_the_run_tool_unavailable(tmp_path: Pa
     assert result.failure is not None
     assert (result.failure.code, result.failure.retry_hint) == ("tool_unavailable", "new_run")
     assert result.failure.details == {"error_type": "ToolServerUnavailable", "server": SERVER_NAME, "stage": "connect"}
+    assert result.state is not None
     history = result.state.message_history
     assert list(history[:4]) == list(state.message_history)
     assert _returns(history, "call_0")[0].content == "read_balance done for acme"
@@ -179,5 +184,6 @@ async def test_a_server_lost_mid_call_fails_the_run_instead_of_asking_the_model_
     assert (result.failure.code, result.failure.details["stage"]) == ("tool_unavailable", "call_tool")
     assert ledger(tmp_path) == ["charge acme"]
     assert len(seen) == 1  # the model was not asked again
+    assert result.state is not None
     (answer,) = _returns(result.state.message_history, CALL_ID)
     assert answer.content == UNKNOWN_OUTCOME_CONTENT

@@ -106,7 +106,8 @@ def postgres_url(postgres_database: _PostgresDatabase) -> str:
 
 @pytest.fixture(params=DB_KINDS)
 def db_kind(request: pytest.FixtureRequest) -> DbKind:
-    return request.param
+    kind: DbKind = request.param  # one of DB_KINDS
+    return kind
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import sys
 import textwrap
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic_ai import Agent
@@ -21,30 +22,30 @@ from candor.service.settings import AgentSettings
 SECRET = "sk-live-do-not-echo"
 """Text a failing factory or module puts in its exception; it must never reach an `AgentUnavailable` message."""
 
-calls: list[dict] = []
+calls: list[dict[str, Any]] = []
 
 
-def make_harness(options: dict) -> Harness:
+def make_harness(options: dict[str, Any]) -> Harness[Any]:
     """A factory defined in this module, as `test_agents:make_harness`."""
     calls.append(options)
     return Harness(Agent(TestModel(custom_output_text=options.get("reply", "hi"))))
 
 
-def raising_factory(options: dict) -> Harness:
+def raising_factory(options: dict[str, Any]) -> Harness[Any]:
     raise RuntimeError(SECRET)
 
 
-def wrong_type_factory(options: dict) -> object:
+def wrong_type_factory(options: dict[str, Any]) -> object:
     return Agent(TestModel())
 
 
-async def async_factory(options: dict) -> Harness:
+async def async_factory(options: dict[str, Any]) -> Harness[Any]:
     return make_harness(options)
 
 
 class Factories:
     @staticmethod
-    def nested(options: dict) -> Harness:
+    def nested(options: dict[str, Any]) -> Harness[Any]:
         return make_harness(options)
 
 

@@ -89,7 +89,7 @@ async def test_a_delivery_cancelled_as_its_handler_completes_is_cancelled() -> N
     gate = Gate()
     handler: Callable[..., Awaitable[Any]] = gate.work
     row: Any = SimpleNamespace(id="row")
-    task = asyncio.create_task(delivery._run_handler(row, handler, ctx=SimpleNamespace(), time_limit=5))  # type: ignore[arg-type]
+    task = asyncio.create_task(delivery._run_handler(row, handler, ctx=SimpleNamespace(), time_limit=5))  # type: ignore[arg-type]  # a stand-in context
     await cancel_as_it_completes(gate, task, delivery.HandlerResult(outcome="delivered"))
 
 

@@ -4,6 +4,7 @@ view's recovery basis."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -39,7 +40,7 @@ FACTORY = "candor.demo.support:support_harness"
         ({"command": "python", "password": "x"}, "Extra inputs are not permitted"),  # S-124
     ],
 )
-def test_server_settings(section: dict, problem: str | None) -> None:
+def test_server_settings(section: dict[str, Any], problem: str | None) -> None:
     """S-124, issue 36 item 1: one transport per server, no credentials in settings, consistent overrides."""
     if problem is None:
         AgentMcpSettings.model_validate(section)
@@ -89,7 +90,11 @@ def test_the_registry_builds_fresh_toolsets_per_attempt() -> None:
     registry = AgentRegistry({"support": FACTORY, "plain": FACTORY}, mcp={"support": servers}, environ={})
     first, second = registry.mcp_toolsets("support"), registry.mcp_toolsets("support")
     assert len(first) == 1 and isinstance(first[0], RecoverableMCP) and first[0] is not second[0]
-    assert (first[0].server, first[0].retry_safe, first[0].never_retry) == ("crm", {"lookup"}, {"send"})
+    assert (first[0].server, first[0].retry_safe, first[0].never_retry) == (
+        "crm",
+        frozenset({"lookup"}),
+        frozenset({"send"}),
+    )
     assert registry.mcp_toolsets("plain") == []
     secret = {"crm": AgentMcpSettings(url="http://x/mcp", headers_env={"Authorization": "CRM_TOKEN"})}
     with pytest.raises(AgentUnavailable) as caught:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -25,7 +26,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:  # generous: busy machine
+def wait_ready(base: str, process: subprocess.Popen[Any], timeout: float = 60.0) -> None:  # generous: busy machine
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, "candor serve exited during startup"

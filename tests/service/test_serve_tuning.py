@@ -44,7 +44,8 @@ def test_pool_size_does_not_follow_the_worker_slots(database: dict[str, Any], sl
 def test_out_of_bounds_values_are_refused_naming_the_field(section: str, values: dict[str, Any], field: str) -> None:
     """S-124: a value outside its bounds refuses the settings, and the message names the field."""
     with pytest.raises(ValidationError) as caught:
-        ServiceSettings(**{section: values})
+        fields: dict[str, Any] = {section: values}
+        ServiceSettings(**fields)
     assert field in str(caught.value)
 
 
@@ -68,12 +69,12 @@ def test_serve_runs_on_the_configured_loop() -> None:
         seen.append(isinstance(asyncio.get_running_loop(), uvloop.Loop))
 
     original = process.serve
-    process.serve = fake_serve  # type: ignore[assignment]
+    process.serve = fake_serve
     try:
         process.run(ServiceSettings(), "control")
         process.run(ServiceSettings(server={"event_loop": "asyncio"}), "control")
     finally:
-        process.serve = original  # type: ignore[assignment]
+        process.serve = original
     assert seen == [True, False]
 
 
@@ -98,7 +99,7 @@ async def test_postgres_engine_pool_follows_the_settings(postgres_url: str) -> N
 def test_sqlite_engine_ignores_the_pool_settings(tmp_path: Any) -> None:
     """SQLite has one writer; its engine keeps SQLAlchemy's own pool whatever the settings say."""
     engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}", pool_size=50, max_overflow=7)
-    assert engine.pool.size() != 50  # type: ignore[attr-defined]
+    assert engine.pool.size() != 50  # type: ignore[attr-defined]  # QueuePool's, not on Pool
     asyncio.run(engine.dispose())
 
 

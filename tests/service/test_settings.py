@@ -228,4 +228,4 @@ def test_direct_construction_ignores_the_environment(monkeypatch: Any) -> None:
     """Only `load()` reads variables; building settings in code uses its arguments and the defaults."""
     monkeypatch.setenv("CANDOR_WORKER__SLOTS", "9")
     assert ServiceSettings().worker.slots == 64
-    assert ServiceSettings(worker={"slots": 2}).worker.slots == 2  # type: ignore[arg-type]
+    assert ServiceSettings(worker={"slots": 2}).worker.slots == 2

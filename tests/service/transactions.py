@@ -76,8 +76,8 @@ def sent_in_transactions_on_driver(record: Callable[[Any, str], None]) -> Iterat
         record(self, query)
         return await original(self, query, *args, **kwargs)
 
-    asyncpg.Connection.fetch = fetch  # type: ignore[method-assign]
+    asyncpg.Connection.fetch = fetch
     try:
         yield
     finally:
-        asyncpg.Connection.fetch = original  # type: ignore[method-assign]
+        asyncpg.Connection.fetch = original

@@ -39,9 +39,12 @@ def text(value: str) -> dict[str, Any]:
 def make_service(db: Any, *, agents: Sequence[str] = AGENTS, **sections: dict[str, Any]) -> Service:
     """A `Service` on the test database; `sections` override settings sections (`worker={...}`)."""
     factories = {name: "tests.fake_agents:factory" for name in agents}
-    settings = ServiceSettings(
-        database={"url": db.url}, agents={name: {"factory": f} for name, f in factories.items()}, **sections
-    )
+    fields: dict[str, Any] = {
+        "database": {"url": db.url},
+        "agents": {name: {"factory": f} for name, f in factories.items()},
+        **sections,
+    }
+    settings = ServiceSettings(**fields)
     return Service(
         settings=settings,
         engine=db.engine,
@@ -109,7 +112,9 @@ async def claim_run(service: Service, run_id: str) -> str:
     async with write_transaction(service.engine) as conn:
         run = await load_run(conn, run_id=run_id)
         assert run is not None and run.status == "accepted"
-        number = await conn.scalar(select(func.count()).where(run_attempts.c.run_id == run_id)) + 1
+        earlier = await conn.scalar(select(func.count()).where(run_attempts.c.run_id == run_id))
+        assert earlier is not None
+        number = earlier + 1
         await conn.execute(
             insert(run_attempts).values(
                 id=attempt_id, workspace_id=run.workspace_id, run_id=run_id, number=number, status="leased",

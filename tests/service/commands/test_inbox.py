@@ -31,6 +31,7 @@ from .helpers import TEXT, entry_row, make_service, new_key, seal_run, text, thr
 async def _waiting_thread(service: Any, key: Any, posts: int = 1) -> tuple[str, list[str]]:
     """A thread whose last run waits, so posted entries stay `pending` (S-69); the ids of `posts` such entries."""
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="create")
+    assert accepted.run is not None
     await seal_run(service, accepted.run.id, "waiting")
     entry_ids = []
     for i in range(posts):
@@ -107,6 +108,7 @@ async def test_only_pending_entries_change(db: Any) -> None:
     with pytest.raises(Conflict) as caught:
         await commands.edit_entry(service, key, thread_id, first, {"input": TEXT})
     assert (caught.value.reason, caught.value.kind, caught.value.id) == ("entry_assigned", "entry", first)
+    assert accepted.run is not None
     await seal_run(service, accepted.run.id, "waiting")
     posted = await commands.post_input(service, key, thread_id, input=TEXT, key="p")
     await commands.withdraw_entry(service, key, thread_id, posted.entry.id)

@@ -67,8 +67,10 @@ async def test_all_added_messages_in_pages_read_the_checkpoint_chain_once(db: An
     imported = _turn(0)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, message_history=imported, key="k")
     run = accepted.run
+    assert run is not None and run.start_checkpoint_id is not None
     await claim_run(service, run.id)
-    history, base = list(imported), (run.start_checkpoint_id, list(imported))
+    history = list(imported)
+    base: tuple[str, list[ModelMessage]] = (run.start_checkpoint_id, list(imported))
     for seq in range(1, 6):
         history = [*history, *_turn(seq)]
         base = (await commit_history(service, run, history, base=base, seq=seq), history)
@@ -91,6 +93,7 @@ async def test_a_run_without_a_start_checkpoint_added_its_whole_history(db: Any)
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    assert accepted.run is not None
     await claim_run(service, accepted.run.id)
     await commit_history(service, accepted.run, _turn(1), base=None, seq=1)
     expected = _json(_turn(1), accepted.run.id)
@@ -102,6 +105,7 @@ async def test_a_tampered_message_row_is_corrupt(db: Any) -> None:
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    assert accepted.run is not None
     await claim_run(service, accepted.run.id)
     checkpoint_id = await commit_history(service, accepted.run, _turn(1), base=None, seq=1)
     packed = select(checkpoints.c.messages).where(checkpoints.c.id == checkpoint_id)
@@ -130,6 +134,7 @@ async def test_another_workspaces_run_is_not_found(db: Any) -> None:
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
     with pytest.raises(NotFound):
+        assert accepted.run is not None
         await commands.list_run_messages_page(service, await new_key(service), accepted.run.id)
 
 

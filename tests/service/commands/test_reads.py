@@ -17,9 +17,11 @@ async def test_lists_runs_newest_first_and_attempts_in_order(db: Any) -> None:
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    assert accepted.run is not None
     await seal_run(service, accepted.run.id, "completed")
     second = await commands.post_input(service, key, accepted.thread.id, input=TEXT, key="p")
     listed = await commands.list_runs(service, key, accepted.thread.id)
+    assert second.run is not None
     assert [r.id for r in listed] == [second.run.id, accepted.run.id]
     page = await commands.list_runs(service, key, accepted.thread.id, limit=1)
     rest = await commands.list_runs(service, key, accepted.thread.id, before=(page[0].created_at, page[0].id))
@@ -37,6 +39,8 @@ async def test_other_workspaces_ids_are_not_found(db: Any) -> None:
     owner = await new_key(service)
     stranger = await new_key(service)
     accepted = await commands.create_thread(service, owner, agent="demo", input=TEXT, key="k")
+    assert accepted.thread is not None
+    assert accepted.run is not None
     thread_id, run_id = accepted.thread.id, accepted.run.id
     calls = [
         commands.get_thread(service, stranger, thread_id),

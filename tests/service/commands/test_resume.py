@@ -26,12 +26,16 @@ from .helpers import TEXT, count, make_service, new_key, pending_of, run_row, se
 from store.test_round_trips import statements
 from transactions import sent_in_transactions_on_driver
 
-ANSWERS = {"approvals": {"a1": {"action": "approve"}}, "calls": {"c1": {"status": "returned", "value": 42}}}
+ANSWERS: dict[str, Any] = {
+    "approvals": {"a1": {"action": "approve"}},
+    "calls": {"c1": {"status": "returned", "value": 42}},
+}
 
 
 async def _waiting(service: Any, key: Any, request_key: str = "k", **pending: Any) -> Any:
     """A thread whose only run is sealed `waiting` with pending items (S-89 shape)."""
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, options={"o": 1}, key=request_key)
+    assert accepted.run is not None
     return await seal_run(service, accepted.run.id, "waiting", pending=pending_of(**pending) if pending else None)
 
 
@@ -48,9 +52,11 @@ async def test_waiting_run_pending_shape(db: Any) -> None:
     pending = Pending.model_validate(waiting.pending)
     assert pending_problem(pending.approvals, pending.calls) is None
     assert waiting.wait_reason == "multiple" and waiting.checkpoint_seq >= 1
+    second = (await commands.create_thread(service, key, agent="demo", input=TEXT, key="k2")).run
+    assert second is not None
     only_calls = await seal_run(
         service,
-        (await commands.create_thread(service, key, agent="demo", input=TEXT, key="k2")).run.id,
+        second.id,
         "waiting",
         pending=pending_of(approvals=()),
     )
@@ -149,6 +155,7 @@ async def test_resume_needs_the_last_idle_waiting_run(db: Any) -> None:
         await commands.resume_run(service, key, waiting.id, ANSWERS, key="r3")
     assert caught.value.reason == "not_idle_waiting_run"
     done = (await commands.create_thread(service, key, agent="demo", input=TEXT, key="k9")).run
+    assert done is not None
     await seal_run(service, done.id, "completed")
     with pytest.raises(Conflict) as caught:  # not waiting
         await commands.resume_run(service, key, done.id, ANSWERS, key="r4")
@@ -467,6 +474,7 @@ async def test_resume_stages_run_accepted_only_for_an_enabled_subscription(db: A
             created_by_id=key.id, updated_by_id=key.id, created_at=db_now(), updated_at=db_now(),
         ))  # fmt: skip
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k2")
+    assert accepted.run is not None
     watched = await seal_run(service, accepted.run.id, "waiting", pending=pending_of())
     before = await count(service, outbox, outbox.c.kind == "webhook")
     successor, created = await commands.resume_run(service, key, watched.id, ANSWERS, key="r2")

@@ -36,6 +36,7 @@ async def test_withdraw_whose_thread_is_gone_when_read_again_is_internal(db: Any
     service = make_service(db)
     key = await new_key(service)
     created = await commands.create_thread(service, key, agent="demo", input=TEXT, key="create")
+    assert created.run is not None
     await seal_run(service, created.run.id, "waiting")
     posted = await commands.post_input(service, key, created.thread.id, input=text("later"), key="post")
     monkeypatch.setattr(views, "get_thread", _nothing)

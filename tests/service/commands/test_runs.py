@@ -24,6 +24,7 @@ async def test_interrupt_accepted_run_cancels_at_once(db: Any) -> None:
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    assert accepted.run is not None
     run = await commands.interrupt_run(service, key, accepted.run.id)
     assert run.status == "cancelled" and run.sealed_at is not None and run.version == 2
     assert run.failure == {"code": "cancelled", "message": CANCELLED_MESSAGE}
@@ -33,7 +34,7 @@ async def test_interrupt_accepted_run_cancels_at_once(db: Any) -> None:
     assert (thread.state, thread.current_run_id, thread.last_run_id) == ("paused", None, run.id)
     assert thread.version == accepted.thread.version + 1
     entry = await entry_row(service, key.workspace_id, accepted.entry.id)
-    assert entry.status == "failed" and entry.failure["code"] == "run_ended"
+    assert entry.status == "failed" and entry.failure is not None and entry.failure["code"] == "run_ended"
     # S-59: interrupting a cancelled run answers 200 and changes nothing.
     assert await commands.interrupt_run(service, key, run.id) == run
 
@@ -43,6 +44,7 @@ async def test_interrupt_running_run_requests_cancellation_once(db: Any) -> None
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    assert accepted.run is not None
     await claim_run(service, accepted.run.id)
     first = await commands.interrupt_run(service, key, accepted.run.id)
     second = await commands.interrupt_run(service, key, accepted.run.id)
@@ -56,6 +58,7 @@ async def test_interrupt_sealed_run_conflicts(db: Any, status: str) -> None:
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    assert accepted.run is not None
     sealed = await seal_run(service, accepted.run.id, status)
     with pytest.raises(Conflict) as caught:
         await commands.interrupt_run(service, key, sealed.id)
@@ -76,8 +79,9 @@ async def test_archive_thread(db: Any) -> None:
     archived = await commands.archive_thread(service, key, accepted.thread.id, expected_version=queued.thread.version)
     assert archived.state == "archived" and archived.archived_at is not None and archived.current_run_id is None
     assert (await entry_row(service, key.workspace_id, queued.entry.id)).status == "withdrawn"
+    assert accepted.run is not None
     run = await run_row(service, accepted.run.id)
-    assert run.status == "cancelled" and run.failure["code"] == "cancelled"
+    assert run.status == "cancelled" and run.failure is not None and run.failure["code"] == "cancelled"
     again = await commands.archive_thread(service, key, accepted.thread.id, expected_version=1)
     assert again == archived
     with pytest.raises(Conflict) as caught:
@@ -90,6 +94,7 @@ async def test_archive_thread_with_running_run_requests_cancellation(db: Any) ->
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    assert accepted.run is not None
     await claim_run(service, accepted.run.id)
     await commands.archive_thread(service, key, accepted.thread.id)
     run = await run_row(service, accepted.run.id)
@@ -103,8 +108,10 @@ async def test_fork_of_unsealed_run_conflicts(db: Any, claimed: bool) -> None:
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
     if claimed:
+        assert accepted.run is not None
         await claim_run(service, accepted.run.id)
     with pytest.raises(Conflict) as caught:
+        assert accepted.run is not None
         await commands.fork_run(service, key, accepted.run.id, input=TEXT, key="f")
     assert caught.value.reason == ("run_running" if claimed else "run_accepted")
 
@@ -116,6 +123,7 @@ async def test_a_waiting_run_is_not_forked(db: Any) -> None:
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    assert accepted.run is not None
     origin = await seal_run(service, accepted.run.id, "waiting")
     with pytest.raises(Conflict) as caught:
         await commands.fork_run(service, key, origin.id, input=text("fork"), key="f")
@@ -134,6 +142,7 @@ async def test_fork_starts_a_new_thread_from_the_origin_checkpoint(db: Any) -> N
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, options={"o": 1}, key="k")
+    assert accepted.run is not None
     origin = await seal_run(service, accepted.run.id, "completed")
     fork = await commands.fork_run(service, key, origin.id, input=text("fork"), key="f")
     assert fork.created and fork.run is not None
@@ -147,6 +156,8 @@ async def test_fork_starts_a_new_thread_from_the_origin_checkpoint(db: Any) -> N
     assert (await run_row(service, origin.id)).status == "completed"
     assert (await commands.get_thread(service, key, origin.thread_id)).state == "idle"
     replay = await commands.fork_run(service, key, origin.id, input=text("fork"), key="f")
+    assert replay.run is not None
+    assert fork.run is not None
     assert not replay.created and replay.run.id == fork.run.id
     with pytest.raises(Conflict) as caught:
         await commands.fork_run(service, key, origin.id, input=text("other"), key="f")
@@ -158,6 +169,7 @@ async def test_fork_in_archived_workspace_is_disabled(db: Any) -> None:
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    assert accepted.run is not None
     await seal_run(service, accepted.run.id, "completed")
     async with write_transaction(service.engine) as conn:
         await auth.archive_workspace(conn, key.workspace_id)

@@ -205,6 +205,8 @@ async def test_post_while_active_stays_pending_and_steer_must_match(db: Any) -> 
     for changes in ({"agent": "other"}, {"options": {"o": 2}}):
         with pytest.raises(Conflict) as caught:
             await commands.post_input(service, key, thread_id, input=TEXT, delivery="steer", key="bad", **changes)
+        assert caught.value is not None
+        assert accepted.run is not None
         assert caught.value.reason == "run_configuration_immutable" and caught.value.id == accepted.run.id
     assert await count(service, inbox_entries) == 4
 
@@ -214,6 +216,7 @@ async def test_post_while_waiting_queues(db: Any) -> None:
     service = make_service(db)
     key = await new_key(service)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
+    assert accepted.run is not None
     await seal_run(service, accepted.run.id, "waiting")
     posted = await commands.post_input(service, key, accepted.thread.id, input=TEXT, key="p")
     assert posted.created and posted.run is None and posted.entry.status == "pending"
@@ -228,6 +231,7 @@ async def test_paused_thread_starts_new_message_and_queue_resumes_after(db: Any)
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k")
     thread_id = accepted.thread.id
     queued = await commands.post_input(service, key, thread_id, input=text("queued"), key="q")
+    assert accepted.run is not None
     await seal_run(service, accepted.run.id, "failed")
     assert (await thread_row(service, thread_id)).state == "paused"
     assert await _advance(service, thread_id) is None
@@ -260,6 +264,7 @@ async def test_entries_that_cannot_start_fail_and_later_ones_start(db: Any) -> N
     good = await commands.post_input(service, key, thread_id, input=TEXT, key="c")
     async with write_transaction(service.engine) as conn:
         await auth.disable_principal(conn, principal_id=doomed.id)
+    assert accepted.run is not None
     await seal_run(service, accepted.run.id, "completed")
     before = (await thread_row(service, thread_id)).version
     started = await _advance(service, thread_id, agent_names=("demo",))
@@ -280,7 +285,7 @@ async def test_entries_that_cannot_start_fail_and_later_ones_start(db: Any) -> N
         await auth.archive_workspace(conn, key.workspace_id)
     assert await _advance(service, thread_id) is None
     entry = await entry_row(service, key.workspace_id, last.entry.id)
-    assert entry.status == "failed" and entry.failure["code"] == "disabled"
+    assert entry.status == "failed" and entry.failure is not None and entry.failure["code"] == "disabled"
 
 
 async def test_inbox_limits(db: Any) -> None:
@@ -356,6 +361,7 @@ async def test_idle_thread_starts_child_results_and_undelivered_steers(db: Any) 
             payload=text("child"), principal_id=None, authority=None, child_run_id="run_" + "1" * 32,
         ), entropy=service.entropy)  # fmt: skip
     steer = await commands.post_input(service, key, thread_id, input=TEXT, delivery="steer", key="s")
+    assert accepted.run is not None
     await seal_run(service, accepted.run.id, "completed")
     first = await run_row(service, await _advance(service, thread_id) or "")
     assert (first.trigger, first.source_entry_id, first.principal_id) == ("child_result", child.id, key.id)

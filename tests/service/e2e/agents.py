@@ -81,11 +81,13 @@ def factory(options: dict[str, Any]) -> Harness[Any]:
 
     async def delete_file(ctx: RunContext[Any], path: str) -> str:
         """Delete a file (needs the user's approval)."""
+        assert ctx.tool_call_id is not None
         _record(workdir, "delete_file", ctx.tool_call_id)
         return f"deleted {path}"
 
     async def slow_step(ctx: RunContext[Any]) -> str:
         """Take one slow step (safe to repeat)."""
+        assert ctx.tool_call_id is not None
         if _record(workdir, "slow_step", ctx.tool_call_id) == 0:
             await asyncio.sleep(block_seconds)  # the test kills this process meanwhile
         return "slow step done"

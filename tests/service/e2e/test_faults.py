@@ -10,7 +10,7 @@ for the test (never the shared one); the full filesystem is a small tmpfs (root 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 from bench import _fault_scenarios as scenarios
@@ -28,9 +28,9 @@ def assert_harmless(report: scenarios.FaultReport) -> None:
     assert report.duplicate_effects == 0 and report.effects_after_lost_lease == 0, report
 
 
-async def run_or_skip(scenario: object) -> scenarios.FaultReport:
+async def run_or_skip(scenario: Awaitable[scenarios.FaultReport]) -> scenarios.FaultReport:
     try:
-        return await scenario  # type: ignore[misc]
+        return await scenario
     except FaultUnsupported as why:
         pytest.skip(str(why))
 

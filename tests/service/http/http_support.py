@@ -67,7 +67,7 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
     """The §8.1 envelope's `error`, after checking its shape and that `request_id` equals the header (S-95, S-96)."""
     body = response.json()
     assert set(body) == {"error"}, body
-    error = body["error"]
+    error: dict[str, Any] = body["error"]
     assert set(error) == {"code", "message", "details", "request_id"}, error
     assert error["request_id"] == response.headers["x-request-id"]
     assert REQUEST_ID.match(error["request_id"])

@@ -12,6 +12,7 @@ from candor.service import commands
 from candor.service.agents import AgentRegistry
 from candor.service.core import Service
 from candor.service.http import create_app
+from candor.service.http.readiness import Role
 from candor.service.settings import ServiceSettings
 from candor.service.store.db.engine import create_engine
 
@@ -96,7 +97,7 @@ async def test_unknown_routes_and_methods_are_404(api: Any) -> None:
 
 
 @pytest.mark.parametrize("role", ["worker", "control", "all"])
-async def test_roles(db: Any, role: str) -> None:
+async def test_roles(db: Any, role: Role) -> None:
     """S-100: a worker serves only /healthz, /readyz and /metrics; every /v1 path (the schema included) is 404 there."""
     async with client_for(app_for(db, role=role)) as client:
         assert (await client.get("/healthz")).json() == {"status": "ok", "role": role}

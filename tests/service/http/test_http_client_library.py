@@ -115,7 +115,11 @@ async def test_workspace_run_list_is_paged_and_checked(api: Any) -> None:
     key = await api.key()
     other = await api.key()  # another workspace: its runs are never listed
     async with client_of(api, key.secret) as client, client_of(api, other.secret) as stranger:
-        ids = [(await client.create_thread("demo", f"t{i}")).run.id for i in range(3)]  # type: ignore[union-attr]
+        ids: list[str] = []
+        for i in range(3):
+            run = (await client.create_thread("demo", f"t{i}")).run
+            assert run is not None
+            ids.append(run.id)
         await stranger.create_thread("demo", "elsewhere")
         first = await client.list_runs(limit=2)
         second = await client.list_runs(limit=2, cursor=first.next_cursor)

@@ -26,7 +26,8 @@ async def _waiting_thread(client: Any, service: Any, key: Any, posts: int = 2) -
 
 
 async def _etag(client: Any, key: Any, thread_id: str) -> str:
-    return (await client.get(f"/v1/threads/{thread_id}", headers=key.headers())).headers["etag"]
+    etag: str = (await client.get(f"/v1/threads/{thread_id}", headers=key.headers())).headers["etag"]
+    return etag
 
 
 async def test_list_and_read_entries(api: Any) -> None:
@@ -67,6 +68,7 @@ async def test_edit_a_pending_entry(api: Any) -> None:
     assert edited.headers["etag"] == f'"{thread_id}:{version + 1}"' == await _etag(api.client, key, thread_id)
     cleared = await api.client.patch(path, json={"agent": None}, headers=key.headers(If_Match=edited.headers["etag"]))
     assert cleared.status_code == 200 and cleared.json()["agent"] is None
+    bad: dict[str, Any]
     for bad in ({}, {"status": "consumed"}, {"input": {"content": []}}, {"agent": "missing"}):
         refused = await api.client.patch(path, json=bad, headers=key.headers(If_Match=cleared.headers["etag"]))
         assert refused.status_code == 400, (bad, refused.text)

@@ -9,13 +9,14 @@ import pytest
 
 from candor.service.http import Readiness
 from candor.service.http import readiness as readiness_module
+from candor.service.http.readiness import Role
 from candor.service.store.schema.migration import SchemaStatus
 
 from http_support import app_for, client_for, error_of
 
 
 @pytest.mark.parametrize("role", ["all", "control", "worker"])
-async def test_healthz_is_always_200(db: Any, role: str) -> None:
+async def test_healthz_is_always_200(db: Any, role: Role) -> None:
     """S-120: `/healthz` answers 200 `{"status": "ok", "role": R}` whenever HTTP is served, before startup too."""
     app = app_for(db, role=role)
     async with client_for(app) as client:
@@ -27,7 +28,7 @@ async def test_healthz_is_always_200(db: Any, role: str) -> None:
 
 
 @pytest.mark.parametrize("role", ["all", "worker"])
-async def test_readyz_follows_startup(db: Any, role: str) -> None:
+async def test_readyz_follows_startup(db: Any, role: Role) -> None:
     """S-121: 503 `dependency: "runtime"` before startup completes; 200 `{"status": "ready", "role": R}` once the
     lifespan started; 503 `runtime` again while draining."""
     app = app_for(db, role=role, server={"readiness_timeout": 60.0})  # the first probe compares the schema in full

@@ -16,7 +16,10 @@ from commands.helpers import claim_run, commit_history, count, pending_of, run_r
 from http_support import TEXT, create_thread, error_of, text
 
 _T = datetime(2025, 1, 1, tzinfo=UTC)
-ANSWERS = {"approvals": {"a1": {"action": "approve"}}, "calls": {"c1": {"status": "returned", "value": 42}}}
+ANSWERS: dict[str, Any] = {
+    "approvals": {"a1": {"action": "approve"}},
+    "calls": {"c1": {"status": "returned", "value": 42}},
+}
 
 
 async def _waiting(api: Any, key: Any, name: str = "k", **pending: Any) -> Any:
@@ -132,7 +135,7 @@ async def test_resume_coverage_mismatch(api: Any) -> None:
     approvals and calls in one error; nothing changes."""
     key = await api.key()
     waiting = await _waiting(api, key)
-    cases = [
+    cases: list[tuple[dict[str, Any], dict[str, Any]]] = [
         ({"approvals": {}, "calls": ANSWERS["calls"]}, {"field": "approvals", "missing": ["a1"], "unexpected": []}),
         (ANSWERS | {"calls": {"c1": ANSWERS["calls"]["c1"], "zz": {"status": "failed", "message": "no"}}},
          {"field": "calls", "missing": [], "unexpected": ["zz"]}),
@@ -163,7 +166,7 @@ async def test_resume_shape_limits(api: Any) -> None:
     waiting = await _waiting(api, key)
     many = {f"c{i}": {"status": "returned", "value": i} for i in range(129)}
     huge = ANSWERS | {"calls": {"c1": {"status": "returned", "value": "x" * (256 * 1024)}}}
-    cases = [
+    cases: list[tuple[dict[str, Any], dict[str, Any] | None]] = [
         (ANSWERS | {"calls": {"a1": {"status": "returned", "value": 1}}}, {"field": "calls",
                                                                            "reason": "id_also_in_approvals"}),
         ({"approvals": {}, "calls": many}, {"field": "body", "reason": "too_many_results"}),
@@ -257,6 +260,7 @@ async def test_run_messages_are_paged_by_index(api: Any) -> None:
     added = [ModelResponse(parts=[TextPart(content=f"answer {n}")], timestamp=_T, run_id="pydantic-ai-internal")
              for n in range(3)]  # fmt: skip
     run = await run_row(api.service, run_id)
+    assert run.start_checkpoint_id is not None
     await commit_history(api.service, run, [*imported, *added], base=(run.start_checkpoint_id, imported), seq=1)
     first = (await api.client.get(f"{path}?limit=2", headers=key.headers())).json()
     rest = (await api.client.get(f"{path}?limit=2&cursor={first['next_cursor']}", headers=key.headers())).json()

@@ -60,7 +60,8 @@ async def read_stream(api: Any, key: Any, thread_id: str, *, last_event_id: str 
 async def new_thread(api: Any, key: Any) -> str:
     response = await create_thread(api.client, key)
     assert response.status_code == 201
-    return response.json()["thread"]["id"]
+    thread_id: str = response.json()["thread"]["id"]
+    return thread_id
 
 
 async def add_entries(api: Any, key: Any, thread_id: str, specs: list[tuple[str, int, int, str]]) -> list[int]:
@@ -201,7 +202,7 @@ async def test_gap_comes_first_when_the_reconnect_point_was_trimmed(api: Any) ->
 def count_stream_reads(monkeypatch: Any) -> list[int]:
     """Counts the stream's reads of its entries: one per poll, the first after it took the thread's marker."""
     reads = [0]
-    original = http_stream.read_stream_entries
+    original = http_stream.read_stream_entries  # type: ignore[attr-defined]  # the module's own binding, which the test patches
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         reads[0] += 1
@@ -288,7 +289,7 @@ async def test_reset_after_a_recovered_attempt_end_to_end(api: Any, monkeypatch:
     from worker import support
 
     support.reset_control()
-    real_commit, calls = attempt_store.commit_checkpoint, []
+    real_commit, calls = attempt_store.commit_checkpoint, []  # type: ignore[attr-defined]  # the module's own binding, which the test patches
 
     async def flaky_commit(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)

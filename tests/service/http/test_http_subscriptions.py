@@ -242,7 +242,12 @@ async def test_redeliver_posts_a_dead_delivery_again(
         "delivered_at": None,
     }
     (record,) = [record for record in caplog.records if record.getMessage() == "Outbox redelivered"]
-    assert (record.delivery_id, record.subscription_id, record.principal_id) == (delivery_id, sub_id, hooks.admin.id)
+    logged = vars(record)  # the `extra` fields
+    assert (logged["delivery_id"], logged["subscription_id"], logged["principal_id"]) == (
+        delivery_id,
+        sub_id,
+        hooks.admin.id,
+    )
     again = await hooks.client.post(f"{base}/{delivery_id}/redeliver", headers=hooks.admin.headers())
     assert error_of(again)["details"] == {"reason": "not_dead", "kind": "delivery", "id": delivery_id}
     assert (await deliver_outbox(hooks.service))["webhook"] == 1

@@ -70,7 +70,8 @@ async def _kill_when(process: asyncio.subprocess.Process, marker: Any, timeout: 
     if process.returncode is None:
         process.send_signal(signal.SIGKILL)
     await process.wait()
-    stderr = (await process.stderr.read()).decode()[-3000:]  # type: ignore[union-attr]
+    assert process.stderr is not None
+    stderr = (await process.stderr.read()).decode()[-3000:]
     assert reached and process.returncode == -signal.SIGKILL, stderr
 
 

@@ -149,7 +149,7 @@ async def test_a_missing_key_seals_agent_unavailable(db, tenant, monkeypatch, tm
     """S-49, docs/providers.md: without `base_url` OpenAI needs a key; when its variable is unset the run is sealed
     `failed` / `agent_unavailable` and the message names no value."""
     monkeypatch.delenv("SCRIPTED_OPENAI_KEY", raising=False)
-    service = provider_service(db, None)  # type: ignore[arg-type]
+    service = provider_service(db, None)
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant, agent=AGENT)
     await WorkerLoop(service).run_until_idle(timeout=30)

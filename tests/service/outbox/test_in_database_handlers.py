@@ -12,6 +12,7 @@ from sqlalchemy import func, select, update
 
 from candor.service.outbox import delivery
 from candor.service.outbox.delivery import HandlerResult, InDatabaseHandler, deliver_outbox
+from candor.service.outbox.webhooks import webhook_client
 from candor.service.store.runs.outbox_staging import enqueue_once
 from candor.service.store.schema.dialect import db_now
 from candor.service.store.schema.tables import checkpoints, outbox
@@ -105,8 +106,9 @@ async def test_an_in_database_handler_called_alone_runs_in_its_own_transaction(d
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant, script="tools")
     await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
-    (row,) = await delivery.claim_rows(db.engine, kind="checkpoint_cleanup", limit=1, lease_seconds=30, max_attempts=3)
-    ctx = delivery.DeliveryContext(service=service, client=delivery.webhook_client(connections=1))
+    claim = delivery.claim_rows  # type: ignore[attr-defined]  # the claim delivery itself runs
+    (row,) = await claim(db.engine, kind="checkpoint_cleanup", limit=1, lease_seconds=30, max_attempts=3)
+    ctx = delivery.DeliveryContext(service=service, client=webhook_client(connections=1))
     try:
         with write_transactions(db.engine) as transactions:
             result = await delivery.handle_checkpoint_cleanup(row, ctx)

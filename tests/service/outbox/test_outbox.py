@@ -36,7 +36,8 @@ async def _stage_one(db: Any, tenant: Any, url: str) -> str:
         ref = await add_thread_run(conn, tenant)
         assert await stage_run_event(conn, event_type="run.accepted", run_row_or_id=ref.run_id) == 1
     (row,) = await outbox_rows(db.engine, kind="webhook")
-    return row["id"]
+    row_id: str = row["id"]
+    return row_id
 
 
 async def test_enqueue_once_ignores_a_second_row_with_the_same_key(db, tenant) -> None:

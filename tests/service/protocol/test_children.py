@@ -85,8 +85,10 @@ def test_child_result_payload_is_one_text_item_of_canonical_json() -> None:
     payload = child_result_payload(
         child_run_id="run_1", status="failed", output=None, failure={"message": "m", "code": "c"}
     )
-    (item,) = payload["content"]
-    assert item["type"] == "text"
+    content = payload["content"]
+    assert isinstance(content, list)
+    (item,) = content
+    assert isinstance(item, dict) and item["type"] == "text"
     expected = '{"child_run_id":"run_1","failure":{"code":"c","message":"m"},"output":null,"status":"failed"}'
     assert item["text"] == expected
     assert json.loads(item["text"])["status"] == "failed"

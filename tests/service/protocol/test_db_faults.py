@@ -18,7 +18,7 @@ from candor.service.protocol.db_faults import classify_database_error, describe_
 def _sqlite(message: str, code: int | None) -> sqlite3.Error:
     error = sqlite3.OperationalError(message)
     if code is not None:
-        error.sqlite_errorcode = code  # type: ignore[attr-defined]
+        error.sqlite_errorcode = code
     return error
 
 

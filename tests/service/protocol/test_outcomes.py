@@ -208,10 +208,12 @@ def test_recovery_decision(outcome, cancel, attempts, max_attempts, code, decisi
 
 def test_requeue_wakes_workers_only_when_due_now():
     """S-32: a handoff wakes workers; a backed-off retry waits for its due time."""
-    assert recovery_decision("yielded", cancel_requested=False, attempts=1, max_attempts=3).wake_workers
-    assert not recovery_decision(
+    handoff = recovery_decision("yielded", cancel_requested=False, attempts=1, max_attempts=3)
+    assert isinstance(handoff, Requeue) and handoff.wake_workers
+    retry = recovery_decision(
         "failed", cancel_requested=False, attempts=1, max_attempts=3, failure_code="attempt_failed"
-    ).wake_workers
+    )
+    assert isinstance(retry, Requeue) and not retry.wake_workers
 
 
 @pytest.mark.parametrize("attempts", [1, 2, 5, 19])
@@ -221,6 +223,7 @@ def test_expired_lease_is_due_at_once_but_still_charged(attempts):
     decision = recovery_decision(
         "failed", cancel_requested=False, attempts=attempts, max_attempts=20, failure_code="lease_expired"
     )
+    assert isinstance(decision, Requeue)
     assert decision == requeued("lease_expired", 0) and decision.wake_workers
     other = recovery_decision(
         "failed", cancel_requested=False, attempts=attempts, max_attempts=20, failure_code="attempt_failed"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -126,8 +128,16 @@ def test_stored_pending_is_validated(value):
 PENDING = Pending(approvals=(item("a1", "approval"), item("a2", "approval")), calls=(item("c1", "external"),))
 
 
-def differing(**groups: tuple[tuple[str, ...], tuple[str, ...]]) -> CoverageMismatch:
-    return CoverageMismatch(groups={name: GroupMismatch(missing=m, unexpected=u) for name, (m, u) in groups.items()})
+Differences = tuple[tuple[str, ...], tuple[str, ...]]  # (missing, unexpected)
+
+
+def differing(*, approvals: Differences | None = None, calls: Differences | None = None) -> CoverageMismatch:
+    groups: dict[Literal["approvals", "calls"], GroupMismatch] = {}
+    if approvals is not None:
+        groups["approvals"] = GroupMismatch(missing=approvals[0], unexpected=approvals[1])
+    if calls is not None:
+        groups["calls"] = GroupMismatch(missing=calls[0], unexpected=calls[1])
+    return CoverageMismatch(groups=groups)
 
 
 @pytest.mark.parametrize(
@@ -184,7 +194,7 @@ def test_coverage_mismatch_property(pending_approvals, pending_calls, answered_a
     if mismatch is not None:
         for name, expected, given_ids in (("approvals", pending_approvals, answered_approvals),
                                           ("calls", pending_calls, answered_calls)):  # fmt: skip
-            group = mismatch.groups.get(name)  # type: ignore[call-overload]
+            group = mismatch.groups.get(name)  # type: ignore[call-overload]  # name is one of the two groups
             assert (group is None) is (expected == given_ids)
             if group is not None:
                 assert set(group.missing) == expected - given_ids

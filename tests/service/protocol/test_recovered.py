@@ -18,7 +18,8 @@ from candor.tools import unknown_outcome_result
 
 
 def _json(*messages: Any) -> list[dict[str, Any]]:
-    return ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
+    dumped: list[dict[str, Any]] = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
+    return dumped
 
 
 def _ret(call_id: str, metadata: Any) -> ToolReturnPart:

@@ -21,6 +21,7 @@ from candor.service.protocol.resume import (
     split_resume_lookup,
     successor_of,
 )
+from candor.service.protocol.tool_recovery import ToolRecovery
 from candor.service.protocol.webhook_filter import subscription_wants
 
 BODY = {
@@ -162,7 +163,7 @@ class Row:
     authority: dict[str, Any] = field(default_factory=lambda: {"permissions": ["run"]})
     options: dict[str, Any] = field(default_factory=lambda: {"o": 1})
     checkpoint_id: str | None = "chk_9"
-    tool_recovery: str = "never"
+    tool_recovery: ToolRecovery = "never"
     pending: Any = field(
         default_factory=lambda: {
             "approvals": [],

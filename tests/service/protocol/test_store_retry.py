@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -89,7 +91,9 @@ def test_a_short_outage_fits_the_window_of_a_default_lease() -> None:
         (None, "failed", "attempt_failed", None, False),
     ],
 )  # fmt: skip
-def test_own_end_landed(row: dict | None, status: str, code: str | None, reason: str | None, landed: bool) -> None:
+def test_own_end_landed(
+    row: dict[str, Any] | None, status: str, code: str | None, reason: str | None, landed: bool
+) -> None:
     """Issue 34 item 1: a seal or recovery whose answer was lost is recognized by the ending it wrote; another
     writer's ending (the expiry sweep's `lease_expired`) is not mistaken for it."""
     assert own_end_landed(row, status=status, failure_code=code, yield_reason=reason) is landed

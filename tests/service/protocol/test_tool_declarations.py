@@ -15,7 +15,7 @@ from pydantic_ai.toolsets import ExternalToolset
 from candor import Harness
 from candor.service.commands.inspection import declared_tools
 from candor.service.protocol.tool_declarations import client_tool_declarations, declaration_of
-from candor.tools import RECOVERY_RETRY_SAFE_METADATA_KEY, recovery_retryable, with_reconciler
+from candor.tools import RECOVERY_RETRY_SAFE_METADATA_KEY, OutcomeUnknown, recovery_retryable, with_reconciler
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_declared_tools_of_a_harness() -> None:
     agent = Agent(
         TestModel(),
         tools=[Tool(plain), recovery_retryable(safe), Tool(gated, requires_approval=True),
-               with_reconciler(Tool(paid), lambda request: None)],
+               with_reconciler(Tool(paid), lambda request: OutcomeUnknown())],
         toolsets=[external],
     )  # fmt: skip
     found = {t.name: (t.kind, t.retry_safe, t.reconciler) for t in declared_tools(Harness(agent))}

@@ -57,12 +57,12 @@ async def commit_twice_and_once_refused(db: Any, engine: AsyncEngine) -> None:
     first = await commit_checkpoint(
         engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
     )
-    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # QueuePool's, not on Pool
     with pytest.raises(LeaseLost):  # a stale expected seq: the fence writes nothing
         await commit_checkpoint(
             engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=history, envelope=envelope
         )
-    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # QueuePool's, not on Pool
     second = await asyncio.wait_for(
         commit_checkpoint(
             engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=history,

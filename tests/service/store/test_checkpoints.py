@@ -393,7 +393,8 @@ async def test_imported_history_is_checkpoint_zero(db: Any) -> None:
     async with write_transaction(db.engine) as conn:
         imported = await import_history(conn, thread_id, history)
         row = (await conn.execute(select(checkpoints).where(checkpoints.c.id == imported.id))).one()
-    assert (row.seq, row.run_id, row.attempt, row.base_id, row.kept, row.count) == (0, None, None, None, 0, 3)
+    count = row._mapping["count"]  # `row.count` is also tuple's method, to a type checker
+    assert (row.seq, row.run_id, row.attempt, row.base_id, row.kept, count) == (0, None, None, None, 0, 3)
     start = await _load(db, imported.id)
     expected = HarnessState(schema_version="1", thread_id=thread_id, message_history=tuple(history))
     assert start.state.model_dump_json() == expected.model_dump_json()
@@ -428,6 +429,7 @@ async def test_tampered_rows_are_detected(db: Any) -> None:
     third = await _commit(db, thread_id, run_id, 3, None, state)
     async with write_transaction(db.engine) as conn:
         envelope = (await conn.execute(select(checkpoints.c.envelope).where(checkpoints.c.id == third.id))).scalar()
+        assert envelope is not None
         await conn.execute(
             update(checkpoints)
             .where(checkpoints.c.id == third.id)
@@ -457,7 +459,7 @@ def test_encoding_is_reused_only_for_the_same_message_objects() -> None:
 
     first = [ModelRequest(parts=[UserPromptPart(f"q{i}")]) for i in range(3)]
     encoded = encode_history(first)
-    grown = [*first, ModelResponse(parts=[TextPart("a")])]
+    grown: list[ModelMessage] = [*first, ModelResponse(parts=[TextPart("a")])]
     calls: list[int] = []
     real = store_checkpoints.encode_history
 
@@ -465,7 +467,7 @@ def test_encoding_is_reused_only_for_the_same_message_objects() -> None:
         calls.append(len(messages))
         return real(messages)
 
-    store_checkpoints.encode_history = counting  # type: ignore[assignment]
+    store_checkpoints.encode_history = counting
     try:
         assert encode_history_reusing(grown, first, encoded) == encode_history(grown)
         assert calls == [1]  # only the new message was encoded
@@ -474,4 +476,4 @@ def test_encoding_is_reused_only_for_the_same_message_objects() -> None:
         assert encode_history_reusing(rewritten, first, encoded) == real(rewritten)
         assert calls == [3]  # from the first replaced message on
     finally:
-        store_checkpoints.encode_history = real  # type: ignore[assignment]
+        store_checkpoints.encode_history = real

@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 import sqlalchemy as sa
 from alembic import command
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from candor.service.errors import SchemaMismatch, StoreUnavailable
@@ -197,7 +197,7 @@ async def test_0006_indexes_the_thread_list_and_downgrades_cleanly(empty_db: str
 async def _trigger_definitions(conn: AsyncConnection, schema: str | None = None) -> dict[str, str]:
     if conn.dialect.name == "sqlite":
         rows = await conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
-        return {name: sql for name, sql in rows}
+        return {row["name"]: row["sql"] for row in rows.mappings()}
     rows = await conn.execute(
         sa.text(
             "SELECT t.tgname, c.relname, t.tgtype, p.prosrc FROM pg_trigger t "
@@ -206,7 +206,7 @@ async def _trigger_definitions(conn: AsyncConnection, schema: str | None = None)
         ),
         {"schema": schema},
     )
-    return {name: f"{table}:{kind}:{source}" for name, table, kind, source in rows}
+    return {row["tgname"]: f"{row['relname']}:{row['tgtype']}:{row['prosrc']}" for row in rows.mappings()}
 
 
 async def test_0004_drops_the_step_tables_workspace_keys_on_postgresql_only(empty_db: str) -> None:
@@ -265,7 +265,7 @@ async def test_migrated_triggers_equal_tables_triggers(db_kind: str, empty_db: s
     finally:
         await engine.dispose()
         await other.dispose()
-    assert set(migrated) == trigger_names(GUARDS, db_kind)  # type: ignore[arg-type]
+    assert set(migrated) == trigger_names(GUARDS, db_kind)  # type: ignore[arg-type]  # db_kind is a DialectName
     assert migrated == created
 
 
@@ -314,7 +314,10 @@ async def test_0007_keeps_message_rows_readable_next_to_packed_checkpoints(empty
     `checkpoint_messages` row per message and its usage in `usage_records`, still rebuilds after the upgrade, as does
     a packed checkpoint that extends it; its usage and the new row's are summed alike (§7.10). Downgrading to 0006
     and upgrading again leaves the schema as tables.py has it."""
-    history = [ModelRequest(parts=[UserPromptPart(content="old")]), ModelResponse(parts=[TextPart(content="hi")])]
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(content="old")]),
+        ModelResponse(parts=[TextPart(content="hi")]),
+    ]
     encoded = encode_history(history)
     envelope = encode_envelope(CheckpointEnvelope(thread_id="thr_1"))
     engine = create_engine(empty_db)

@@ -3,6 +3,8 @@ a stored value can be wrong is `CheckpointCorrupt` (S-46)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from candor.service.errors import CheckpointCorrupt
@@ -40,10 +42,10 @@ def test_packed_messages_round_trip() -> None:
     ],
     ids=["body changed", "cut short", "cut in a digest", "bad length", "one too many"],
 )
-def test_a_damaged_packed_value_is_corrupt(damage: object, message: str) -> None:
+def test_a_damaged_packed_value_is_corrupt(damage: Callable[[str], str], message: str) -> None:
     """S-46: a body that no longer matches its digest, a value cut short or with a bad length, and a value holding
     another number of messages than the checkpoint's `count − kept` are all `CheckpointCorrupt`."""
-    packed = damage(pack_messages(MESSAGES))  # type: ignore[operator]
+    packed = damage(pack_messages(MESSAGES))
     with pytest.raises(CheckpointCorrupt) as caught:
         unpack_messages(packed, checkpoint_id="ckp", first_index=4, count=3)
     assert message in str(caught.value)

@@ -11,9 +11,10 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import ModelMessage
 from sqlalchemy import event, func, select, text, update
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine.default import CacheStats
+from sqlalchemy.engine.interfaces import CacheStats
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from candor.service.errors import LeaseLost, StoreUnavailable
@@ -128,7 +129,7 @@ async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: i
     compilation work) per durable step fails here."""
     lease = await leased_run(db)
     envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
-    history = [prompt("go")]
+    history: list[ModelMessage] = [prompt("go")]
     for number in range(1, steps_before + 1):
         history += step(number)
     base = encode_history(history)
@@ -196,7 +197,7 @@ async def test_postgresql_plans_the_step_statement_once_per_connection(db: Any) 
     try:
         lease = await leased_run(db)
         envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
-        history = [prompt("go")]
+        history: list[ModelMessage] = [prompt("go")]
         previous = await commit_checkpoint(
             engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encode_history(history),
             envelope=envelope, source_entry_consumed=True,
@@ -236,6 +237,7 @@ async def _plans(engine: AsyncEngine, statement: str) -> dict[str, int] | None:
     """How often PostgreSQL planned the prepared `statement` (a LIKE pattern) on `engine`'s one connection."""
     async with engine.connect() as conn:
         driver = (await conn.get_raw_connection()).driver_connection
+        assert driver is not None
         row = await driver.fetchrow(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE $1", statement
         )
@@ -314,7 +316,7 @@ async def test_a_long_first_commit_is_written_in_bounded_statements(db: Any) -> 
     """S-41, S-43: a first commit of a long history (more message rows than one multi-row INSERT takes) stores
     every message once and rebuilds exactly."""
     lease = await leased_run(db)
-    history = [prompt("go")]
+    history: list[ModelMessage] = [prompt("go")]
     for number in range(1, 601):
         history += step(number)
     encoded = encode_history(history)
@@ -369,7 +371,7 @@ async def test_a_cancelled_step_commit_is_all_or_nothing_and_frees_its_connectio
             commit.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await commit
-        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # QueuePool's, not on Pool
 
         async def statement_ended() -> bool:  # at the server: cancelled, or committed once the lock was free
             async with read_transaction(db.engine) as conn:

@@ -70,7 +70,7 @@ async def test_a_cancelled_step_commit_ends_once_its_call_has_ended(db: Any) -> 
         await holder
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(commit), timeout=10)
-        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # QueuePool's, not on Pool
         # The call went on once the lock was free, and committed whole.
         assert await stored_checkpoints(db.engine, lease.run_id) == (1, 1)
         committed = await asyncio.wait_for(

@@ -11,10 +11,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
 from candor.service.store.checkpoints import incremental as checkpoints
+from candor.service.store.db.dialect import DialectName
 from candor.service.store.schema.dialect import db_now, insert_ignoring_conflicts
 from candor.service.store.schema.tables import outbox
 
-DIALECTS: dict[str, Dialect] = {"sqlite": sqlite.dialect(), "postgresql": postgresql.dialect()}
+DIALECTS: dict[DialectName, Dialect] = {"sqlite": sqlite.dialect(), "postgresql": postgresql.dialect()}
 
 BUILDERS: dict[str, Callable[[], Any]] = {
     "checkpoints.insert_checkpoint_row": checkpoints.insert_checkpoint_row,
@@ -26,7 +27,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
 @pytest.mark.parametrize("builder", sorted(BUILDERS))
-def test_builders_compile(builder: str, dialect: str) -> None:
+def test_builders_compile(builder: str, dialect: DialectName) -> None:
     sql = str(BUILDERS[builder]().compile(dialect=DIALECTS[dialect]))
     assert sql.strip()
 
@@ -38,7 +39,7 @@ def test_database_clock_per_dialect() -> None:
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
-def test_insert_ignoring_conflicts_compiles(dialect: str) -> None:
+def test_insert_ignoring_conflicts_compiles(dialect: DialectName) -> None:
     """The `enqueue_once` building block (S-107): `ON CONFLICT (kind, dedupe_key) DO NOTHING` on both dialects."""
-    statement = insert_ignoring_conflicts(outbox, dialect, index_elements=("kind", "dedupe_key"))  # type: ignore
+    statement = insert_ignoring_conflicts(outbox, dialect, index_elements=("kind", "dedupe_key"))
     assert "ON CONFLICT (kind, dedupe_key) DO NOTHING" in str(statement.compile(dialect=DIALECTS[dialect]))

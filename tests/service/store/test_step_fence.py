@@ -104,6 +104,7 @@ async def _cancelled_attempt(db: Any, lease: Lease) -> tuple[Lease, int]:
     async with write_transaction(db.engine) as conn:
         now = await conn.scalar(select(db_now()))
         end = attempt_end("cancelled")
+        assert now is not None
         await conn.execute(finish_attempt(attempt_id=lease.attempt_id, end=end, attempt_failure=None, now=now))
     return lease, 0
 
@@ -247,7 +248,8 @@ def test_a_step_commit_checks_what_the_table_no_longer_checks() -> None:
     assert unpack_messages(made.messages, checkpoint_id="c", first_index=0, count=3) == [
         (m.body, m.digest) for m in history
     ]
-    for wrong in ({"seq": 0}, {"kept": 4}, {"kept": 1}):
+    wrongs: list[dict[str, Any]] = [{"seq": 0}, {"kept": 4}, {"kept": 1}]
+    for wrong in wrongs:
         with pytest.raises(ValueError):
             dataclasses.replace(made, **wrong)
     grown = StepCommit.of(

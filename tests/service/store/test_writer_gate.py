@@ -69,7 +69,8 @@ async def test_a_second_writer_waits_its_turn_and_goes_in_order(db: Any) -> None
     """While one write transaction is open, the next ones of the process queue at the gate (none has asked SQLite
     for the lock, so none sleeps in its busy handler); each goes, in the order it came, once the one before it
     committed, and all of them commit."""
-    gate, release, order = _gate(db.engine), asyncio.Event(), []
+    order: list[str] = []
+    gate, release = _gate(db.engine), asyncio.Event()
     holder = asyncio.create_task(_write(db.engine, until=release, done=order, name="first"))
     await _until(lambda: gate.locked)
     followers = [asyncio.create_task(_write(db.engine, done=order, name=name)) for name in ("second", "third")]

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -107,7 +108,7 @@ def test_serve_exports_run_attempt_and_step_spans_over_otlp_http(tmp_path: Path,
 
     assert receiver.requests, "nothing was exported"
     assert {(path, kind) for path, kind, _ in receiver.requests} == {("/v1/traces", "application/x-protobuf")}
-    spans = {}
+    spans: dict[str, list[Any]] = {}
     for _, _, export in receiver.requests:
         for resource_spans in export.resource_spans:
             resource = {attr.key: attr.value.string_value for attr in resource_spans.resource.attributes}

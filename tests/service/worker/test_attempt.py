@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
+from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart, UserPromptPart
 from sqlalchemy import func, select, update
 
 from candor.service.store.attempts.seals import select_run_usage
@@ -298,7 +298,7 @@ async def test_steer_entries_are_assigned_then_consumed(db, tenant, control) -> 
         for message in loaded.state.message_history
         if isinstance(message, ModelRequest)
         for part in message.parts
-        if getattr(part, "part_kind", "") == "user-prompt"
+        if isinstance(part, UserPromptPart)
     ]
     assert texts == ["hello", "steer one", "steer two"]
 

@@ -46,7 +46,8 @@ def _child_result(messages: list[ModelMessage]) -> dict[str, Any] | None:
     if isinstance(last, ModelRequest):
         for part in last.parts:
             if isinstance(part, UserPromptPart) and isinstance(part.content, str) and "child_run_id" in part.content:
-                return json.loads(part.content)
+                result: dict[str, Any] = json.loads(part.content)
+                return result
     return None
 
 
@@ -63,7 +64,8 @@ def _answers(messages: list[ModelMessage]) -> list[str]:
         if part.outcome == "retried":
             answers.append(f"refused {part.content}")
         else:
-            answers.append(f"ok {part.content['child_run_id']}")
+            assert isinstance(part.content, dict)
+            answers.append(f"ok {dict(part.content)['child_run_id']}")
     return answers
 
 

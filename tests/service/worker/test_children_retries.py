@@ -9,6 +9,7 @@ import pytest
 from pydantic_ai import ModelRetry
 
 from candor.service.errors import StoreUnavailable
+from candor.service.protocol.fencing import Lease
 from candor.service.store.threads.children import ChildSpawn, SpawnedChild
 from candor.service.worker import children
 
@@ -26,6 +27,9 @@ def _service() -> Any:
 
 
 SPAWN = ChildSpawn(agent="helper", text="go", tool_call_id="call_1", allowed_agents=("helper",))
+LEASE = Lease(
+    run_id="run_1", attempt_id="att_1", thread_id="thr_1", attempt_number=1, worker_id="wrk_1", token=bytes(32)
+)
 
 
 async def test_an_unavailable_database_is_retried_with_the_same_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,7 +46,7 @@ async def test_an_unavailable_database_is_retried_with_the_same_spawn(monkeypatc
 
     monkeypatch.setattr(children, "spawn_child", flaky)
     service = _service()
-    assert await children._spawn_with_retries(service, object(), SPAWN) is child
+    assert await children._spawn_with_retries(service, LEASE, SPAWN) is child
     assert seen == [SPAWN, SPAWN, SPAWN]
     assert service.clock.slept == list(children.SPAWN_RETRY_DELAYS)
 
@@ -58,5 +62,5 @@ async def test_a_lasting_outage_is_told_to_the_model(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(children, "spawn_child", down)
     with pytest.raises(ModelRetry, match=r"^child_start_unavailable: "):
-        await children._spawn_with_retries(_service(), object(), SPAWN)
+        await children._spawn_with_retries(_service(), LEASE, SPAWN)
     assert calls == len(children.SPAWN_RETRY_DELAYS) + 1

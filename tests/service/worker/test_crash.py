@@ -109,6 +109,7 @@ async def dump_and_kill(process: asyncio.subprocess.Process, communicating: asyn
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signum)
         await asyncio.sleep(settle)
+    stderr: bytes
     _, stderr = await asyncio.wait_for(communicating, 10)
     return f"exit status before the dump: {exited}\n" + stderr.decode(errors="replace")[-8000:]
 

@@ -241,7 +241,8 @@ async def _cell(db: Any, engine: Any, tenant: Any, spawner: Zygote, crash: Crash
                            .values(lease_expires_at=db_now() - 1))  # fmt: skip
 
     async def requeued() -> bool:
-        return (await run_row(db.engine, ref.run_id))["status"] == "accepted"
+        status: str = (await run_row(db.engine, ref.run_id))["status"]
+        return status == "accepted"
 
     await support.wait_for(requeued, timeout=CELL_TIMEOUT / 2, interval=0.1)
     await WorkerLoop(_service(db.url, engine, agent), worker_id=f"survivor-{agent}", slots=1).run_until_idle(

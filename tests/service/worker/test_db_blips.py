@@ -25,6 +25,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import FunctionModel
 from sqlalchemy import select, text
 
+from candor.service import failpoints
 from candor.service.agents import AgentRegistry
 from candor.service.core import Service
 from candor.service.errors import StoreUnavailable
@@ -33,7 +34,6 @@ from candor.service.settings import ServiceSettings
 from candor.service.store.db.engine import create_engine, unavailable
 from candor.service.store.schema.tables import checkpoints, run_attempts
 from candor.service.worker import WorkerLoop, attempt_store
-from candor.service.worker import attempt as attempt_module
 from candor.service.worker import supervisor as supervisor_module
 from candor.service.worker.handle import AttemptHandle
 from candor.service.worker.lease_check import LeaseCheck, LeaseNotHeld, holding, lease_held
@@ -47,9 +47,10 @@ REFUSED = ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('127.
 def _fault(dialect: str) -> BaseException:
     """The driver's own transient error for the dialect (too many clients / database is locked)."""
     if dialect == "postgresql":
-        return asyncpg.TooManyConnectionsError("sorry, too many clients already")
+        too_many: BaseException = asyncpg.TooManyConnectionsError("sorry, too many clients already")
+        return too_many
     error = sqlite3.OperationalError("database is locked")
-    error.sqlite_errorcode = 5  # type: ignore[attr-defined]
+    error.sqlite_errorcode = 5
     return error
 
 
@@ -281,12 +282,13 @@ async def test_lease_check_refuses_a_tool_under_a_lost_lease() -> None:
     tool_def = type("Def", (), {"name": "charge"})()
     lost = _Handle(held=False)
     with pytest.raises(LeaseNotHeld, match="charge"):
-        await LeaseCheck(lost).wrap_tool_execute(None, call=None, tool_def=tool_def, args={}, handler=handler)  # type: ignore[arg-type]
+        await LeaseCheck(lost).wrap_tool_execute(None, call=None, tool_def=tool_def, args={}, handler=handler)  # type: ignore[arg-type]  # stand-ins
     assert ran == [] and lost.cancelled
     held = _Handle(held=True)
     assert (
-        await LeaseCheck(held).wrap_tool_execute(None, call=None, tool_def=tool_def, args={}, handler=handler) == "ok"
-    )  # type: ignore[arg-type]
+        await LeaseCheck(held).wrap_tool_execute(None, call=None, tool_def=tool_def, args={}, handler=handler)  # type: ignore[arg-type]  # stand-ins
+        == "ok"
+    )
     assert ran == ["ran"] and not held.cancelled
 
 
@@ -295,7 +297,7 @@ async def test_lease_held_from_inside_a_tool() -> None:
     True outside any attempt."""
     assert lease_held()
     lost = _Handle(held=False)
-    with holding(lost):  # type: ignore[arg-type]
+    with holding(lost):  # type: ignore[arg-type]  # a stand-in handle
         assert not lease_held()
         assert not await asyncio.create_task(asyncio.to_thread(lease_held))
     assert lease_held()
@@ -304,7 +306,7 @@ async def test_lease_held_from_inside_a_tool() -> None:
 def test_handle_lease_held_follows_loss_and_deadline(db) -> None:
     """Issue 34 item 3, S-24: a handle holds its lease until a fenced write found it lost, a deadline
     cancellation, or a third of the lease left unconfirmed on the local clock."""
-    handle = AttemptHandle(claimed=None, lease_seconds=30, sent_at=100.0)  # type: ignore[arg-type]
+    handle = AttemptHandle(claimed=None, lease_seconds=30, sent_at=100.0)  # type: ignore[arg-type]  # lease_held reads no claim
     assert handle.lease_held(100.0) and handle.lease_held(119.9)
     assert not handle.lease_held(120.0)  # 30 − 20 = a third left
     handle.lease_lost = True
@@ -318,15 +320,15 @@ async def test_a_tool_never_starts_after_the_lease_deadline(db, service, tenant,
     async with db.engine.begin() as conn:
         ref = await add_thread_run(conn, tenant, script="tools")
     worker = WorkerLoop(service, worker_id="w1")
-    real_hit = attempt_module.failpoints.hit
+    real_hit = failpoints.hit
 
     def frozen_at_tool(name: str) -> None:
-        if name == attempt_module.failpoints.BEFORE_TOOL:
+        if name == failpoints.BEFORE_TOOL:
             for handle in worker.live_handles():
                 handle.sent_at -= handle.lease_seconds  # as if the process had been stopped for a whole lease
         real_hit(name)
 
-    monkeypatch.setattr(attempt_module.failpoints, "hit", frozen_at_tool)
+    monkeypatch.setattr(failpoints, "hit", frozen_at_tool)  # the module attempt calls
     caplog.set_level(logging.INFO, logger="candor.worker")
     await worker.run_until_idle(timeout=30)
 

@@ -58,7 +58,8 @@ async def _commit(engine: Any, lease: Any, *, expected_seq: int = 0, **kwargs: A
 
 async def _count(engine: Any, table: Any, *where: Any) -> int:
     async with engine.connect() as conn:
-        return (await conn.execute(select(func.count()).select_from(table).where(*where))).scalar_one()
+        count: int = (await conn.execute(select(func.count()).select_from(table).where(*where))).scalar_one()
+        return count
 
 
 async def _expire(engine: Any, attempt_id: str, *, seconds_ago: float = 1.0) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic_ai import DeferredToolRequests
 from pydantic_ai.messages import ModelRequest, ToolCallPart, UserPromptPart
@@ -31,7 +33,7 @@ from candor.service.worker.inputs import (
         (None, None),
     ],
 )
-def test_input_content(payload: dict | None, expected: object) -> None:
+def test_input_content(payload: dict[str, Any] | None, expected: object) -> None:
     """§8.1 input content becomes harness user content."""
     assert input_content(payload) == expected
 
@@ -79,7 +81,9 @@ def test_resume_batch_is_fresh_on_the_first_attempt_only() -> None:
 
 def test_usage_delta() -> None:
     """S-51: usage records hold what was incurred since the previous record."""
+    from_nothing = usage_delta(RunUsage(requests=1, input_tokens=6), RunUsage())
+    assert from_nothing is not None
     assert usage_delta(RunUsage(requests=2, input_tokens=10), RunUsage(requests=1, input_tokens=4)) == {
-        **usage_delta(RunUsage(requests=1, input_tokens=6), RunUsage()),  # type: ignore[dict-item]
+        **from_nothing,
     }
     assert usage_delta(RunUsage(requests=1), RunUsage(requests=1)) is None

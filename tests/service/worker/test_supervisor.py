@@ -188,7 +188,8 @@ async def test_cancel_request_stops_the_attempt(db, service, tenant, control) ->
             await conn.execute(update(runs).where(runs.c.id == ref.run_id).values(cancel_requested_at=db_now()))
 
         async def sealed() -> bool:
-            return (await run_row(db.engine, ref.run_id))["status"] == "cancelled"
+            status: str = (await run_row(db.engine, ref.run_id))["status"]
+            return status == "cancelled"
 
         await support.wait_for(sealed, timeout=5)
     finally:
@@ -225,7 +226,8 @@ async def test_revoked_authority_fails_the_running_run(db, service, tenant, cont
                 )
 
         async def sealed() -> bool:
-            return (await run_row(db.engine, ref.run_id))["status"] == "failed"
+            status: str = (await run_row(db.engine, ref.run_id))["status"]
+            return status == "failed"
 
         await support.wait_for(sealed, timeout=5)
         control.model_gate.set()  # the model's tool call, if it still arrived, must not start a tool

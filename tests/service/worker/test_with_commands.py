@@ -21,7 +21,7 @@ def _principal(tenant) -> Principal:
 def _spy_on_advance(monkeypatch) -> list[str]:
     """The thread ids the worker tries to advance after a seal (the real advance still runs)."""
     calls: list[str] = []
-    real = attempt.advance_thread_after_seal
+    real = attempt.advance_thread_after_seal  # type: ignore[attr-defined]  # the module's own binding, which the test patches
 
     async def spy(engine, *, thread_id, **kwargs):
         calls.append(thread_id)
@@ -61,6 +61,7 @@ async def test_queued_message_starts_after_the_completed_seal(db, service, tenan
     run1 = await run_row(db.engine, first.run.id)
     assert (run1["status"], run1["output"]) == ("completed", "echo: first")
     thread = await commands.get_thread(service, principal, first.thread.id)
+    assert thread.last_run_id is not None
     run2 = await run_row(db.engine, thread.last_run_id)
     assert run2["id"] != run1["id"]
     assert (run2["status"], run2["trigger"], run2["output"]) == ("completed", "queued", "echo: second")
