@@ -38,7 +38,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The unit tests only (`-m unit`, the marker tests/conftest.py gives everything under tests/unit): no database, no
-# child process, no network server, so no PostgreSQL is needed; about two minutes on 2 workers.
+# child process, no network server, so no PostgreSQL is needed; about a minute on 2 workers.
 UNIT_WORKERS ?= 2
 
 test-unit: $(STAMP)
