@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo lint test rules bench bench-peers clean
+.PHONY: install demo lint test test-unit rules bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	@echo "Installing candor and its dependencies into $(VENV) (first run, or pyproject.toml changed: about a minute)..."
@@ -20,26 +20,31 @@ demo: $(STAMP)
 
 # Lint and types (configured in pyproject.toml): fails on any finding. src/ and tools/ are checked strictly; tests,
 # bench and examples with the looser set of [tool.ruff.lint.per-file-ignores]. mypy checks src/, tools/ and tests/
-# (tests without annotation rules, see [tool.mypy]); the conftests it excludes are each module `conftest` to it, so
-# each gets a run of its own (MYPY_OWN_RUN, kept equal to that exclude list).
-MYPY_OWN_RUN := tests/harness/conftest.py tests/service/conftest.py tests/service/console/conftest.py \
-	tests/service/http/conftest.py
+# (tests without annotation rules, see [tool.mypy]).
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tools tests bench examples
 	$(VENV)/bin/ruff format --check src tools tests bench examples
 	$(VENV)/bin/mypy
-	@for conftest in $(MYPY_OWN_RUN); do echo "mypy $$conftest"; $(VENV)/bin/mypy $$conftest || exit 1; done
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist): most tests wait on child processes, sockets and databases,
 # so more workers than the 2 cores of the reference machine pay. `--dist loadfile` hands a worker one test file at a
-# time and runs its tests in order (the service benchmarks' smoke runs, all in tests/test_bench_smoke.py, must not run
-# side by side); the files with `slow` tests start first (tests/conftest.py). TEST_WORKERS=0 runs everything in one
-# process; PYTEST_ARGS adds options, e.g. PYTEST_ARGS="-k crash_matrix" or PYTEST_ARGS="--durations=30".
+# time and runs its tests in order (the service benchmarks' smoke runs, all in tests/e2e/bench/test_bench_smoke.py,
+# must not run side by side); the files with `slow` tests start first (tests/conftest.py). TEST_WORKERS=0 runs
+# everything in one process; PYTEST_ARGS adds options, e.g. PYTEST_ARGS="-k crash_matrix" or
+# PYTEST_ARGS="--durations=30". The tree is split by what a test needs (CONTRIBUTING.md): tests/unit, tests/integration
+# (a database), tests/e2e (real processes); `make test` runs all three.
 TEST_WORKERS ?= 4
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The unit tests only (`-m unit`, the marker tests/conftest.py gives everything under tests/unit): no database, no
+# child process, no network server, so no PostgreSQL is needed; about a minute on 2 workers.
+UNIT_WORKERS ?= 2
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -m unit -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit
 
 # docs/rules.md: regenerate the generated columns (and rows for newly cited ids) from the citations in src/ and tests/.
 rules: $(STAMP)

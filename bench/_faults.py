@@ -1,6 +1,6 @@
 """Fault injection against real `candor serve` processes (issue 34 item 6): the faults, the agent and the checks.
 
-Not a benchmark itself (private module, skipped by `bench.run_all`): tests/service/e2e/test_faults.py runs each
+Not a benchmark itself (private module, skipped by `bench.run_all`): tests/e2e/service/test_faults.py runs each
 scenario of `bench/_fault_scenarios.py` with a few runs and asserts on its `FaultReport`; `bench.soak` runs the same
 scenarios as extra phases and reports their counts.
 

@@ -44,8 +44,8 @@ from . import _cli, _service, _store
 DRAIN_TARGET_SECONDS = 1.0
 KILL_MARGIN_SECONDS = 1.0
 QUICK_ARGS = ["--trials", "2", "--drain-trials", "1", "--runs-per-signal", "2"]
-"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests/test_bench_smoke.py): one kill (two runs
-interrupted at once, so one lease of at least 3 s is waited out) and one drain."""
+"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests/e2e/bench/test_bench_smoke.py): one kill
+(two runs interrupted at once, so one lease of at least 3 s is waited out) and one drain."""
 
 
 # ------------------------------------------------------------------------------------------------ pure figures

@@ -37,7 +37,7 @@ CONNECTION_TARGET = 20
 RSS_TARGET_MB = 300.0
 IN_FLIGHT_TARGET = 1000
 QUICK_ARGS = ["--runs", "20", "--steps", "2", "--model-seconds", "0.3"]
-"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests/test_bench_service_smoke.py)."""
+"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests/e2e/bench/test_bench_service_smoke.py)."""
 
 _CONNECTIONS = text(
     "SELECT count(*) AS total, count(*) FILTER (WHERE state = 'active') AS active "

@@ -73,7 +73,7 @@ QUICK_ARGS = [
     "--no-server-profile",
 ]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests); the server profile's parsing has tests of
-its own (tests/test_bench_server_profile.py)."""
+its own (tests/unit/bench/test_bench_server_profile.py)."""
 STEP_SERVER = Path(__file__).resolve().parent / "peers" / "step_server.py"
 SYSTEMS = (
     "pydantic-ai",
@@ -853,7 +853,7 @@ def reading(summary: dict[str, Any]) -> list[str]:
         "the longest sequential run (what one more "
         "step of a run costs); per run: what a run costs whatever its length (for candor the acceptance, claim, "
         "attempt start, seal and cleanup). SQLite has no such counter; the worker tests count the write "
-        "transactions per step there (`tests/service/worker/test_stream_writes.py`).",
+        "transactions per step there (`tests/integration/worker/test_stream_writes.py`).",
         "Committed transactions per step include every commit on the system's scratch database over all rounds, "
         "read-only ones included (an autocommit API-key lookup, LangGraph's autocommit reads): `pg_stat_database."
         "xact_commit`, less the benchmark's own status polls on candor's database.",

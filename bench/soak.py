@@ -19,7 +19,7 @@ checkpoint of the run's next attempt: p50/p99), and the workers' RSS sampled eve
 bounded by `--max-seconds` per phase: submission stops there and the runs already submitted are waited for (at
 most `--settle-seconds`).
 
-Then the fault phases of issue 34 (`bench/_fault_scenarios.py`, shared with tests/service/e2e/test_faults.py), each
+Then the fault phases of issue 34 (`bench/_fault_scenarios.py`, shared with tests/e2e/service/test_faults.py), each
 with `--fault-runs` runs: a PostgreSQL restart, connection exhaustion on a server with a low `max_connections`, a
 black-holed network between a worker and the database, a full SQLite filesystem (root only), and a worker SIGSTOPped
 past its lease (in a model call, and in a long tool). Reported per fault: charged attempts, unknown outcomes (and
@@ -76,8 +76,8 @@ QUICK_ARGS = [
     "--fault-runs",
     "0",
 ]
-"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests/test_bench_smoke.py). The fault phases are
-left out: tests/service/e2e/test_faults.py runs each of them."""
+"""Arguments for a smoke run (`python -m bench.run_all --quick`, tests/e2e/bench/test_bench_smoke.py). The fault
+phases are left out: tests/e2e/service/test_faults.py runs each of them."""
 SETTINGS = {
     "worker": {"lease_seconds": 8.0, "authority_seconds": 1.0, "scan_seconds": 0.2, "slots": 8, "drain_seconds": 5.0},
     "database": {"timeout": 2.5},

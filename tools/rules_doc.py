@@ -5,13 +5,14 @@ Three kinds of id are cited in `src/` and `tests/`:
 * `H-n` (harness rules) and `S-n` (service rules): numbered testable statements of the two specifications;
 * `§n` / `§n.m`: a section of a specification. Which one is decided by where the citation stands: files of the
   library layer (`src/candor/harness/`, `candor/__init__.py`, `candor/tools.py`, `candor/errors.py`,
-  `tests/harness/`, `tests/test_public_api.py`) cite the harness specification, every other file the service
+  `tests/*/harness/`, `tests/support/scripted.py`, `tests/unit/project/test_public_api.py`) cite the harness
+  specification, every other file the service
   specification, and `STYLE §n` the style guide.
 
 docs/rules.md holds one table row per id: the statement column is written by hand and kept on regeneration; the
 "implemented in" column (modules under `src/` citing the id) and the "tests" column (test files citing it) are
 generated. `python -m tools.rules_doc` rewrites the file; `python -m tools.rules_doc --check` (and
-tests/test_rules_doc.py) fails when
+tests/unit/project/test_rules_doc.py) fails when
 
 * an id cited in code or tests has no row (or a row with no statement),
 * a row's id is cited by no test, or
@@ -34,9 +35,15 @@ MISSING_STATEMENT = "(statement missing)"
 
 _RULE = re.compile(r"\b([HS])-(\d+)\b")
 _SECTION = re.compile(r"(STYLE\s+)?§(\d+(?:\.\d+)*)")
-_LIBRARY_FILES = ("src/candor/__init__.py", "src/candor/tools.py", "src/candor/errors.py", "tests/test_public_api.py")
-_LIBRARY_DIRS = ("src/candor/harness/", "tests/harness/")
-_NOT_CITATIONS = frozenset({"tests/test_rules_doc.py"})
+_LIBRARY_FILES = (
+    "src/candor/__init__.py",
+    "src/candor/tools.py",
+    "src/candor/errors.py",
+    "tests/support/scripted.py",
+    "tests/unit/project/test_public_api.py",
+)
+_LIBRARY_DIRS = ("src/candor/harness/", "tests/unit/harness/", "tests/integration/harness/", "tests/e2e/harness/")
+_NOT_CITATIONS = frozenset({"tests/unit/project/test_rules_doc.py"})
 _ROW = re.compile(r"^\|\s*(?P<id>[^|]+?)\s*\|\s*(?P<statement>[^|]*?)\s*\|[^|]*\|[^|]*\|\s*$")
 
 GROUPS: tuple[tuple[str, str], ...] = (
@@ -53,13 +60,14 @@ HEADER = """\
 Every rule id (`H-n` for the harness, `S-n` for the service) and every specification section (`§n`, `§n.m`) that a
 module or a test names, with a one-sentence statement in our own words, the modules that implement it and the tests
 that name it. A `§` citation belongs to the harness specification when it stands in a library-layer file
-(`src/candor/harness/`, `candor/{__init__,tools,errors}.py`, `tests/harness/`, `tests/test_public_api.py`), to the
-style guide when written `STYLE §n`, and to the service specification otherwise.
+(`src/candor/harness/`, `candor/{__init__,tools,errors}.py`, `tests/*/harness/`, `tests/support/scripted.py`,
+`tests/unit/project/test_public_api.py`), to the style guide when written `STYLE §n`, and to the service
+specification otherwise.
 
 **Regenerate** after adding or removing a citation: `python -m tools.rules_doc` (or `make rules`). It keeps the
 statements, rewrites the two generated columns and adds a row, marked `(statement missing)`, for every new id:
-write its statement by hand. `tests/test_rules_doc.py` fails when an id cited in `src/` or `tests/` has no row or no
-statement, when a row names an id no test cites, or when the generated columns are stale.
+write its statement by hand. `tests/unit/project/test_rules_doc.py` fails when an id cited in `src/` or `tests/` has
+no row or no statement, when a row names an id no test cites, or when the generated columns are stale.
 """
 
 
