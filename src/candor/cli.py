@@ -146,7 +146,10 @@ def migrate(
             "difference(s)); run `candor migrate`",
             EXIT_REFUSED,
         )
-    applied = run_database(apply_migrations(url, lock_timeout=settings.database.migration_lock_timeout), settings)
+    applied = run_database(
+        apply_migrations(url, lock_timeout=settings.database.migration_lock_timeout, timeout=settings.database.timeout),
+        settings,
+    )
     typer.echo(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}", err=True)
 
 

@@ -72,7 +72,7 @@ async def prepare(settings: ServiceSettings, role: Role, *, schema: SchemaWatch 
     startup comparison's verdict, so `/readyz` does not compare again at its first probe."""
     url = settings.database.url
     if role in ("control", "all") and settings.database.auto_migrate:
-        await migrate(url, lock_timeout=settings.database.migration_lock_timeout)
+        await migrate(url, lock_timeout=settings.database.migration_lock_timeout, timeout=settings.database.timeout)
     status = await require_current_schema(url, timeout=settings.database.timeout)
     if schema is not None:
         schema.record(status)

@@ -166,15 +166,19 @@ def idle_transaction_limit_ms(timeout: float) -> str:
     return str(max(1, int(timeout * 2000)))
 
 
-def postgres_connect_args(connect_args: dict[str, Any], *, timeout: float, name: str) -> dict[str, Any]:
-    """`connect_args` for an asyncpg engine: the patient connect, this process's `application_name`, and the limit
-    on an idle transaction (`idle_transaction_limit_ms`)."""
+def postgres_connect_args(
+    connect_args: dict[str, Any], *, timeout: float, name: str, connect_timeout: float | None = None
+) -> dict[str, Any]:
+    """`connect_args` for an asyncpg engine: the patient connect (retrying for `connect_timeout`, default
+    `timeout`), this process's `application_name`, and the limit on an idle transaction
+    (`idle_transaction_limit_ms`)."""
     server_settings = {
         **connect_args.get("server_settings", {}),
         "application_name": name,
         "idle_in_transaction_session_timeout": idle_transaction_limit_ms(timeout),
     }
-    return {**connect_args, "server_settings": server_settings, "async_creator_fn": patient_connect(timeout)}
+    patience = timeout if connect_timeout is None else connect_timeout
+    return {**connect_args, "server_settings": server_settings, "async_creator_fn": patient_connect(patience)}
 
 
 # ---------------------------------------------------------------------------------------- startup and metrics

@@ -110,6 +110,7 @@ def create_engine(
     url: str | URL,
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    connect_timeout: float | None = None,
     pool_size: int | None = None,
     max_overflow: int | None = None,
     sqlite_synchronous: SqliteSynchronous = "full",
@@ -123,7 +124,8 @@ def create_engine(
     `database.max_overflow`; SQLAlchemy's 5 and 10 when not given); SQLite ignores them. `sqlite_synchronous` is
     SQLite's `PRAGMA synchronous` on every connection (`database.sqlite_synchronous`); PostgreSQL ignores it. Extra
     `options` go to `create_async_engine`. On PostgreSQL a checkout waits at most `timeout` for a pooled connection
-    and a connect the server refuses for now is retried within `timeout`; every connection is named
+    and a connect the server refuses for now is retried within `connect_timeout` (`timeout` when not given: the
+    migration engine's statements may run long, its connect must not); every connection is named
     `application_name` (store/db/connections.py, §7.8.1).
     """
     resolved = async_url(url)
@@ -131,7 +133,12 @@ def create_engine(
     kwargs.update(pool_options(resolved, pool_size=pool_size, max_overflow=max_overflow))
     if is_postgresql_url(resolved):
         kwargs["pool_timeout"] = timeout
-        kwargs["connect_args"] = postgres_connect_args(kwargs["connect_args"], timeout=timeout, name=application_name)
+        kwargs["connect_args"] = postgres_connect_args(
+            kwargs["connect_args"],
+            timeout=timeout,
+            connect_timeout=timeout if connect_timeout is None else connect_timeout,
+            name=application_name,
+        )
     # Statement parameters hold message text and secret hashes: driver errors and logs show the SQL only.
     kwargs["hide_parameters"] = True
     kwargs.update(options)

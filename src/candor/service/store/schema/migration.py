@@ -125,14 +125,17 @@ def head_revision() -> str:
     return head
 
 
-async def migrate(url: str | URL, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> tuple[str, ...]:
+async def migrate(
+    url: str | URL, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, timeout: float = DEFAULT_TIMEOUT
+) -> tuple[str, ...]:
     """Upgrade to head under the migration lock, waiting at most `lock_timeout`; returns the revisions applied.
 
-    Raises `StoreUnavailable` if the database or the lock cannot be had in time. A second caller that obtained the
+    Raises `StoreUnavailable` if the database cannot be reached within `timeout` (`database.timeout`) or the lock
+    cannot be had within `lock_timeout`. A second caller that obtained the
     lock after the first finds nothing to apply and returns `()` (S-122).
     """
     applied: list[str] = []
-    engine = create_engine(url, timeout=lock_timeout)
+    engine = create_engine(url, timeout=lock_timeout, connect_timeout=timeout)
     try:
         with translate_errors():
             async with engine.connect() as connection:
