@@ -62,9 +62,14 @@ def orders_agent(workdir: Path, *, server_down: bool = False) -> Agent[Any, str]
         toolset = mcp_stdio(sys.executable, ["-c", "raise SystemExit(1)"], server="orders", timeout=10)
     else:
         toolset = mcp_stdio(
-            sys.executable, ["-m", "examples.mcp_orders_server"], server="orders", env=env, cwd=str(REPO_ROOT),
-            retry_safe=OPERATOR_RETRY_SAFE, timeout=30,
-        )  # fmt: skip
+            sys.executable,
+            ["-m", "examples.mcp_orders_server"],
+            server="orders",
+            env=env,
+            cwd=str(REPO_ROOT),
+            retry_safe=OPERATOR_RETRY_SAFE,
+            timeout=30,
+        )
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if not any(isinstance(m, ModelResponse) for m in messages):

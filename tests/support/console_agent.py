@@ -58,7 +58,10 @@ def ask_currency(question: str) -> str:
 def factory(options: dict[str, Any]) -> Harness[Any]:
     agent = Agent(
         FunctionModel(_respond),
-        tools=[Tool(refund_order, requires_approval=True), Tool(delete_file, requires_approval=True),
-               Tool(ask_currency)],
-    )  # fmt: skip
+        tools=[
+            Tool(refund_order, requires_approval=True),
+            Tool(delete_file, requires_approval=True),
+            Tool(ask_currency),
+        ],
+    )
     return Harness(agent)

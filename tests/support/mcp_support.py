@@ -81,9 +81,14 @@ def toolset(
             url, server=SERVER_NAME, headers=headers, retry_safe=retry_safe, never_retry=never_retry, timeout=20
         )
     return mcp_stdio(
-        sys.executable, [str(SERVER), "stdio"], server=SERVER_NAME, env=server_env(workdir, **extra_env),
-        retry_safe=retry_safe, never_retry=never_retry, timeout=20,
-    )  # fmt: skip
+        sys.executable,
+        [str(SERVER), "stdio"],
+        server=SERVER_NAME,
+        env=server_env(workdir, **extra_env),
+        retry_safe=retry_safe,
+        never_retry=never_retry,
+        timeout=20,
+    )
 
 
 def calling_agent(tool: str, toolsets: list[Any]) -> tuple[Agent[Any, Any], list[list[ModelMessage]]]:

@@ -186,9 +186,18 @@ def test_durable_steps_measures_the_floor_beside_candor_on_postgresql(tmp_path: 
 
     summary = tmp_path / "steps.json"
     proc = run(
-        "-m", "bench.durable_steps", "--steps", "3", "--runs", "2", "--backends", "postgresql", "--no-langgraph",
-        "--json", str(summary),
-    )  # fmt: skip
+        "-m",
+        "bench.durable_steps",
+        "--steps",
+        "3",
+        "--runs",
+        "2",
+        "--backends",
+        "postgresql",
+        "--no-langgraph",
+        "--json",
+        str(summary),
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(summary.read_text(encoding="utf-8"))
     floor = next(r for r in data["rows"] if r["variant"] == "floor+postgresql")
@@ -420,8 +429,11 @@ def test_fault_checks_compare_the_ledger_with_what_the_models_were_told() -> Non
     duplicate; an execution by a process after it was frozen is an effect after a lost lease."""
     from bench._faults import LedgerLine, duplicate_effects, effects_after, false_unknowns
 
-    ledger = [LedgerLine("a", "call_charge", 10, 1.0), LedgerLine("b", "call_charge", 11, 2.0),
-              LedgerLine("b", "call_charge", 12, 5.0)]  # fmt: skip
+    ledger = [
+        LedgerLine("a", "call_charge", 10, 1.0),
+        LedgerLine("b", "call_charge", 11, 2.0),
+        LedgerLine("b", "call_charge", 12, 5.0),
+    ]
     assert duplicate_effects(ledger) == {"b": 2}
     assert false_unknowns({"a": True, "b": False, "c": True}, ledger) == ["a"]  # c never ran: a true unknown
     assert effects_after(ledger, pid=12, since=4.0) == [ledger[2]]
@@ -433,10 +445,18 @@ def test_soak_fault_verdicts_spare_the_faults_longer_than_the_lease_their_charge
     (its lease did expire), but never an effect after the lost lease."""
     from bench.soak import fault_verdicts
 
-    zero = {"lost": 0, "duplicate_effects": 0, "effects_after_lost_lease": 0, "false_unknowns": 0,
-            "unknown_outcomes": 0}  # fmt: skip
-    verdicts = fault_verdicts([{**zero, "fault": "pg_restart", "charged_attempts": 1},
-                               {**zero, "fault": "sigstop", "charged_attempts": 1},
-                               {**zero, "fault": "sigstop_in_tool", "charged_attempts": 1,
-                                "effects_after_lost_lease": 1}])  # fmt: skip
+    zero = {
+        "lost": 0,
+        "duplicate_effects": 0,
+        "effects_after_lost_lease": 0,
+        "false_unknowns": 0,
+        "unknown_outcomes": 0,
+    }
+    verdicts = fault_verdicts(
+        [
+            {**zero, "fault": "pg_restart", "charged_attempts": 1},
+            {**zero, "fault": "sigstop", "charged_attempts": 1},
+            {**zero, "fault": "sigstop_in_tool", "charged_attempts": 1, "effects_after_lost_lease": 1},
+        ]
+    )
     assert [v["met"] for v in verdicts] == [False, True, False]

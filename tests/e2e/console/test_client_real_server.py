@@ -22,7 +22,10 @@ def test_suspend_answer_and_continue(server: Any) -> None:
         run = client.wait_for_run(accepted.run.id, timeout=30)
         assert run.status == "waiting", run.raw
         assert [(i.tool_call_id, i.kind) for i in run.pending] == [
-            ("call_refund_a1", "approval"), ("call_delete_log", "approval"), ("call_currency", "question")]  # fmt: skip
+            ("call_refund_a1", "approval"),
+            ("call_delete_log", "approval"),
+            ("call_currency", "question"),
+        ]
         assert [r.id for r in client.waiting_runs()] == [run.id]
 
         wrong = ResumeBatch(run.pending).approve("call_refund_a1", arguments={"order_id": "A1", "amount": "forty"})

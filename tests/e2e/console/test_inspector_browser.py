@@ -84,8 +84,13 @@ class Serve:
         self.starts += 1
         log = self.logs / f"serve-{self.starts}.log"
         with open(log, "wb") as output:
-            self.process = subprocess.Popen([*CANDOR, "serve", "--config", str(self.config)], env=self.env,
-                                            cwd=self.logs, stdout=output, stderr=subprocess.STDOUT)  # fmt: skip
+            self.process = subprocess.Popen(
+                [*CANDOR, "serve", "--config", str(self.config)],
+                env=self.env,
+                cwd=self.logs,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
         try:
             wait_ready(self.base_url, self.process, timeout=60)  # generous: the test machine may be busy
         except AssertionError as exc:
@@ -156,8 +161,15 @@ def eventually(check: Callable[[], T | None], *, timeout: float, what: str, serv
 
 
 def _bootstrap(serve: Serve) -> str:
-    done = subprocess.run([*CANDOR, "bootstrap", "--config", str(serve.config)], env=serve.env, cwd=serve.logs,
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [*CANDOR, "bootstrap", "--config", str(serve.config)],
+        env=serve.env,
+        cwd=serve.logs,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return str(json.loads(done.stdout.strip().splitlines()[-1])["secret"])
 
@@ -175,8 +187,9 @@ def test_inspector_shows_a_crashed_run(serve: Serve, page: Any, tmp_path: Path) 
     http = httpx.Client(base_url=serve.base_url, timeout=10.0)
 
     def call(method: str, path: str, secret: str = admin, **kwargs: Any) -> Any:
-        response = http.request(method, path, headers={"Authorization": f"Bearer {secret}"} | kwargs.pop("headers", {}),
-                                **kwargs)  # fmt: skip
+        response = http.request(
+            method, path, headers={"Authorization": f"Bearer {secret}"} | kwargs.pop("headers", {}), **kwargs
+        )
         assert response.is_success, (method, path, response.status_code, response.text)
         return response.json()
 
@@ -187,8 +200,11 @@ def test_inspector_shows_a_crashed_run(serve: Serve, page: Any, tmp_path: Path) 
         return lambda: found if (found := run(run_id))["status"] not in ("accepted", "running") else None
 
     try:
-        body = {"agent": "inspected", "input": {"content": [{"type": "text", "text": "Refund A1, then charge it."}]},
-                "options": {"workdir": str(workdir), "block_seconds": 120}}  # fmt: skip
+        body = {
+            "agent": "inspected",
+            "input": {"content": [{"type": "text", "text": "Refund A1, then charge it."}]},
+            "options": {"workdir": str(workdir), "block_seconds": 120},
+        }
         created = call("POST", "/v1/threads", json=body, headers={"Idempotency-Key": "thread-1"})
         thread_id, first_id = created["thread"]["id"], created["run"]["id"]
         waiting = eventually(sealed(first_id), timeout=60, what="the first run to wait", serve=serve)
@@ -196,8 +212,13 @@ def test_inspector_shows_a_crashed_run(serve: Serve, page: Any, tmp_path: Path) 
 
         approver = call("POST", "/v1/keys", json={"name": "approver", "permissions": ["read", "run"]})
         answer = {"approvals": {"call_refund": {"action": "approve"}}, "calls": {}}
-        successor = call("POST", f"/v1/runs/{first_id}/resume", approver["secret"], json=answer,
-                         headers={"Idempotency-Key": "resume-1"})  # fmt: skip
+        successor = call(
+            "POST",
+            f"/v1/runs/{first_id}/resume",
+            approver["secret"],
+            json=answer,
+            headers={"Idempotency-Key": "resume-1"},
+        )
         successor_id = successor["id"]
 
         # The deep link, opened while the run runs; a reader key (read permission only) suffices.
@@ -222,8 +243,9 @@ def test_inspector_shows_a_crashed_run(serve: Serve, page: Any, tmp_path: Path) 
         assert started(workdir, "charge_card") == 1 and started(workdir, "lookup_order") == 2  # unknown; replayed
         attempts = call("GET", f"/v1/runs/{successor_id}/attempts")["items"]
         assert [(a["number"], a["status"], a["start_reason"]) for a in attempts] == [
-            (1, "failed", "initial"), (2, "succeeded", "recovery")
-        ]  # fmt: skip
+            (1, "failed", "initial"),
+            (2, "succeeded", "recovery"),
+        ]
 
         # Followed live through the crash: the page re-reads the run when the recovered attempt commits and seals.
         page.locator('.run-head[data-status="completed"]').wait_for(timeout=60_000)
@@ -375,13 +397,23 @@ def _check_page_decisions(page: Any) -> None:
     )
     assert routes == [expected for _, _, expected in ROUTES]
     messages = [
-        {"kind": "request", "parts": [{"part_kind": "tool-return", "tool_call_id": "old", "content": "ok"},
-                                      {"part_kind": "user-prompt", "content": "go on"}]},
-        {"kind": "response", "parts": [{"part_kind": "text", "content": "calling"},
-                                       {"part_kind": "tool-call", "tool_call_id": "c1", "tool_name": "t", "args": "{}"}]},
+        {
+            "kind": "request",
+            "parts": [
+                {"part_kind": "tool-return", "tool_call_id": "old", "content": "ok"},
+                {"part_kind": "user-prompt", "content": "go on"},
+            ],
+        },
+        {
+            "kind": "response",
+            "parts": [
+                {"part_kind": "text", "content": "calling"},
+                {"part_kind": "tool-call", "tool_call_id": "c1", "tool_name": "t", "args": "{}"},
+            ],
+        },
         {"kind": "request", "parts": [{"part_kind": "tool-return", "tool_call_id": "c1", "content": 1}]},
         {"kind": "response", "parts": [{"part_kind": "text", "content": "done"}]},
-    ]  # fmt: skip
+    ]
     steps = page.evaluate(
         "(messages) => { const s = stepsOf(messages); return {carried: s.carried.map((p) => p.tool_call_id),"
         " steps: s.steps.map((step) => ({texts: step.texts, inputs: step.inputs,"

@@ -77,12 +77,16 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], int]]:
     """`candor serve` with defaults in `tmp_path` (only the port is chosen); the env a pasted session runs in."""
     port = free_port()
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
-           "CANDOR_SERVER__LISTEN": f"127.0.0.1:{port}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        "CANDOR_SERVER__LISTEN": f"127.0.0.1:{port}",
+    }
     env = {name: value for name, value in env.items() if name != "CANDOR_DATABASE__URL"}
     log = (tmp_path / "serve.log").open("w")
-    process = subprocess.Popen([sys.executable, "-m", "candor.cli", "serve"], env=env, cwd=tmp_path, stdout=log,
-                               stderr=subprocess.STDOUT)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "candor.cli", "serve"], env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         wait_ready(f"http://127.0.0.1:{port}", process)
         yield tmp_path, env, port
@@ -145,8 +149,7 @@ def test_an_empty_key_stops_the_page_with_a_message(served: tuple[Path, dict[str
     """Issue 35: when bootstrap refuses (a workspace exists) and no `$SECRET` is at hand, the page's key block
     stops with a message instead of leaving `CANDOR_KEY` empty for 401s later."""
     cwd, env, _ = served
-    subprocess.run([sys.executable, "-m", "candor.cli", "bootstrap"], env=env, cwd=cwd, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "candor.cli", "bootstrap"], env=env, cwd=cwd, check=True, capture_output=True)
     key_block = next(body for lang, body in blocks(DOC) if lang == "bash")
     script = key_block.replace(".venv/bin/candor", "candor")
     result = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)

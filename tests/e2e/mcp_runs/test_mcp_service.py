@@ -73,9 +73,17 @@ async def _start_worker(db_url: str, mcp_url: str, overrides: dict[str, Any], wo
     env.pop("PYTHONSTARTUP", None)
     env.pop("CANDOR_FAILPOINTS", None)
     return await asyncio.create_subprocess_exec(
-        sys.executable, str(PROC), db_url, "worker-first", mcp_url, json.dumps(overrides), cwd=str(workdir), env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        str(PROC),
+        db_url,
+        "worker-first",
+        mcp_url,
+        json.dumps(overrides),
+        cwd=str(workdir),
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 async def _kill_mid_call(process: Any, workdir: Path, timeout: float = 60) -> None:

@@ -77,9 +77,15 @@ async def _recover(
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 @pytest.mark.parametrize(("tool", "retry_safe", "never", "rerun", "declared_by", "reason"), CASES)
 async def test_kill_mid_call_then_recover_by_the_declaration(
-    tmp_path: Path, transport: str, tool: str, retry_safe: tuple[str, ...], never: tuple[str, ...], rerun: bool,
-    declared_by: str, reason: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    transport: str,
+    tool: str,
+    retry_safe: tuple[str, ...],
+    never: tuple[str, ...],
+    rerun: bool,
+    declared_by: str,
+    reason: str,
+) -> None:
     """H-40, H-43, H-46, H-50, H-53: after a SIGKILL mid-call, the unanswered MCP call runs again under `declared`
     exactly when its tool is annotated readOnlyHint or idempotentHint (not destructiveHint) or listed in
     `retry_safe`, and never when listed in `never_retry`; otherwise the model gets the unknown-outcome result. The

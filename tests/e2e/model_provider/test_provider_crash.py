@@ -53,9 +53,16 @@ async def _start_worker(db_url: str, base_url: str, api_key: str, cwd: Path) -> 
     env.pop("PYTHONSTARTUP", None)
     env.pop("CANDOR_FAILPOINTS", None)
     return await asyncio.create_subprocess_exec(
-        sys.executable, str(PROC), db_url, "worker-first", base_url, env=env, cwd=str(cwd),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        str(PROC),
+        db_url,
+        "worker-first",
+        base_url,
+        env=env,
+        cwd=str(cwd),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 async def _kill_when(process: asyncio.subprocess.Process, marker: Any, timeout: float = 60) -> None:

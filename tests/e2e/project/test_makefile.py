@@ -16,8 +16,14 @@ def test_first_make_demo_announces_the_install_before_pip(tmp_path: Path) -> Non
     is quiet for about a minute); `--dry-run` shows the recipe in order without running it."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    result = subprocess.run(["make", "--dry-run", f"VENV={tmp_path / 'venv'}", "demo"], cwd=ROOT,
-                            capture_output=True, text=True, check=True, timeout=30)  # fmt: skip
+    result = subprocess.run(
+        ["make", "--dry-run", f"VENV={tmp_path / 'venv'}", "demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
     lines = result.stdout.splitlines()
     announce = next(i for i, line in enumerate(lines) if "Installing candor and its dependencies" in line)
     pip = next(i for i, line in enumerate(lines) if "pip install" in line)

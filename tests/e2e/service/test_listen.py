@@ -70,8 +70,12 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_and_starts_nothing(tmp_path:
         }
         result = subprocess.run(
             [sys.executable, "-m", "candor.cli", "serve", "--role", role],
-            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert EXIT_CANNOT_LISTEN not in (0, EXIT_DATABASE_UNREACHABLE)
     assert result.returncode == EXIT_CANNOT_LISTEN, result.stderr
     assert result.stderr.strip().splitlines() == [f"candor: cannot listen on 127.0.0.1:{port}: address already in use"]

@@ -103,8 +103,9 @@ def test_serve_prints_its_summary_and_logs_requests_admin_writes_and_attempts(tm
         "CANDOR_KEY": "a client variable, not a setting",
     }
     base = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen([*CANDOR, "serve"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    process = subprocess.Popen(
+        [*CANDOR, "serve"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         wait_ready(base, process)
         booted = subprocess.run([*CANDOR, "bootstrap"], env=env, capture_output=True, check=True, text=True)

@@ -37,8 +37,11 @@ pytestmark = [pytest.mark.crash, pytest.mark.postgres]
 SUPPORT = Path(__file__).resolve().parents[2] / "support"
 """tests/support: on the processes' PYTHONPATH, so that `serve_agents` imports there."""
 
-WEATHER = {"name": "get_weather", "description": "Local weather.",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+WEATHER = {
+    "name": "get_weather",
+    "description": "Local weather.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 TEXT = {"content": [{"type": "text", "text": "What is the weather in Paris? Then delete a.txt."}]}
 RESUME = {
     "approvals": {"call_delete": {"action": "approve"}},
@@ -88,8 +91,14 @@ class Cluster:
         return env
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run([*CANDOR, *args, "--config", str(self.config)], env=self.env(), capture_output=True,
-                              text=True, timeout=60, check=False)  # fmt: skip
+        done = subprocess.run(
+            [*CANDOR, *args, "--config", str(self.config)],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -98,8 +107,11 @@ class Cluster:
         with open(self.logs / f"{name}.log", "wb") as log:
             self.processes[name] = subprocess.Popen(
                 [*CANDOR, "serve", "--role", role, "--config", str(self.config)],
-                env=self.env(name), cwd=self.logs, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                env=self.env(name),
+                cwd=self.logs,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def base(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
@@ -180,10 +192,11 @@ def sample(metrics_text: str, name: str, **labels: str) -> float:
 def streamed_final_boundary(events: list[Any], run: dict[str, Any]) -> bool:
     """Whether the stream carried the boundary of the run's last checkpoint (the one its seal committed)."""
     return any(
-        e["event"] == "boundary" and e["data"]["run_id"] == run["id"]
+        e["event"] == "boundary"
+        and e["data"]["run_id"] == run["id"]
         and e["data"]["checkpoint_seq"] == run["checkpoint_seq"]
         for e in events
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -226,8 +239,11 @@ async def test_client_tool_approval_resume_and_a_killed_worker_end_to_end(empty_
         async with httpx.AsyncClient(base_url=env.base("control"), timeout=10.0) as client:
             api = Api(client=client, auth={"Authorization": f"Bearer {secret}"})
             options = {"client_tools": [WEATHER], "workdir": str(tmp_path), "block_seconds": 30}
-            created = await client.post("/v1/threads", json={"agent": "e2e", "input": TEXT, "options": options},
-                                        headers=api.auth | {"Idempotency-Key": "thread-1"})  # fmt: skip
+            created = await client.post(
+                "/v1/threads",
+                json={"agent": "e2e", "input": TEXT, "options": options},
+                headers=api.auth | {"Idempotency-Key": "thread-1"},
+            )
             assert created.status_code == 201, created.text
             thread_id, first_id = created.json()["thread"]["id"], created.json()["run"]["id"]
             reader = asyncio.create_task(collect_stream(client, thread_id, api.auth, events))
@@ -280,8 +296,9 @@ async def test_client_tool_approval_resume_and_a_killed_worker_end_to_end(empty_
                     async def final_boundary_seen(run: dict[str, Any] = run) -> bool | None:
                         return streamed_final_boundary(events, run) or None
 
-                    await eventually(final_boundary_seen, timeout=15, what=f"the final boundary of {run['id']}",
-                                     env=env)  # fmt: skip
+                    await eventually(
+                        final_boundary_seen, timeout=15, what=f"the final boundary of {run['id']}", env=env
+                    )
             finally:
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

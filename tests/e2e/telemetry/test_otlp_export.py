@@ -83,15 +83,19 @@ def test_serve_exports_run_attempt_and_step_spans_over_otlp_http(tmp_path: Path,
     }
     base = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "candor.cli"]
-    process = subprocess.Popen([*command, "serve"], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    process = subprocess.Popen(
+        [*command, "serve"], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         wait_ready(base, process)
         booted = subprocess.run([*command, "bootstrap"], env=env, capture_output=True, check=True, text=True)
         auth = {"Authorization": f"Bearer {json.loads(booted.stdout)['secret']}"}
         body = {"agent": "support", "input": {"content": [{"type": "text", "text": "Hi, my name is Ada"}]}}
-        created = httpx.post(f"{base}/v1/threads", json=body, headers=auth | {
-            "Idempotency-Key": "t", "traceparent": f"00-{TRACE}-{SPAN}-01"})  # fmt: skip
+        created = httpx.post(
+            f"{base}/v1/threads",
+            json=body,
+            headers=auth | {"Idempotency-Key": "t", "traceparent": f"00-{TRACE}-{SPAN}-01"},
+        )
         assert created.status_code == 201, created.text
         run_id = created.json()["run"]["id"]
         deadline = time.monotonic() + 30

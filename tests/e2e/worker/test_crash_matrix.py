@@ -118,8 +118,12 @@ def test_matrix_covers_every_run_failpoint_and_boundary() -> None:
     assert {c.point for c in CRASHES} == RUN_POINTS
     assert len({(c.point, c.hit) for c in CRASHES}) == len(CRASHES)
     assert {(c.committed_seq, c.tools_ran, c.open_calls) for c in CRASHES} == {
-        (0, False, False), (1, False, False), (2, False, True), (2, True, True), (3, True, False),
-    }  # fmt: skip
+        (0, False, False),
+        (1, False, False),
+        (2, False, True),
+        (2, True, True),
+        (3, True, False),
+    }
     # The interesting cell: effects happened, nothing committed. Declared answers the unsafe call unknown.
     lost = next(c for c in CRASHES if c.tools_ran and c.open_calls)
     assert expected(lost, "declared") == Expected(1, 2, frozenset({"call_charge"}))
@@ -194,9 +198,13 @@ async def zygote(log: Path) -> AsyncIterator[Zygote]:
 
 
 def _service(url: str, engine: Any, agent: str) -> Service:
-    return Service(settings=support.crash_settings(url, lease_seconds=SURVIVOR_LEASE), engine=engine,
-                   agents=AgentRegistry({agent: support.FACTORY}), entropy=SeededEntropy(hash(agent) & 0xFFFF),
-                   wakeups=asyncio.Event())  # fmt: skip
+    return Service(
+        settings=support.crash_settings(url, lease_seconds=SURVIVOR_LEASE),
+        engine=engine,
+        agents=AgentRegistry({agent: support.FACTORY}),
+        entropy=SeededEntropy(hash(agent) & 0xFFFF),
+        wakeups=asyncio.Event(),
+    )
 
 
 async def _sweep_expired(service: Service, stop: asyncio.Event) -> None:
@@ -219,12 +227,23 @@ async def _cell(db: Any, engine: Any, tenant: Any, spawner: Zygote, crash: Crash
     workdir.mkdir()
     agent = f"cell_{crash.point}_{crash.hit}_{mode}"
     async with db.engine.begin() as conn:
-        ref = await add_thread_run(conn, tenant, script="tools", agent=agent, tool_recovery=mode,
-                                   options={"workdir": str(workdir), "tool_recovery": mode})  # fmt: skip
+        ref = await add_thread_run(
+            conn,
+            tenant,
+            script="tools",
+            agent=agent,
+            tool_recovery=mode,
+            options={"workdir": str(workdir), "tool_recovery": mode},
+        )
     log = workdir / "dying.log"
-    pid = await spawner.spawn(url=db.url, worker_id=f"dying-{agent}", agent=agent, log=str(log),
-                              lease_seconds=DYING_LEASE,
-                              failpoints=f"{crash.point}:sigkill@{crash.hit}")  # fmt: skip
+    pid = await spawner.spawn(
+        url=db.url,
+        worker_id=f"dying-{agent}",
+        agent=agent,
+        log=str(log),
+        lease_seconds=DYING_LEASE,
+        failpoints=f"{crash.point}:sigkill@{crash.hit}",
+    )
     ended = await spawner.wait_end(pid, CELL_TIMEOUT / 2)
     context = f"{crash.point}@{crash.hit} ({crash.boundary}), tool_recovery={mode}: "
     assert ended["signal"] == 9, context + f"{ended}\n{log.read_text()[-3000:]}"
@@ -237,8 +256,9 @@ async def _cell(db: Any, engine: Any, tenant: Any, spawner: Zygote, crash: Crash
 
     # S-27, S-28: the lease runs out, the sweep recovers the attempt, the run is due again at once.
     async with db.engine.begin() as conn:  # moving an expiry earlier is allowed; extending one is not (S-9)
-        await conn.execute(update(run_attempts).where(run_attempts.c.run_id == ref.run_id)
-                           .values(lease_expires_at=db_now() - 1))  # fmt: skip
+        await conn.execute(
+            update(run_attempts).where(run_attempts.c.run_id == ref.run_id).values(lease_expires_at=db_now() - 1)
+        )
 
     async def requeued() -> bool:
         status: str = (await run_row(db.engine, ref.run_id))["status"]
@@ -251,13 +271,16 @@ async def _cell(db: Any, engine: Any, tenant: Any, spawner: Zygote, crash: Crash
 
     run = await run_row(db.engine, ref.run_id)
     attempts = await attempt_rows(db.engine, ref.run_id)
-    ends = [(a["worker_id"].split("-")[0], a["status"], a["start_reason"], (a["failure"] or {}).get("code"))
-            for a in attempts]  # fmt: skip
+    ends = [
+        (a["worker_id"].split("-")[0], a["status"], a["start_reason"], (a["failure"] or {}).get("code"))
+        for a in attempts
+    ]
     assert ends == [("dying", "failed", "initial", "lease_expired"), ("survivor", "succeeded", "recovery", None)], (
         context + str(ends)
     )
-    assert (run["status"], run["output"], run["attempts"], run["tool_recovery"]) == (
-        "completed", "done", 2, mode), context  # fmt: skip
+    assert (run["status"], run["output"], run["attempts"], run["tool_recovery"]) == ("completed", "done", 2, mode), (
+        context
+    )
 
     want = expected(crash, mode)
     charges, lookups = _lines(workdir / "charge.txt"), _lines(workdir / "lookup.txt")

@@ -168,8 +168,19 @@ def test_keys_list_enable_and_refuse_bad_permissions(tmp_path: Path) -> None:
 def test_version_and_clean_help() -> None:
     """`candor --version`; every `--help` is plain text without internal spec references or type noise."""
     assert runner.invoke(app, ["--version"]).stdout.startswith("candor ")
-    commands = [[], ["migrate"], ["serve"], ["bootstrap"], ["workspace"], ["workspace", "create"], ["key"],
-                ["key", "create"], ["key", "list"], ["key", "enable"], ["key", "disable"]]  # fmt: skip
+    commands = [
+        [],
+        ["migrate"],
+        ["serve"],
+        ["bootstrap"],
+        ["workspace"],
+        ["workspace", "create"],
+        ["key"],
+        ["key", "create"],
+        ["key", "list"],
+        ["key", "enable"],
+        ["key", "disable"],
+    ]
     for command in commands:
         result = runner.invoke(app, [*command, "--help"])
         assert result.exit_code == 0, command

@@ -99,8 +99,9 @@ async def test_permissions_must_be_read_run_admin(db: Any, permissions: Any) -> 
     workspace_id = await new_workspace(service)
     with pytest.raises(InvalidArgument) as caught:
         async with write_transaction(service.engine) as conn:
-            await auth.create_principal(conn, workspace_id=workspace_id, permissions=permissions,
-                                        entropy=service.entropy)  # fmt: skip
+            await auth.create_principal(
+                conn, workspace_id=workspace_id, permissions=permissions, entropy=service.entropy
+            )
     assert caught.value.fields == (("permissions", "unknown_permission"),)
 
 

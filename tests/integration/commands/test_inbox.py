@@ -54,18 +54,22 @@ async def test_edit_replaces_the_given_fields_and_recomputes_size(db: Any) -> No
     version = await _version(service, thread_id)
     longer = text("a much longer message than before")
     changed = await commands.edit_entry(
-        service, key, thread_id, entry_id,
+        service,
+        key,
+        thread_id,
+        entry_id,
         {"input": longer, "delivery": "steer", "agent": "other", "options": {"tone": "brief"}},
         expected_version=version,
-    )  # fmt: skip
+    )
     entry = changed.entry
     assert (entry.payload, entry.delivery, entry.agent, entry.options) == (longer, "steer", "other", {"tone": "brief"})
     assert entry.size == payload_size(longer) > before.size
     assert entry.options_digest == options_digest({"tone": "brief"})
     assert (entry.status, entry.position, entry.request_digest) == ("pending", before.position, before.request_digest)
     assert changed.thread.version == version + 1 == await _version(service, thread_id)
-    cleared = await commands.edit_entry(service, key, thread_id, entry_id, {"agent": None, "options": None},
-                                        expected_version=version + 1)  # fmt: skip
+    cleared = await commands.edit_entry(
+        service, key, thread_id, entry_id, {"agent": None, "options": None}, expected_version=version + 1
+    )
     assert (cleared.entry.agent, cleared.entry.options, cleared.entry.options_digest) == (None, None, None)
     assert cleared.entry.payload == longer and cleared.thread.version == version + 2
     replay = await commands.post_input(service, key, thread_id, input=text("m0"), key="p0")
@@ -114,8 +118,11 @@ async def test_only_pending_entries_change(db: Any) -> None:
     await commands.withdraw_entry(service, key, thread_id, posted.entry.id)
     failed = await commands.post_input(service, key, thread_id, input=TEXT, key="f")
     async with write_transaction(service.engine) as conn:  # as `advance_thread` fails an entry that cannot start
-        await conn.execute(update(inbox_entries).where(inbox_entries.c.id == failed.entry.id)
-                           .values(status="failed", failure={"code": "agent_unavailable", "message": "x"}))  # fmt: skip
+        await conn.execute(
+            update(inbox_entries)
+            .where(inbox_entries.c.id == failed.entry.id)
+            .values(status="failed", failure={"code": "agent_unavailable", "message": "x"})
+        )
     version = await _version(service, thread_id)
     cases = ((first, "entry_consumed"), (posted.entry.id, "entry_withdrawn"), (failed.entry.id, "entry_failed"))
     for entry_id, reason in cases:
@@ -203,8 +210,9 @@ async def test_steer_edit_must_match_the_active_run(db: Any) -> None:
     with pytest.raises(Conflict) as caught:
         await commands.edit_entry(service, key, accepted.thread.id, posted.entry.id, {"delivery": "steer"})
     assert caught.value.reason == "run_configuration_immutable"
-    steer = await commands.edit_entry(service, key, accepted.thread.id, posted.entry.id,
-                                      {"delivery": "steer", "agent": None})  # fmt: skip
+    steer = await commands.edit_entry(
+        service, key, accepted.thread.id, posted.entry.id, {"delivery": "steer", "agent": None}
+    )
     assert (steer.entry.delivery, steer.entry.agent) == ("steer", None)
 
 

@@ -77,8 +77,11 @@ async def test_resume_creates_the_successor(db: Any) -> None:
     assert (successor.status, successor.trigger, successor.lineage) == ("accepted", "resume", "continue")
     assert successor.parent_run_id == waiting.id and successor.resumed_by_id == helper.id
     assert (successor.agent, successor.options, successor.principal_id, successor.authority) == (
-        waiting.agent, waiting.options, waiting.principal_id, waiting.authority,
-    )  # fmt: skip
+        waiting.agent,
+        waiting.options,
+        waiting.principal_id,
+        waiting.authority,
+    )
     assert successor.resume == body and successor.request_key == "r" and successor.source_entry_id is None
     assert successor.start_checkpoint_id == waiting.checkpoint_id and successor.max_attempts == 4
     assert (await run_row(service, waiting.id)).status == "waiting"
@@ -168,10 +171,14 @@ async def test_resume_needs_the_last_idle_waiting_run(db: Any) -> None:
     [
         ({"approvals": {}, "calls": ANSWERS["calls"]}, "approvals", ["a1"], []),
         (ANSWERS | {"calls": ANSWERS["calls"] | {"zz": {"status": "failed", "message": "m"}}}, "calls", [], ["zz"]),
-        ({"approvals": {"a1": {"action": "approve"}, "c1": {"action": "approve"}}, "calls": {}}, "body", ["c1"],
-         ["c1"]),
+        (
+            {"approvals": {"a1": {"action": "approve"}, "c1": {"action": "approve"}}, "calls": {}},
+            "body",
+            ["c1"],
+            ["c1"],
+        ),
     ],
-)  # fmt: skip
+)
 async def test_resume_coverage_mismatch(
     db: Any, body: Any, field: str, missing: list[str], unexpected: list[str]
 ) -> None:
@@ -185,8 +192,11 @@ async def test_resume_coverage_mismatch(
         await commands.resume_run(service, key, waiting.id, body, key="r")
     details = caught.value.details
     assert {name: details[name] for name in ("field", "reason", "missing", "unexpected")} == {
-        "field": field, "reason": "pending_coverage_mismatch", "missing": missing, "unexpected": unexpected,
-    }  # fmt: skip
+        "field": field,
+        "reason": "pending_coverage_mismatch",
+        "missing": missing,
+        "unexpected": unexpected,
+    }
     assert details["misplaced"] == sorted(set(missing) & set(unexpected))
     assert await _snapshot(service, waiting) == before
 
@@ -265,8 +275,14 @@ async def test_unique_resume_index_decides_a_lost_race(db: Any) -> None:
     key = await new_key(service)
     waiting = await _waiting(service, key)
     successor, _ = await commands.resume_run(service, key, waiting.id, ANSWERS, key="r")
-    twin = successor_of(waiting, answers=ResumeAnswers.model_validate(ANSWERS), resumed_by_id=key.id, key="r", digest=successor.request_digest or "",
-                        max_attempts=3)  # fmt: skip
+    twin = successor_of(
+        waiting,
+        answers=ResumeAnswers.model_validate(ANSWERS),
+        resumed_by_id=key.id,
+        key="r",
+        digest=successor.request_digest or "",
+        max_attempts=3,
+    )
     with pytest.raises(RaceLost) as caught:
         async with write_transaction(service.engine) as conn:
             await start_run(conn, replace(twin, request_key="r2"), entropy=service.entropy)
@@ -302,8 +318,11 @@ async def test_a_resume_that_loses_its_guard_answers_from_the_winner(
             if race == "archive":
                 await commands.archive_thread(service, key, waiting.thread_id)
             else:
-                winner.append(await commands.resume_run(service, key, waiting.id, ANSWERS,
-                                                        key="r" if race == "same_key" else "twin"))  # fmt: skip
+                winner.append(
+                    await commands.resume_run(
+                        service, key, waiting.id, ANSWERS, key="r" if race == "same_key" else "twin"
+                    )
+                )
         return read
 
     monkeypatch.setattr(runs_commands, "read_resume", read_then_race)
@@ -328,8 +347,13 @@ async def test_resume_refusals_come_in_step_order(db: Any) -> None:
     key = await new_key(service)
     waiting = await _waiting(service, key)
     thread = await thread_row(service, waiting.thread_id)
-    allowed = auth.AuthorityFacts(principal_exists=True, principal_disabled=False, permissions=frozenset({"run"}),
-                                  workspace_id=key.workspace_id, workspace_archived=False)  # fmt: skip
+    allowed = auth.AuthorityFacts(
+        principal_exists=True,
+        principal_disabled=False,
+        permissions=frozenset({"run"}),
+        workspace_id=key.workspace_id,
+        workspace_archived=False,
+    )
     typed = ResumeAnswers.model_validate(ANSWERS)
     assert resume_refusal(thread, waiting, allowed, typed) is None
     lost_run = replace(allowed, permissions=frozenset({"read"}))
@@ -359,8 +383,11 @@ async def test_resume_sends_few_statements(db: Any) -> None:
     key = await new_key(service)
     waiting = await _waiting(service, key)
     async with write_transaction(service.engine) as conn:
-        secret = (await auth.create_principal(conn, workspace_id=key.workspace_id, permissions=["run"],
-                                              entropy=service.entropy)).secret  # fmt: skip
+        secret = (
+            await auth.create_principal(
+                conn, workspace_id=key.workspace_id, permissions=["run"], entropy=service.entropy
+            )
+        ).secret
     with statements(service.engine) as sent:
         assert await commands.authenticate(service, secret) is not None
     assert len(sent) == (0 if db.kind == "postgresql" else 1)
@@ -393,11 +420,23 @@ async def test_resume_stages_run_accepted_only_for_an_enabled_subscription(db: A
     await commands.resume_run(service, key, quiet.id, ANSWERS, key="r1")
     assert await count(service, outbox, outbox.c.kind == "webhook") == 0
     async with write_transaction(service.engine) as conn:
-        await conn.execute(insert(subscriptions).values(
-            id="sub_" + "1" * 32, workspace_id=key.workspace_id, name="hooks", url="http://127.0.0.1:9/h",
-            events=["run.accepted"], filter={}, enabled=True, signing_secret="not-decryptable", version=1,
-            created_by_id=key.id, updated_by_id=key.id, created_at=db_now(), updated_at=db_now(),
-        ))  # fmt: skip
+        await conn.execute(
+            insert(subscriptions).values(
+                id="sub_" + "1" * 32,
+                workspace_id=key.workspace_id,
+                name="hooks",
+                url="http://127.0.0.1:9/h",
+                events=["run.accepted"],
+                filter={},
+                enabled=True,
+                signing_secret="not-decryptable",
+                version=1,
+                created_by_id=key.id,
+                updated_by_id=key.id,
+                created_at=db_now(),
+                updated_at=db_now(),
+            )
+        )
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, key="k2")
     assert accepted.run is not None
     watched = await seal_run(service, accepted.run.id, "waiting", pending=pending_of())

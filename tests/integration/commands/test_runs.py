@@ -147,8 +147,10 @@ async def test_fork_starts_a_new_thread_from_the_origin_checkpoint(db: Any) -> N
     fork = await commands.fork_run(service, key, origin.id, input=text("fork"), key="f")
     assert fork.created and fork.run is not None
     assert (fork.thread.origin, fork.thread.origin_thread_id, fork.thread.origin_run_id) == (
-        "fork", origin.thread_id, origin.id,
-    )  # fmt: skip
+        "fork",
+        origin.thread_id,
+        origin.id,
+    )
     assert fork.thread.id != origin.thread_id and fork.thread.state == "active"
     assert (fork.run.lineage, fork.run.trigger, fork.run.parent_run_id) == ("fork", "input", origin.id)
     assert fork.run.start_checkpoint_id == origin.checkpoint_id and fork.run.options == {"o": 1}

@@ -119,8 +119,10 @@ async def test_keys_are_scoped_per_principal_and_workspace(db: Any) -> None:
     key = await new_key(service)
     colleague = await new_key(service, key.workspace_id)
     stranger = await new_key(service)
-    made = [await commands.create_thread(service, p, agent="demo", input=TEXT, key="same")
-            for p in (key, colleague, stranger)]  # fmt: skip
+    made = [
+        await commands.create_thread(service, p, agent="demo", input=TEXT, key="same")
+        for p in (key, colleague, stranger)
+    ]
     assert all(a.created for a in made)
     assert len({a.thread.id for a in made}) == 3
     assert made[2].thread.workspace_id == stranger.workspace_id != key.workspace_id
@@ -196,8 +198,9 @@ async def test_post_while_active_stays_pending_and_steer_must_match(db: Any) -> 
     accepted = await commands.create_thread(service, key, agent="demo", input=TEXT, options={"o": 1}, key="k")
     thread_id = accepted.thread.id
     steer = await commands.post_input(service, key, thread_id, input=TEXT, delivery="steer", key="s1")
-    same = await commands.post_input(service, key, thread_id, input=TEXT, delivery="steer", agent="demo",
-                                     options={"o": 1}, key="s2")  # fmt: skip
+    same = await commands.post_input(
+        service, key, thread_id, input=TEXT, delivery="steer", agent="demo", options={"o": 1}, key="s2"
+    )
     queued = await commands.post_input(service, key, thread_id, input=TEXT, agent="other", key="n1")
     for result in (steer, same, queued):
         assert result.run is None and result.entry.status == "pending"
@@ -247,9 +250,11 @@ async def test_paused_thread_starts_new_message_and_queue_resumes_after(db: Any)
 async def _advance(service: Any, thread_id: str, agent_names: Any = None) -> str | None:
     async with write_transaction(service.engine) as conn:
         return await advance_thread(
-            conn, thread_id=thread_id, settings=service.settings,
+            conn,
+            thread_id=thread_id,
+            settings=service.settings,
             agent_names=service.agents.names() if agent_names is None else agent_names,
-        )  # fmt: skip
+        )
 
 
 async def test_entries_that_cannot_start_fail_and_later_ones_start(db: Any) -> None:
@@ -298,8 +303,12 @@ async def test_inbox_limits(db: Any) -> None:
         await commands.post_input(service, key, accepted.thread.id, input=TEXT, key="p2")
     size = accepted.entry.size
     assert caught.value.details == {
-        "count": 2, "bytes": 2 * size, "count_limit": 2, "bytes_limit": 400, "retry_after_seconds": 1,
-    }  # fmt: skip
+        "count": 2,
+        "bytes": 2 * size,
+        "count_limit": 2,
+        "bytes_limit": 400,
+        "retry_after_seconds": 1,
+    }
     roomy = make_service(db, control={"inbox_bytes": 400})
     with pytest.raises(RateLimited):
         await commands.post_input(roomy, key, accepted.thread.id, input=text("x" * 300), key="p3")
@@ -356,10 +365,20 @@ async def test_idle_thread_starts_child_results_and_undelivered_steers(db: Any) 
     thread_id = accepted.thread.id
     async with write_transaction(service.engine) as conn:
         await lock_thread(conn, thread_id=thread_id, workspace_id=key.workspace_id)
-        child = await append_entry(conn, NewEntry(
-            workspace_id=key.workspace_id, thread_id=thread_id, kind="child_result", delivery="steer",
-            payload=text("child"), principal_id=None, authority=None, child_run_id="run_" + "1" * 32,
-        ), entropy=service.entropy)  # fmt: skip
+        child = await append_entry(
+            conn,
+            NewEntry(
+                workspace_id=key.workspace_id,
+                thread_id=thread_id,
+                kind="child_result",
+                delivery="steer",
+                payload=text("child"),
+                principal_id=None,
+                authority=None,
+                child_run_id="run_" + "1" * 32,
+            ),
+            entropy=service.entropy,
+        )
     steer = await commands.post_input(service, key, thread_id, input=TEXT, delivery="steer", key="s")
     assert accepted.run is not None
     await seal_run(service, accepted.run.id, "completed")

@@ -46,11 +46,13 @@ async def test_validation_errors_are_400_with_fields_never_422(api: Any) -> None
     cases = {
         "unknown_field": ({"agent": "demo", "input": TEXT, "surprise": secret_value}, [("surprise", "unknown_field")]),
         "missing": ({"input": TEXT}, [("agent", "required")]),
-        "wrong_type": ({"agent": "demo", "input": {"content": [{"type": "image", "text": secret_value}]}},
-                       [("input.content.0.type", "literal_error")]),
+        "wrong_type": (
+            {"agent": "demo", "input": {"content": [{"type": "image", "text": secret_value}]}},
+            [("input.content.0.type", "literal_error")],
+        ),
         "empty_content": ({"agent": "demo", "input": {"content": []}}, [("input.content", "too_short")]),
         "not_an_object": ([1, 2], [("body", "unparsable")]),
-    }  # fmt: skip
+    }
     for name, (body, fields) in cases.items():
         response = await api.client.post("/v1/threads", json=body, headers=key.headers(name))
         assert response.status_code == 400, name
@@ -143,9 +145,11 @@ async def test_database_unavailable_is_503() -> None:
         await service.close()
     assert response.status_code == 503
     assert error_of(response) | {"request_id": None} == {
-        "code": "unavailable", "message": "a dependency is unavailable", "details": {"dependency": "database"},
+        "code": "unavailable",
+        "message": "a dependency is unavailable",
+        "details": {"dependency": "database"},
         "request_id": None,
-    }  # fmt: skip
+    }
 
 
 async def test_unexpected_errors_are_500_internal(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -75,9 +75,11 @@ async def test_missing_permission_is_403(api: Any) -> None:
     for response in forbidden:
         assert response.status_code == 403
         assert error_of(response) | {"request_id": None} == {
-            "code": "forbidden", "message": error_of(response)["message"], "request_id": None,
+            "code": "forbidden",
+            "message": error_of(response)["message"],
+            "request_id": None,
             "details": {"permission": "run" if response.request.method == "POST" else "read"},
-        }  # fmt: skip
+        }
     assert (await api.client.get(f"/v1/threads/{thread['id']}", headers=reader.headers())).status_code == 200
     assert (await create_thread(api.client, runner, idempotency_key="r")).status_code == 201
 
@@ -135,9 +137,10 @@ async def test_archived_workspace_refuses_writes_and_keeps_reads(api: Any) -> No
         await create_thread(api.client, key, idempotency_key="new"),
         await api.client.post(f"/v1/threads/{waiting.thread_id}/inbox", json={"input": TEXT}, headers=key.headers("p")),
         await api.client.post(f"/v1/runs/{waiting.id}/resume", json=ANSWERS, headers=key.headers("r")),
-        await api.client.post(f"/v1/runs/{forked_from['run']['id']}/fork", json={"input": TEXT},
-                              headers=key.headers("f")),
-    ]  # fmt: skip
+        await api.client.post(
+            f"/v1/runs/{forked_from['run']['id']}/fork", json={"input": TEXT}, headers=key.headers("f")
+        ),
+    ]
     for response in refused:
         assert response.status_code == 422
         assert error_of(response)["code"] == "disabled"

@@ -29,8 +29,12 @@ from integration.http.test_http_stream import RUN, add_entries
 
 
 def client_of(api: Any, secret: str) -> AsyncCandorClient:
-    return AsyncCandorClient(BASE_URL, secret, transport=httpx.ASGITransport(app=api.app),
-                             retry=RetryPolicy(attempts=2, initial_delay=0.01, jitter=0))  # fmt: skip
+    return AsyncCandorClient(
+        BASE_URL,
+        secret,
+        transport=httpx.ASGITransport(app=api.app),
+        retry=RetryPolicy(attempts=2, initial_delay=0.01, jitter=0),
+    )
 
 
 async def test_create_wait_list_and_resume_with_the_batch(api: Any) -> None:
@@ -50,7 +54,10 @@ async def test_create_wait_list_and_resume_with_the_batch(api: Any) -> None:
         run = waiting[0]
         assert run.principal_id == key.id  # the key the run acts for, as the console shows it
         assert [(item.tool_call_id, item.kind, item.tool_name) for item in run.pending] == [
-            ("a1", "approval", "delete"), ("a2", "approval", "delete"), ("c1", "external", "lookup")]  # fmt: skip
+            ("a1", "approval", "delete"),
+            ("a2", "approval", "delete"),
+            ("c1", "external", "lookup"),
+        ]
         assert run.pending[0].arguments == {"path": "/x"}
 
         batch = ResumeBatch(run.pending).approve("a1", arguments={"path": "/y"}).deny("a2", reason="no")

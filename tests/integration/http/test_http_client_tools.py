@@ -13,8 +13,11 @@ from candor.service.store.schema.tables import runs, threads
 from commands.helpers import count, run_row
 from http_support import TEXT, create_thread, error_of
 
-WEATHER = {"name": "get_weather", "description": "Local weather.",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+WEATHER = {
+    "name": "get_weather",
+    "description": "Local weather.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 
 async def test_client_tools_reach_the_run_options(api: Any) -> None:
@@ -50,11 +53,17 @@ async def test_malformed_client_tools_are_400(api: Any, tools: Any, field: str, 
     assert {"field": field, "reason": reason} in error["details"]["fields"]
     assert await count(api.service, threads) == 0 and await count(api.service, runs) == 0
     thread_id = "thr_" + "0" * 32
-    posted = await api.client.post(f"/v1/threads/{thread_id}/inbox", json={"input": TEXT, "options": {
-        "client_tools": tools}}, headers=key.headers("p"))  # fmt: skip
+    posted = await api.client.post(
+        f"/v1/threads/{thread_id}/inbox",
+        json={"input": TEXT, "options": {"client_tools": tools}},
+        headers=key.headers("p"),
+    )
     assert posted.status_code == 400
-    forked = await api.client.post(f"/v1/runs/run_{'0' * 32}/fork", json={"input": TEXT, "options": {
-        "client_tools": tools}}, headers=key.headers("f"))  # fmt: skip
+    forked = await api.client.post(
+        f"/v1/runs/run_{'0' * 32}/fork",
+        json={"input": TEXT, "options": {"client_tools": tools}},
+        headers=key.headers("f"),
+    )
     assert forked.status_code == 400
 
 
@@ -66,13 +75,19 @@ BIG = {"type": "object", "properties": {f"p{i}": {"type": "string", "description
     [
         ([WEATHER, WEATHER | {"description": "again"}], "options.client_tools.1.name", "duplicate"),
         ([WEATHER | {"parameters": {"type": "string"}}], "options.client_tools.0.parameters", "not_an_object_schema"),
-        ([WEATHER | {"parameters": {"type": "object", "properties": {"city": {"type": "town"}}}}],
-         "options.client_tools.0.parameters", "invalid_schema"),
-        ([WEATHER | {"parameters": {"type": "object", "required": "city"}}],
-         "options.client_tools.0.parameters", "invalid_schema"),
+        (
+            [WEATHER | {"parameters": {"type": "object", "properties": {"city": {"type": "town"}}}}],
+            "options.client_tools.0.parameters",
+            "invalid_schema",
+        ),
+        (
+            [WEATHER | {"parameters": {"type": "object", "required": "city"}}],
+            "options.client_tools.0.parameters",
+            "invalid_schema",
+        ),
         ([WEATHER | {"parameters": BIG}], "options.client_tools.0.parameters", "too_large"),
     ],
-)  # fmt: skip
+)
 async def test_invalid_client_tool_schemas_are_400(api: Any, tools: Any, field: str, reason: str) -> None:
     """S-133: a duplicate name, a schema that is not an arguments object schema, or one over 16 KiB → 400
     `invalid_argument` naming the field; nothing is created."""
@@ -95,6 +110,7 @@ async def test_client_tool_colliding_with_an_agent_tool_is_400(api: Any) -> None
     assert response.status_code == 400
     assert {"field": "options.client_tools", "reason": "name_collision"} in error_of(response)["details"]["fields"]
     assert await count(api.service, threads) == 0 and await count(api.service, runs) == 0
-    fine = await create_thread(api.client, key, agent="scripted", idempotency_key="ok",
-                               options={"script": "step", "client_tools": [WEATHER]})  # fmt: skip
+    fine = await create_thread(
+        api.client, key, agent="scripted", idempotency_key="ok", options={"script": "step", "client_tools": [WEATHER]}
+    )
     assert fine.status_code == 201

@@ -60,9 +60,16 @@ async def test_a_worker_process_serves_no_console(db: Any) -> None:
 
 
 def test_approve_with_edited_arguments_maps_to_override_args() -> None:
-    answers = ResumeAnswers.model_validate({"approvals": {"a": {"action": "approve", "arguments": {"amount": 40}},
-                                                          "b": {"action": "approve", "arguments": None},
-                                                          "c": {"action": "approve"}}, "calls": {}})  # fmt: skip
+    answers = ResumeAnswers.model_validate(
+        {
+            "approvals": {
+                "a": {"action": "approve", "arguments": {"amount": 40}},
+                "b": {"action": "approve", "arguments": None},
+                "c": {"action": "approve"},
+            },
+            "calls": {},
+        }
+    )
     results = answers.to_results()
     assert results.approvals["a"] == ToolApproved(override_args={"amount": 40})
     assert results.approvals["b"] == ToolApproved() and results.approvals["c"] == ToolApproved()

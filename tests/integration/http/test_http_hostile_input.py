@@ -33,8 +33,12 @@ from http_support import TEXT, Key, client_for, create_thread, error_of, new_key
 
 HUGE = "\u2063huge\u2063"
 """Stands for the literal `1e400` (a number JSON allows and a double cannot hold) in generated bodies."""
-PENDING = {"approvals": [{"tool_call_id": "call_1", "tool_name": "refund", "arguments": {}, "kind": "approval",
-                          "metadata": {}}], "calls": []}  # fmt: skip
+PENDING = {
+    "approvals": [
+        {"tool_call_id": "call_1", "tool_name": "refund", "arguments": {}, "kind": "approval", "metadata": {}}
+    ],
+    "calls": [],
+}
 HOSTILE_TEXT = st.sampled_from(["\x00", "\ud800", "\udfff", "a\x00b", "x" * 300, "", "\u2028", "é"]) | st.text(
     st.characters(codec=None, categories=None), max_size=8
 )
@@ -95,8 +99,14 @@ class World:
         }
 
     def path(self, template: str, hostile_id: str | None) -> str:
-        ids = {"thread": self.thread_id, "entry": self.entry_id, "run": self.run_id, "key": self.admin.id,
-               "sub": self.sub_id, "delivery": "dlv_" + "0" * 32}  # fmt: skip
+        ids = {
+            "thread": self.thread_id,
+            "entry": self.entry_id,
+            "run": self.run_id,
+            "key": self.admin.id,
+            "sub": self.sub_id,
+            "delivery": "dlv_" + "0" * 32,
+        }
         if hostile_id is not None:
             ids = dict.fromkeys(ids, hostile_id)
         encoded = {name: quote(value.encode("utf-8", "surrogatepass"), safe="") for name, value in ids.items()}
@@ -119,17 +129,28 @@ async def world(db: Any) -> AsyncIterator[World]:
         created = (await create_thread(client, admin, idempotency_key="setup")).json()
         run_id = created["run"]["id"]
         await seal_run(service, run_id, "waiting", pending=PENDING)
-        queued = await client.post(f"/v1/threads/{created['thread']['id']}/inbox", json={"input": text("later")},
-                                   headers=admin.headers("setup-2"))  # fmt: skip
+        queued = await client.post(
+            f"/v1/threads/{created['thread']['id']}/inbox",
+            json={"input": text("later")},
+            headers=admin.headers("setup-2"),
+        )
         assert queued.status_code == 201, queued.text
         subscription = await client.post(
-            "/v1/subscriptions", json={"name": "hooks", "url": "http://127.0.0.1:9/h", "events": ["run.accepted"]},
+            "/v1/subscriptions",
+            json={"name": "hooks", "url": "http://127.0.0.1:9/h", "events": ["run.accepted"]},
             headers=admin.headers(),
-        )  # fmt: skip
+        )
         assert subscription.status_code == 201, subscription.text
         assert subscription.headers["cache-control"] == "no-store"  # it carries the signing secret
-        yield World(service, client, admin, created["thread"]["id"], queued.json()["entry"]["id"], run_id,
-                    subscription.json()["id"])  # fmt: skip
+        yield World(
+            service,
+            client,
+            admin,
+            created["thread"]["id"],
+            queued.json()["entry"]["id"],
+            run_id,
+            subscription.json()["id"],
+        )
 
 
 async def snapshot(service: Service) -> dict[str, tuple[int, int]]:
@@ -165,8 +186,23 @@ def mutated(body: dict[str, Any], mode: str, field: str, value: Any, hostile: st
 def requests(draw: st.DrawFn) -> tuple[tuple[str, str], str, str, Any, str, str | None]:
     route = draw(st.sampled_from(ROUTES))
     mode = draw(st.sampled_from(["option", "option", "text", "text", "field", "whole"]))
-    field = draw(st.sampled_from(["input", "options", "name", "permissions", "entry_ids", "approvals", "calls", "url",
-                                  "events", "agent", "\x00"]))  # fmt: skip
+    field = draw(
+        st.sampled_from(
+            [
+                "input",
+                "options",
+                "name",
+                "permissions",
+                "entry_ids",
+                "approvals",
+                "calls",
+                "url",
+                "events",
+                "agent",
+                "\x00",
+            ]
+        )
+    )
     value = draw(json_values)
     hostile = draw(HOSTILE_TEXT)
     hostile_id = draw(st.none() | st.none() | st.none() | HOSTILE_TEXT)
@@ -174,14 +210,22 @@ def requests(draw: st.DrawFn) -> tuple[tuple[str, str], str, str, Any, str, str 
 
 
 ROUTES: list[tuple[str, str]] = [
-    ("POST", "/v1/threads"), ("POST", "/v1/threads/{thread}/inbox"), ("PATCH", "/v1/threads/{thread}/inbox/{entry}"),
-    ("PUT", "/v1/threads/{thread}/inbox/order"), ("POST", "/v1/runs/{run}/resume"), ("POST", "/v1/runs/{run}/fork"),
-    ("POST", "/v1/keys"), ("PATCH", "/v1/keys/{key}"), ("POST", "/v1/subscriptions"),
-    ("PATCH", "/v1/subscriptions/{sub}"), ("POST", "/v1/threads/{thread}/archive"),
+    ("POST", "/v1/threads"),
+    ("POST", "/v1/threads/{thread}/inbox"),
+    ("PATCH", "/v1/threads/{thread}/inbox/{entry}"),
+    ("PUT", "/v1/threads/{thread}/inbox/order"),
+    ("POST", "/v1/runs/{run}/resume"),
+    ("POST", "/v1/runs/{run}/fork"),
+    ("POST", "/v1/keys"),
+    ("PATCH", "/v1/keys/{key}"),
+    ("POST", "/v1/subscriptions"),
+    ("PATCH", "/v1/subscriptions/{sub}"),
+    ("POST", "/v1/threads/{thread}/archive"),
     ("POST", "/v1/runs/{run}/interrupt"),
-    ("DELETE", "/v1/threads/{thread}/inbox/{entry}"), ("DELETE", "/v1/subscriptions/{sub}"),
+    ("DELETE", "/v1/threads/{thread}/inbox/{entry}"),
+    ("DELETE", "/v1/subscriptions/{sub}"),
     ("POST", "/v1/subscriptions/{sub}/deliveries/{delivery}/redeliver"),
-]  # fmt: skip
+]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -258,20 +302,27 @@ async def test_bad_json_is_400_with_field_and_reason(world: World, body: bytes, 
     assert await snapshot(world.service) == before
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "application/xml",
-                                          "application/json; charset=latin-1"])  # fmt: skip
+@pytest.mark.parametrize(
+    "content_type",
+    ["text/plain", "application/x-www-form-urlencoded", "application/xml", "application/json; charset=latin-1"],
+)
 async def test_non_json_media_type_is_415(world: World, content_type: str) -> None:
     """S-96 refined by issue 14: a body that is not declared JSON → 415 `unsupported_media_type`."""
-    response = await post(world, "/v1/threads", json.dumps({"agent": "demo", "input": TEXT}).encode(),
-                          **{"Content-Type": content_type})  # fmt: skip
+    response = await post(
+        world, "/v1/threads", json.dumps({"agent": "demo", "input": TEXT}).encode(), **{"Content-Type": content_type}
+    )
     assert response.status_code == 415
     assert error_of(response)["code"] == "unsupported_media_type"
 
 
 async def test_two_idempotency_keys_are_400(world: World) -> None:
     """§8.2, S-93: two `Idempotency-Key` headers are ambiguous → 400 `duplicated`, not silently the first."""
-    headers = [("Authorization", f"Bearer {world.admin.secret}"), ("Idempotency-Key", "a"), ("Idempotency-Key", "b"),
-               ("Content-Type", "application/json")]  # fmt: skip
+    headers = [
+        ("Authorization", f"Bearer {world.admin.secret}"),
+        ("Idempotency-Key", "a"),
+        ("Idempotency-Key", "b"),
+        ("Content-Type", "application/json"),
+    ]
     body = json.dumps({"agent": "demo", "input": TEXT}).encode()
     response = await world.client.post("/v1/threads", content=body, headers=headers)
     assert response.status_code == 400
@@ -314,8 +365,11 @@ async def test_message_larger_than_the_inbox_is_413(db: Any) -> None:
         await seal_run(service, run, "completed")
         before = await snapshot(service)
         big = {"input": text("x" * 80 * 1024)}
-        routes = (("/v1/threads", big | {"agent": "demo"}), (f"/v1/threads/{thread}/inbox", big),
-                  (f"/v1/runs/{run}/fork", big))  # fmt: skip
+        routes = (
+            ("/v1/threads", big | {"agent": "demo"}),
+            (f"/v1/threads/{thread}/inbox", big),
+            (f"/v1/runs/{run}/fork", big),
+        )
         for path, body in routes:
             response = await client.post(path, json=body, headers=key.headers("big"))
             assert response.status_code == 413, response.text

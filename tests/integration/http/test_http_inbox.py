@@ -8,8 +8,19 @@ from typing import Any
 from commands.helpers import seal_run
 from http_support import TEXT, app_for, client_for, create_thread, error_of, new_key, text
 
-ENTRY_FIELDS = {"id", "thread_id", "kind", "delivery", "position", "status", "agent", "assigned_run_id", "failure",
-                "created_at", "finished_at"}  # fmt: skip
+ENTRY_FIELDS = {
+    "id",
+    "thread_id",
+    "kind",
+    "delivery",
+    "position",
+    "status",
+    "agent",
+    "assigned_run_id",
+    "failure",
+    "created_at",
+    "finished_at",
+}
 
 
 async def _waiting_thread(client: Any, service: Any, key: Any, posts: int = 2) -> tuple[str, list[str]]:
@@ -19,8 +30,9 @@ async def _waiting_thread(client: Any, service: Any, key: Any, posts: int = 2) -
     thread_id = created["thread"]["id"]
     ids = []
     for i in range(posts):
-        posted = await client.post(f"/v1/threads/{thread_id}/inbox", json={"input": text(f"m{i}")},
-                                   headers=key.headers(f"p{i}"))  # fmt: skip
+        posted = await client.post(
+            f"/v1/threads/{thread_id}/inbox", json={"input": text(f"m{i}")}, headers=key.headers(f"p{i}")
+        )
         ids.append(posted.json()["entry"]["id"])
     return thread_id, ids
 
@@ -102,14 +114,16 @@ async def test_non_pending_and_foreign_entries(api: Any) -> None:
     key = await api.key()
     thread_id, ids = await _waiting_thread(api.client, api.service, key)
     etag = await _etag(api.client, key, thread_id)
-    etag = (await api.client.delete(f"/v1/threads/{thread_id}/inbox/{ids[1]}", headers=key.headers(If_Match=etag))
-            ).headers["etag"]  # fmt: skip
+    etag = (
+        await api.client.delete(f"/v1/threads/{thread_id}/inbox/{ids[1]}", headers=key.headers(If_Match=etag))
+    ).headers["etag"]
     again = await api.client.delete(f"/v1/threads/{thread_id}/inbox/{ids[1]}", headers=key.headers(If_Match=etag))
     assert again.status_code == 409
     assert error_of(again)["details"] == {"reason": "entry_withdrawn", "kind": "entry", "id": ids[1]}
     colleague = await api.key(key.workspace_id)
-    other = await api.client.patch(f"/v1/threads/{thread_id}/inbox/{ids[0]}", json={"input": TEXT},
-                                   headers=colleague.headers(If_Match=etag))  # fmt: skip
+    other = await api.client.patch(
+        f"/v1/threads/{thread_id}/inbox/{ids[0]}", json={"input": TEXT}, headers=colleague.headers(If_Match=etag)
+    )
     assert other.status_code == 403 and error_of(other)["details"]["reason"] == "not_submitter"
     stranger = await api.key()
     for response in (
@@ -130,8 +144,11 @@ async def test_reorder(api: Any) -> None:
     wrong = await api.client.put(path, json={"entry_ids": [ids[0], "ent_x"]}, headers=key.headers(If_Match=etag))
     assert wrong.status_code == 400
     details = error_of(wrong)["details"]
-    assert (details["reason"], details["missing"], details["unexpected"]) == ("inbox_order_mismatch", ids[1:],
-                                                                              ["ent_x"])  # fmt: skip
+    assert (details["reason"], details["missing"], details["unexpected"]) == (
+        "inbox_order_mismatch",
+        ids[1:],
+        ["ent_x"],
+    )
     order = [ids[2], ids[1], ids[0]]
     reordered = await api.client.put(path, json={"entry_ids": order}, headers=key.headers(If_Match=etag))
     assert reordered.status_code == 200, reordered.text
@@ -141,8 +158,9 @@ async def test_reorder(api: Any) -> None:
     assert reordered.headers["etag"] != etag
     listed = (await api.client.get(f"/v1/threads/{thread_id}/inbox?status=pending", headers=key.headers())).json()
     assert [entry["id"] for entry in listed["items"]] == order
-    archived = await api.client.post(f"/v1/threads/{thread_id}/archive",
-                                     headers=key.headers(If_Match=reordered.headers["etag"]))  # fmt: skip
+    archived = await api.client.post(
+        f"/v1/threads/{thread_id}/archive", headers=key.headers(If_Match=reordered.headers["etag"])
+    )
     late = await api.client.put(path, json={"entry_ids": []}, headers=key.headers(If_Match=archived.headers["etag"]))
     assert late.status_code == 409 and error_of(late)["details"]["reason"] == "archived"
 
@@ -155,10 +173,16 @@ async def test_edit_beyond_the_inbox_bytes_is_429(db: Any) -> None:
         key = await new_key(app.state.service)
         thread_id, ids = await _waiting_thread(client, app.state.service, key, posts=2)
         etag = await _etag(client, key, thread_id)
-        response = await client.patch(f"/v1/threads/{thread_id}/inbox/{ids[0]}", json={"input": text("x" * 250)},
-                                      headers=key.headers(If_Match=etag))  # fmt: skip
-        too_large = await client.patch(f"/v1/threads/{thread_id}/inbox/{ids[0]}", json={"input": text("x" * 400)},
-                                       headers=key.headers(If_Match=etag))  # fmt: skip
+        response = await client.patch(
+            f"/v1/threads/{thread_id}/inbox/{ids[0]}",
+            json={"input": text("x" * 250)},
+            headers=key.headers(If_Match=etag),
+        )
+        too_large = await client.patch(
+            f"/v1/threads/{thread_id}/inbox/{ids[0]}",
+            json={"input": text("x" * 400)},
+            headers=key.headers(If_Match=etag),
+        )
     assert response.status_code == 429 and response.headers["retry-after"] == "1", response.text
     assert error_of(response)["code"] == "rate_limited"
     assert too_large.status_code == 413 and error_of(too_large)["code"] == "payload_too_large"

@@ -16,8 +16,10 @@ from candor.service.settings import ServiceSettings
 from commands.helpers import seal_run
 from http_support import TEXT, client_for, create_thread, error_of, new_key
 
-ANSWERS = {"approvals": {"a1": {"action": "deny", "reason": "not today"}},
-           "calls": {"c1": {"status": "returned", "value": 42}}}  # fmt: skip
+ANSWERS = {
+    "approvals": {"a1": {"action": "deny", "reason": "not today"}},
+    "calls": {"c1": {"status": "returned", "value": 42}},
+}
 
 
 async def _threads(api: Any, key: Any, **query: Any) -> Any:
@@ -49,8 +51,9 @@ async def test_threads_list_pages_newest_first_and_filters(api: Any) -> None:
     second = await _threads(api, key, limit=2, cursor=first["next_cursor"])
     third = await _threads(api, key, limit=2, cursor=second["next_cursor"])
     assert _ids(first) + _ids(second) + _ids(third) == ids[::-1] and third["next_cursor"] is None
-    misused = await api.client.get("/v1/threads", params={"agent": "demo", "cursor": first["next_cursor"]},
-                                   headers=key.headers())  # fmt: skip
+    misused = await api.client.get(
+        "/v1/threads", params={"agent": "demo", "cursor": first["next_cursor"]}, headers=key.headers()
+    )
     assert misused.status_code == 400 and error_of(misused)["code"] == "invalid_cursor"
 
     assert _ids(await _threads(api, key, agent="other")) == [ids[2]]
@@ -127,8 +130,9 @@ async def test_state_filter_agrees_with_the_derived_state(api: Any) -> None:
 
     every = (await _threads(api, key, limit=100))["items"]
     derived = {thread["id"]: thread["state"] for thread in every}
-    assert sorted(derived.values()) == sorted(["active", "waiting", "active", "idle", "waiting", "paused", "paused",
-                                               "idle", "archived", "archived"])  # fmt: skip
+    assert sorted(derived.values()) == sorted(
+        ["active", "waiting", "active", "idle", "waiting", "paused", "paused", "idle", "archived", "archived"]
+    )
     for state in ("archived", "active", "waiting", "paused", "idle"):
         listed = _ids(await _threads(api, key, state=state, limit=100))
         assert sorted(listed) == sorted(t for t, s in derived.items() if s == state), state
@@ -168,13 +172,17 @@ async def test_tools_say_which_are_retry_safe(db: Any, tmp_path: Any) -> None:
     factories = {"e2e": "serve_agents:factory"}
     service = Service(
         settings=ServiceSettings(database={"url": db.url}, agents={"e2e": {"factory": factories["e2e"]}}),
-        engine=db.engine, agents=AgentRegistry(factories), entropy=SystemEntropy(), wakeups=asyncio.Event(),
-    )  # fmt: skip
+        engine=db.engine,
+        agents=AgentRegistry(factories),
+        entropy=SystemEntropy(),
+        wakeups=asyncio.Event(),
+    )
     key = await new_key(service, None, ("read", "run"))
     weather = {"name": "get_weather", "description": "Local weather.", "parameters": {"type": "object"}}
     async with client_for(create_app(service, role="all")) as client:
-        built = await create_thread(client, key, agent="e2e", idempotency_key="a",
-                                    options={"workdir": str(tmp_path), "client_tools": [weather]})  # fmt: skip
+        built = await create_thread(
+            client, key, agent="e2e", idempotency_key="a", options={"workdir": str(tmp_path), "client_tools": [weather]}
+        )
         tools = await client.get(f"/v1/runs/{built.json()['run']['id']}/tools", headers=key.headers())
         assert tools.status_code == 200, tools.text
         assert tools.json()["complete"] is True

@@ -47,9 +47,21 @@ async def test_read_run_and_attempts(api: Any) -> None:
     attempt_id = await claim_run(api.service, run_id)
     attempts = (await api.client.get(f"/v1/runs/{run_id}/attempts", headers=key.headers())).json()["items"]
     assert [a["id"] for a in attempts] == [attempt_id]
-    assert set(attempts[0]) == {"id", "run_id", "number", "status", "start_reason", "replaces_attempt_id",
-                                "worker_id", "lease_expires_at", "yield_reason", "failure", "created_at",
-                                "started_at", "finished_at"}  # fmt: skip
+    assert set(attempts[0]) == {
+        "id",
+        "run_id",
+        "number",
+        "status",
+        "start_reason",
+        "replaces_attempt_id",
+        "worker_id",
+        "lease_expires_at",
+        "yield_reason",
+        "failure",
+        "created_at",
+        "started_at",
+        "finished_at",
+    }
     assert (attempts[0]["number"], attempts[0]["status"], attempts[0]["start_reason"]) == (1, "leased", "initial")
     running = (await api.client.get(f"/v1/runs/{run_id}", headers=key.headers())).json()
     assert (running["status"], running["current_attempt_id"], running["attempts"]) == ("running", attempt_id, 1)
@@ -87,8 +99,7 @@ async def test_fork(api: Any) -> None:
     assert (body["thread"]["origin"], body["thread"]["origin_run_id"]) == ("fork", origin)
     assert body["thread"]["origin_thread_id"] == created["thread"]["id"]
     assert (body["run"]["lineage"], body["run"]["parent_run_id"], body["run"]["trigger"]) == ("fork", origin, "input")
-    replay = await api.client.post(f"/v1/runs/{origin}/fork", json={"input": text("branch")},
-                                   headers=key.headers("f"))  # fmt: skip
+    replay = await api.client.post(f"/v1/runs/{origin}/fork", json={"input": text("branch")}, headers=key.headers("f"))
     assert replay.status_code == 200 and replay.json()["thread"]["id"] == body["thread"]["id"]
 
 
@@ -108,8 +119,10 @@ async def test_resume_creates_the_successor(api: Any) -> None:
     assert response.headers["etag"] == f'"{view["id"]}:{view["version"]}"'
     stored = await run_row(api.service, view["id"])
     assert (stored.options, stored.principal_id, stored.authority) == (
-        waiting.options, waiting.principal_id, waiting.authority
-    )  # fmt: skip
+        waiting.options,
+        waiting.principal_id,
+        waiting.authority,
+    )
     assert stored.resumed_by_id == helper.id and stored.resume == body
     assert (await run_row(api.service, waiting.id)).status == "waiting"
     thread = (await api.client.get(f"/v1/threads/{waiting.thread_id}", headers=owner.headers())).json()
@@ -137,15 +150,28 @@ async def test_resume_coverage_mismatch(api: Any) -> None:
     waiting = await _waiting(api, key)
     cases: list[tuple[dict[str, Any], dict[str, Any]]] = [
         ({"approvals": {}, "calls": ANSWERS["calls"]}, {"field": "approvals", "missing": ["a1"], "unexpected": []}),
-        (ANSWERS | {"calls": {"c1": ANSWERS["calls"]["c1"], "zz": {"status": "failed", "message": "no"}}},
-         {"field": "calls", "missing": [], "unexpected": ["zz"]}),
-        ({"approvals": {"a2": {"action": "deny"}}, "calls": {}},
-         {"field": "body", "missing": ["a1", "c1"], "unexpected": ["a2"], "misplaced": []}),
-        ({"approvals": {"c1": {"action": "approve"}}, "calls": {"a1": {"status": "returned", "value": 1}}},
-         {"field": "body", "missing": ["a1", "c1"], "unexpected": ["a1", "c1"], "misplaced": ["a1", "c1"],
-          "by_field": {"approvals": {"missing": ["a1"], "unexpected": ["c1"]},
-                       "calls": {"missing": ["c1"], "unexpected": ["a1"]}}}),
-    ]  # fmt: skip
+        (
+            ANSWERS | {"calls": {"c1": ANSWERS["calls"]["c1"], "zz": {"status": "failed", "message": "no"}}},
+            {"field": "calls", "missing": [], "unexpected": ["zz"]},
+        ),
+        (
+            {"approvals": {"a2": {"action": "deny"}}, "calls": {}},
+            {"field": "body", "missing": ["a1", "c1"], "unexpected": ["a2"], "misplaced": []},
+        ),
+        (
+            {"approvals": {"c1": {"action": "approve"}}, "calls": {"a1": {"status": "returned", "value": 1}}},
+            {
+                "field": "body",
+                "missing": ["a1", "c1"],
+                "unexpected": ["a1", "c1"],
+                "misplaced": ["a1", "c1"],
+                "by_field": {
+                    "approvals": {"missing": ["a1"], "unexpected": ["c1"]},
+                    "calls": {"missing": ["c1"], "unexpected": ["a1"]},
+                },
+            },
+        ),
+    ]
     for number, (body, expected) in enumerate(cases):
         response = await _resume(api, key, waiting.id, body, f"r{number}")
         assert response.status_code == 400
@@ -167,14 +193,16 @@ async def test_resume_shape_limits(api: Any) -> None:
     many = {f"c{i}": {"status": "returned", "value": i} for i in range(129)}
     huge = ANSWERS | {"calls": {"c1": {"status": "returned", "value": "x" * (256 * 1024)}}}
     cases: list[tuple[dict[str, Any], dict[str, Any] | None]] = [
-        (ANSWERS | {"calls": {"a1": {"status": "returned", "value": 1}}}, {"field": "calls",
-                                                                           "reason": "id_also_in_approvals"}),
+        (
+            ANSWERS | {"calls": {"a1": {"status": "returned", "value": 1}}},
+            {"field": "calls", "reason": "id_also_in_approvals"},
+        ),
         ({"approvals": {}, "calls": many}, {"field": "body", "reason": "too_many_results"}),
         (huge, {"field": "body", "reason": "too_large"}),
         ({"calls": ANSWERS["calls"]}, {"field": "approvals", "reason": "required"}),
         ({"approvals": {"a1": {"action": "maybe"}}, "calls": {}}, None),
         (ANSWERS | {"extra": True}, {"field": "extra", "reason": "unknown_field"}),
-    ]  # fmt: skip
+    ]
     for number, (body, field) in enumerate(cases):
         response = await _resume(api, key, waiting.id, body, f"r{number}")
         assert response.status_code == 400, body.keys()
@@ -241,8 +269,9 @@ async def test_waiting_run_view_shows_pending(api: Any) -> None:
     assert view["status"] == "waiting" and view["wait_reason"] == "call"
     assert view["pending"]["approvals"] == []
     assert [(c["tool_call_id"], c["tool_name"], c["arguments"]) for c in view["pending"]["calls"]] == [
-        ("c1", "lookup", {"q": "x"}), ("c2", "lookup", {"q": "x"}),
-    ]  # fmt: skip
+        ("c1", "lookup", {"q": "x"}),
+        ("c2", "lookup", {"q": "x"}),
+    ]
 
 
 async def test_run_messages_are_paged_by_index(api: Any) -> None:
@@ -257,8 +286,10 @@ async def test_run_messages_are_paged_by_index(api: Any) -> None:
     empty = await api.client.get(path, headers=key.headers())
     assert empty.status_code == 200 and empty.json() == {"items": [], "next_cursor": None}
     await claim_run(api.service, run_id)
-    added = [ModelResponse(parts=[TextPart(content=f"answer {n}")], timestamp=_T, run_id="pydantic-ai-internal")
-             for n in range(3)]  # fmt: skip
+    added = [
+        ModelResponse(parts=[TextPart(content=f"answer {n}")], timestamp=_T, run_id="pydantic-ai-internal")
+        for n in range(3)
+    ]
     run = await run_row(api.service, run_id)
     assert run.start_checkpoint_id is not None
     await commit_history(api.service, run, [*imported, *added], base=(run.start_checkpoint_id, imported), seq=1)

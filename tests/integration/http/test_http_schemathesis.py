@@ -71,8 +71,12 @@ URL = f"sqlite:///{_DIRECTORY / 'candor.db'}"
 _SETTINGS = ServiceSettings(database={"url": URL}, agents={"demo": {"factory": "worker.support:factory"}})
 # Each generated case runs the app on a fresh event loop (starlette's TestClient): no pooled connections.
 _ENGINE = create_engine(URL, timeout=5, poolclass=NullPool)
-_SERVICE = Service(settings=_SETTINGS, engine=_ENGINE, agents=AgentRegistry({"demo": "worker.support:factory"}),
-                   entropy=SystemEntropy())  # fmt: skip
+_SERVICE = Service(
+    settings=_SETTINGS,
+    engine=_ENGINE,
+    agents=AgentRegistry({"demo": "worker.support:factory"}),
+    entropy=SystemEntropy(),
+)
 APP = create_app(_SERVICE, role="all", readiness=Readiness(started=True))
 APP.state.stream_timing = StreamTiming(poll_seconds=0.02, max_seconds=0.1)
 schema = schemathesis.openapi.from_asgi("/v1/openapi.json", APP)

@@ -47,8 +47,9 @@ def named(events: list[Event]) -> list[Event]:
     return [event for event in events if "event" in event]
 
 
-async def read_stream(api: Any, key: Any, thread_id: str, *, last_event_id: str | None = None,
-                      **timing: Any) -> tuple[Any, list[Event]]:  # fmt: skip
+async def read_stream(
+    api: Any, key: Any, thread_id: str, *, last_event_id: str | None = None, **timing: Any
+) -> tuple[Any, list[Event]]:
     api.app.state.stream_timing = StreamTiming(**({"poll_seconds": 0.02, "max_seconds": 0.15} | timing))
     headers = key.headers()
     if last_event_id is not None:
@@ -68,14 +69,32 @@ async def add_entries(api: Any, key: Any, thread_id: str, specs: list[tuple[str,
     """Stored entries `(run_id, attempt, sequence, type)` chained through `prev`, as the worker writes them."""
     ids: list[int] = []
     async with api.service.engine.begin() as conn:
-        prev = (await conn.execute(
-            select(func.max(stream_entries.c.id)).where(stream_entries.c.thread_id == thread_id))).scalar_one_or_none()  # fmt: skip
+        prev = (
+            await conn.execute(select(func.max(stream_entries.c.id)).where(stream_entries.c.thread_id == thread_id))
+        ).scalar_one_or_none()
         for run_id, attempt, sequence, kind in specs:
             payload: dict[str, Any] = {"prev": prev}
-            payload |= {"event": {"event_kind": "part_delta", "n": sequence}} if kind == "delta" else {"checkpoint_seq": sequence}  # fmt: skip
-            new_id = (await conn.execute(insert(stream_entries).values(
-                workspace_id=key.workspace_id, thread_id=thread_id, run_id=run_id, attempt=attempt, sequence=sequence,
-                type=kind, payload=payload, created_at=db_now()).returning(stream_entries.c.id))).scalar_one()  # fmt: skip
+            payload |= (
+                {"event": {"event_kind": "part_delta", "n": sequence}}
+                if kind == "delta"
+                else {"checkpoint_seq": sequence}
+            )
+            new_id = (
+                await conn.execute(
+                    insert(stream_entries)
+                    .values(
+                        workspace_id=key.workspace_id,
+                        thread_id=thread_id,
+                        run_id=run_id,
+                        attempt=attempt,
+                        sequence=sequence,
+                        type=kind,
+                        payload=payload,
+                        created_at=db_now(),
+                    )
+                    .returning(stream_entries.c.id)
+                )
+            ).scalar_one()
             ids.append(int(new_id))
             prev = int(new_id)
     return ids
@@ -159,8 +178,11 @@ async def test_the_sealing_commit_streams_its_boundary_and_trimming_covers_the_r
             "checkpoint_seq": run["checkpoint_seq"],
         }
         async with api.service.engine.begin() as conn:
-            await conn.execute(update(stream_entries).where(stream_entries.c.thread_id == thread_id).values(
-                created_at=stream_entries.c.created_at - 11))  # fmt: skip
+            await conn.execute(
+                update(stream_entries)
+                .where(stream_entries.c.thread_id == thread_id)
+                .values(created_at=stream_entries.c.created_at - 11)
+            )
         result = await trim_stream_entries(api.service.engine, trim_seconds=10, ttl_seconds=600, length=100)
         assert result.covered >= len(entries) and result.expired == 0
         _, events = await read_stream(api, key, thread_id)
@@ -255,13 +277,19 @@ async def test_trim_streams_removes_covered_expired_and_overflowing_entries(api:
     await trim_streams(api.service)  # default trim delay 10 s: nothing is old enough yet
     assert await remaining() == ids
     async with api.service.engine.begin() as conn:
-        await conn.execute(update(stream_entries).where(stream_entries.c.id.in_(ids)).values(
-            created_at=stream_entries.c.created_at - 11))  # fmt: skip
+        await conn.execute(
+            update(stream_entries)
+            .where(stream_entries.c.id.in_(ids))
+            .values(created_at=stream_entries.c.created_at - 11)
+        )
     result = await trim_streams(api.service)
     assert await remaining() == ids[2:] and result.covered == 2
     async with api.service.engine.begin() as conn:
-        await conn.execute(update(stream_entries).where(stream_entries.c.id == ids[2]).values(
-            created_at=stream_entries.c.created_at - 600))  # fmt: skip
+        await conn.execute(
+            update(stream_entries)
+            .where(stream_entries.c.id == ids[2])
+            .values(created_at=stream_entries.c.created_at - 600)
+        )
     await trim_streams(api.service)
     assert await remaining() == []
     more = await add_entries(api, key, thread_id, [(RUN, 2, n, "delta") for n in range(1, 6)])

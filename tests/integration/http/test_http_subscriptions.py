@@ -28,10 +28,31 @@ from commands.helpers import make_service
 from http_support import Key, client_for, create_thread, error_of, new_key
 from outbox.support import KEY, KEY_RING, Receiver, outbox_row, outbox_rows
 
-VIEW_FIELDS = {"id", "name", "url", "events", "filter", "enabled", "version", "created_by_id", "updated_by_id",
-               "created_at", "updated_at"}  # fmt: skip
-DELIVERY_FIELDS = {"id", "subscription_id", "event_type", "status", "attempts", "available_at", "last_error",
-                   "created_at", "delivered_at", "settled_at"}  # fmt: skip
+VIEW_FIELDS = {
+    "id",
+    "name",
+    "url",
+    "events",
+    "filter",
+    "enabled",
+    "version",
+    "created_by_id",
+    "updated_by_id",
+    "created_at",
+    "updated_at",
+}
+DELIVERY_FIELDS = {
+    "id",
+    "subscription_id",
+    "event_type",
+    "status",
+    "attempts",
+    "available_at",
+    "last_error",
+    "created_at",
+    "delivered_at",
+    "settled_at",
+}
 
 
 @dataclass
@@ -79,8 +100,9 @@ async def receiver() -> AsyncIterator[Receiver]:
 async def test_create_shows_the_signing_secret_once(hooks: Hooks, receiver: Receiver) -> None:
     """§9.3, §8.3: 201 with the signing secret and an ETag; reads and lists never show it; it is stored encrypted
     with the key ring; the filter's null fields are dropped."""
-    created = await hooks.create(receiver.url, events=["run.failed", "run.accepted"], filter={"agent": "demo",
-                                 "thread_id": None})  # fmt: skip
+    created = await hooks.create(
+        receiver.url, events=["run.failed", "run.accepted"], filter={"agent": "demo", "thread_id": None}
+    )
     assert created.status_code == 201
     body = created.json()
     assert set(body) == VIEW_FIELDS | {"signing_secret"}
@@ -108,8 +130,11 @@ async def test_without_a_key_ring_nothing_is_created(hooks: Hooks, receiver: Rec
     _replace_key_ring(hooks.service, [])
     response = await hooks.create(receiver.url)
     assert response.status_code == 409
-    assert error_of(response)["details"] == {"reason": "signing_secret_unavailable", "kind": "key_ring",
-                                             "id": "security.keys"}  # fmt: skip
+    assert error_of(response)["details"] == {
+        "reason": "signing_secret_unavailable",
+        "kind": "key_ring",
+        "id": "security.keys",
+    }
     assert (await hooks.client.get("/v1/subscriptions", headers=hooks.admin.headers())).json()["items"] == []
 
 
@@ -132,8 +157,11 @@ async def test_invalid_subscriptions_are_refused(hooks: Hooks, receiver: Receive
     for number in range(2):
         assert (await hooks.create(receiver.url, name=f"more-{number}")).status_code == 201
     full = await hooks.create(receiver.url, name="one-too-many")
-    assert error_of(full)["details"] == {"reason": "subscription_limit", "kind": "workspace",
-                                         "id": hooks.admin.workspace_id}  # fmt: skip
+    assert error_of(full)["details"] == {
+        "reason": "subscription_limit",
+        "kind": "workspace",
+        "id": hooks.admin.workspace_id,
+    }
     assert len((await hooks.client.get("/v1/subscriptions", headers=hooks.admin.headers())).json()["items"]) == 3
 
 
@@ -278,17 +306,24 @@ async def test_deliveries_are_paged_newest_first(hooks: Hooks, receiver: Receive
     seen, cursor = [], None
     while True:
         params = {"limit": 2} | ({"cursor": cursor} if cursor else {})
-        page = (await hooks.client.get(f"/v1/subscriptions/{sub_id}/deliveries", params=params,
-                                       headers=hooks.admin.headers())).json()  # fmt: skip
+        page = (
+            await hooks.client.get(
+                f"/v1/subscriptions/{sub_id}/deliveries", params=params, headers=hooks.admin.headers()
+            )
+        ).json()
         seen += [item["id"] for item in page["items"]]
         if (cursor := page["next_cursor"]) is None:
             break
     expected = sorted(rows, key=lambda row: (row["created_at"], row["id"]), reverse=True)
     assert seen == [row["id"] for row in expected]
-    first = (await hooks.client.get(f"/v1/subscriptions/{sub_id}/deliveries", params={"limit": 1},
-                                    headers=hooks.admin.headers())).json()["next_cursor"]  # fmt: skip
-    response = await hooks.client.get(f"/v1/subscriptions/{other_id}/deliveries", params={"cursor": first},
-                                      headers=hooks.admin.headers())  # fmt: skip
+    first = (
+        await hooks.client.get(
+            f"/v1/subscriptions/{sub_id}/deliveries", params={"limit": 1}, headers=hooks.admin.headers()
+        )
+    ).json()["next_cursor"]
+    response = await hooks.client.get(
+        f"/v1/subscriptions/{other_id}/deliveries", params={"cursor": first}, headers=hooks.admin.headers()
+    )
     assert (response.status_code, error_of(response)["code"]) == (400, "invalid_cursor")
 
 
@@ -309,13 +344,18 @@ async def test_other_workspaces_look_unknown(hooks: Hooks, receiver: Receiver) -
         answers = []
         for sub, delivery in ((sub_id, delivery_id), ("sub_" + "0" * 32, "obx_" + "0" * 32)):
             headers = mine.headers(If_Match=f'"{sub}:1"')
-            response = await hooks.client.request(method, template.format(s=sub, d=delivery), headers=headers,
-                                                  json={"enabled": False} if method == "PATCH" else None)  # fmt: skip
+            response = await hooks.client.request(
+                method,
+                template.format(s=sub, d=delivery),
+                headers=headers,
+                json={"enabled": False} if method == "PATCH" else None,
+            )
             error = error_of(response)
             answers.append((response.status_code, error["code"], error["details"]["kind"]))
         assert answers[0] == answers[1] == (404, "not_found", "subscription"), template
-    cross = await hooks.client.post(f"/v1/subscriptions/{mine_sub}/deliveries/{delivery_id}/redeliver",
-                                    headers=mine.headers())  # fmt: skip
+    cross = await hooks.client.post(
+        f"/v1/subscriptions/{mine_sub}/deliveries/{delivery_id}/redeliver", headers=mine.headers()
+    )
     assert (cross.status_code, error_of(cross)["details"]) == (404, {"kind": "delivery", "id": delivery_id})
     listed = await hooks.client.get("/v1/subscriptions", headers=mine.headers())
     assert [item["id"] for item in listed.json()["items"]] == [mine_sub]

@@ -17,14 +17,58 @@ async def test_create_thread(api: Any) -> None:
     assert response.status_code == 201
     body = response.json()
     thread, entry, run = body["thread"], body["entry"], body["run"]
-    assert set(thread) == {"id", "state", "origin", "origin_thread_id", "origin_run_id", "agent", "current_run_id",
-                           "last_run_id", "archived_at", "version", "created_at", "updated_at"}  # fmt: skip
-    assert set(entry) == {"id", "thread_id", "kind", "delivery", "position", "status", "agent", "assigned_run_id",
-                          "failure", "created_at", "finished_at"}  # fmt: skip
-    assert set(run) == {"id", "thread_id", "agent", "principal_id", "status", "trigger", "lineage", "parent_run_id",
-                        "wait_reason", "pending", "output", "failure", "attempts", "max_attempts", "tool_recovery",
-                        "cancel_requested_at", "current_attempt_id", "checkpoint_seq", "usage", "created_at", "started_at", "sealed_at",
-                        "version"}  # fmt: skip
+    assert set(thread) == {
+        "id",
+        "state",
+        "origin",
+        "origin_thread_id",
+        "origin_run_id",
+        "agent",
+        "current_run_id",
+        "last_run_id",
+        "archived_at",
+        "version",
+        "created_at",
+        "updated_at",
+    }
+    assert set(entry) == {
+        "id",
+        "thread_id",
+        "kind",
+        "delivery",
+        "position",
+        "status",
+        "agent",
+        "assigned_run_id",
+        "failure",
+        "created_at",
+        "finished_at",
+    }
+    assert set(run) == {
+        "id",
+        "thread_id",
+        "agent",
+        "principal_id",
+        "status",
+        "trigger",
+        "lineage",
+        "parent_run_id",
+        "wait_reason",
+        "pending",
+        "output",
+        "failure",
+        "attempts",
+        "max_attempts",
+        "tool_recovery",
+        "cancel_requested_at",
+        "current_attempt_id",
+        "checkpoint_seq",
+        "usage",
+        "created_at",
+        "started_at",
+        "sealed_at",
+        "version",
+    }
     assert (thread["state"], thread["origin"], thread["current_run_id"]) == ("active", "new", run["id"])
     assert (entry["status"], entry["assigned_run_id"], entry["position"]) == ("assigned", run["id"], 1)
     assert (run["status"], run["trigger"], run["lineage"], run["agent"]) == ("accepted", "input", "root", "demo")
@@ -40,8 +84,9 @@ async def test_post_to_idle_thread_starts_a_run(api: Any) -> None:
     created = (await create_thread(api.client, key)).json()
     await seal_run(api.service, created["run"]["id"], "completed")
     thread_id = created["thread"]["id"]
-    response = await api.client.post(f"/v1/threads/{thread_id}/inbox", json={"input": text("more")},
-                                     headers=key.headers("p"))  # fmt: skip
+    response = await api.client.post(
+        f"/v1/threads/{thread_id}/inbox", json={"input": text("more")}, headers=key.headers("p")
+    )
     assert response.status_code == 201
     body = response.json()
     assert body["run"]["trigger"] == "input" and body["run"]["lineage"] == "continue"
@@ -106,8 +151,9 @@ async def test_replay_of_a_thread_creation(api: Any) -> None:
         ({"Idempotency-Key": "k" * 513}, "Idempotency-Key", "too_long"),
     ],
 )
-async def test_idempotency_key_is_required_and_checked(api: Any, headers: dict[str, str], field: str,
-                                                       reason: str) -> None:  # fmt: skip
+async def test_idempotency_key_is_required_and_checked(
+    api: Any, headers: dict[str, str], field: str, reason: str
+) -> None:
     """S-93: a keyed endpoint without `Idempotency-Key` → 400; characters outside `!`–`~` or over 512 → 400."""
     key = await api.key()
     created = (await create_thread(api.client, key, idempotency_key="setup")).json()
@@ -141,9 +187,11 @@ async def test_archive_requires_the_thread_etag(api: Any) -> None:
         response = await api.client.post(path, headers=key.headers(If_Match=stale))
         assert response.status_code == 412, stale
         assert error_of(response) | {"request_id": None} == {
-            "code": "precondition_failed", "message": error_of(response)["message"],
-            "details": {"current_etag": current}, "request_id": None,
-        }  # fmt: skip
+            "code": "precondition_failed",
+            "message": error_of(response)["message"],
+            "details": {"current_etag": current},
+            "request_id": None,
+        }
     archived = await api.client.post(path, headers=key.headers(If_Match=current))
     assert archived.status_code == 200
     assert archived.json()["state"] == "archived" and archived.json()["archived_at"] is not None
@@ -161,8 +209,9 @@ async def _thread_with_runs(api: Any, key: Any, count: int, *, name: str = "t") 
     thread_id, run_ids = created["thread"]["id"], [created["run"]["id"]]
     for number in range(count - 1):
         await seal_run(api.service, run_ids[-1], "completed")
-        posted = await api.client.post(f"/v1/threads/{thread_id}/inbox", json={"input": TEXT},
-                                       headers=key.headers(f"{name}-p{number}"))  # fmt: skip
+        posted = await api.client.post(
+            f"/v1/threads/{thread_id}/inbox", json={"input": TEXT}, headers=key.headers(f"{name}-p{number}")
+        )
         run_ids.append(posted.json()["run"]["id"])
     return thread_id, run_ids
 

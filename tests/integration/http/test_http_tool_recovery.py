@@ -19,8 +19,10 @@ from http_support import TEXT, create_thread, error_of
 def _with_agent_modes(api: Any, **modes: str) -> None:
     """Reconfigure the `api` service's agents with these `tool_recovery` settings (the factories stay)."""
     settings = api.service.settings
-    agents = {name: {"factory": section.factory, "tool_recovery": modes.get(name, section.tool_recovery)}
-              for name, section in settings.agents.items()}  # fmt: skip
+    agents = {
+        name: {"factory": section.factory, "tool_recovery": modes.get(name, section.tool_recovery)}
+        for name, section in settings.agents.items()
+    }
     api.service.settings = ServiceSettings(database={"url": settings.database.url}, agents=agents)
 
 
@@ -40,10 +42,12 @@ async def test_invalid_option_is_400_everywhere(api: Any, value: Any) -> None:
     assert await count(api.service, threads) == 0 and await count(api.service, runs) == 0
     created = await create_thread(api.client, key, idempotency_key="ok")
     thread_id, run_id = created.json()["thread"]["id"], created.json()["run"]["id"]
-    posted = await api.client.post(f"/v1/threads/{thread_id}/inbox", json={"input": TEXT, "options": options},
-                                   headers=key.headers("p"))  # fmt: skip
-    forked = await api.client.post(f"/v1/runs/{run_id}/fork", json={"input": TEXT, "options": options},
-                                   headers=key.headers("f"))  # fmt: skip
+    posted = await api.client.post(
+        f"/v1/threads/{thread_id}/inbox", json={"input": TEXT, "options": options}, headers=key.headers("p")
+    )
+    forked = await api.client.post(
+        f"/v1/runs/{run_id}/fork", json={"input": TEXT, "options": options}, headers=key.headers("f")
+    )
     for other in (posted, forked):
         assert other.status_code == 400
         assert error_of(other)["details"]["fields"] == [problem]
@@ -68,8 +72,9 @@ async def test_string_values_get_the_specific_reason(api: Any) -> None:
         ("always", "declared", "declared"),
     ],
 )
-async def test_run_records_and_shows_its_mode(api: Any, agent_mode: str | None, option: str | None,
-                                              expected: str) -> None:  # fmt: skip
+async def test_run_records_and_shows_its_mode(
+    api: Any, agent_mode: str | None, option: str | None, expected: str
+) -> None:
     """Issue 13 item 1: the run's mode is its option, else its agent's setting, else "declared"; it is recorded on
     the run at acceptance and shown on the run view (create response and GET)."""
     if agent_mode is not None:
@@ -102,12 +107,16 @@ async def test_steer_with_another_mode_is_409(api: Any) -> None:
     created = await create_thread(api.client, key, options={"tool_recovery": "never"})
     thread_id = created.json()["thread"]["id"]
     steer = {"input": TEXT, "delivery": "steer"}
-    other = await api.client.post(f"/v1/threads/{thread_id}/inbox", headers=key.headers("a"),
-                                  json=steer | {"options": {"tool_recovery": "always"}})  # fmt: skip
+    other = await api.client.post(
+        f"/v1/threads/{thread_id}/inbox",
+        headers=key.headers("a"),
+        json=steer | {"options": {"tool_recovery": "always"}},
+    )
     assert other.status_code == 409
     assert error_of(other)["details"]["reason"] == "run_configuration_immutable"
-    same = await api.client.post(f"/v1/threads/{thread_id}/inbox", headers=key.headers("b"),
-                                 json=steer | {"options": {"tool_recovery": "never"}})  # fmt: skip
+    same = await api.client.post(
+        f"/v1/threads/{thread_id}/inbox", headers=key.headers("b"), json=steer | {"options": {"tool_recovery": "never"}}
+    )
     assert same.status_code == 201, same.text
 
 

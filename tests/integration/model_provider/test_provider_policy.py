@@ -87,14 +87,19 @@ def _env(agent: str, section: dict[str, Any]) -> dict[str, str]:
 
 
 def test_model_settings_load_from_the_environment() -> None:
-    section = {"factory": FACTORY, "model": {"name": "openai:gpt-4o", "base_url": "https://llm.internal/v1",
-                                             "max_retries": 0}}  # fmt: skip
+    section = {
+        "factory": FACTORY,
+        "model": {"name": "openai:gpt-4o", "base_url": "https://llm.internal/v1", "max_retries": 0},
+    }
     settings = ServiceSettings.load(environ=_env("assistant", section))
     model = settings.agents["assistant"].model
     assert model is not None
     assert (model.name, model.base_url, model.max_retries, model.api_key_env) == (
-        "openai:gpt-4o", "https://llm.internal/v1", 0, "OPENAI_API_KEY",
-    )  # fmt: skip
+        "openai:gpt-4o",
+        "https://llm.internal/v1",
+        0,
+        "OPENAI_API_KEY",
+    )
 
 
 def test_startup_check_refuses_a_missing_key_without_echoing_anything() -> None:

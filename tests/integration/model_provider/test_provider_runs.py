@@ -61,15 +61,20 @@ async def test_text_deltas_reach_the_thread_stream_while_the_provider_streams(db
     with ScriptedOpenAI(billing) as provider:
         service = provider_service(db, provider.base_url)
         accepted = await commands.create_thread(
-            service, _principal(tenant), agent=AGENT, input=content("Charge my card 42 euros."),
-            options={"workdir": str(tmp_path)}, key="k1",
-        )  # fmt: skip
+            service,
+            _principal(tenant),
+            agent=AGENT,
+            input=content("Charge my card 42 euros."),
+            options={"workdir": str(tmp_path)},
+            key="k1",
+        )
         assert accepted.run is not None
         worker = asyncio.create_task(WorkerLoop(service).run_until_idle(timeout=60))
         seen_mid_stream: set[str] = set()
         while not worker.done():
-            entries = await read_stream(db.engine, workspace_id=tenant.workspace_id, thread_id=accepted.thread.id,
-                                        after=None, limit=10_000)  # fmt: skip
+            entries = await read_stream(
+                db.engine, workspace_id=tenant.workspace_id, thread_id=accepted.thread.id, after=None, limit=10_000
+            )
             # read first, then check: the counter only grows, so the entries were there before the end was sent
             if provider.streams_finished < 2:
                 seen_mid_stream.add(_text_deltas(entries).removeprefix("Charging."))

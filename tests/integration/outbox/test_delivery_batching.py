@@ -28,9 +28,17 @@ from outbox.support import outbox_row
 
 def _claimed(attempts: int) -> ClaimedRow:
     return ClaimedRow(
-        id="obx_1", kind="webhook", dedupe_key="k", target="https://example.test/hook", payload={},
-        signing_secret=None, subscription_id=None, attempts=attempts, created_at=0.0, token=b"t" * 16,
-    )  # fmt: skip
+        id="obx_1",
+        kind="webhook",
+        dedupe_key="k",
+        target="https://example.test/hook",
+        payload={},
+        signing_secret=None,
+        subscription_id=None,
+        attempts=attempts,
+        created_at=0.0,
+        token=b"t" * 16,
+    )
 
 
 async def _claim(db: Any, limit: int) -> list[ClaimedRow]:
@@ -55,8 +63,9 @@ async def test_batch_settle_with_one_stale_token_changes_only_the_fresh_rows(db,
     stale = await outbox_row(db.engine, stale_id)
     assert (stale["status"], stale["attempts"], stale["delivered_at"]) == ("pending", 2, None)
     assert stale["lease_token_hash"] is not None  # still the second claimer's lease
-    assert await settle_many(db.engine, [Settlement(row_id=stale_id, token=again.token, outcome="dead",
-                                                    error="x")]) == {stale_id}  # fmt: skip
+    assert await settle_many(
+        db.engine, [Settlement(row_id=stale_id, token=again.token, outcome="dead", error="x")]
+    ) == {stale_id}
     assert {(await outbox_row(db.engine, row_id))["status"] for row_id in ids} == {"delivered", "dead"}
 
 
@@ -66,13 +75,17 @@ async def test_batch_settle_applies_each_outcome_to_its_own_row(db, tenant, rece
     await support.stage_webhooks(db.engine, tenant, url=receiver.url, count=4)
     done, retry, deferred, dead = await _claim(db, 4)
     before = await support.db_time(db.engine)
-    changed = await settle_many(db.engine, [
-        Settlement(row_id=done.id, token=done.token, outcome="delivered"),
-        Settlement(row_id=retry.id, token=retry.token, outcome="retry", error="http_status: 500", delay_seconds=7),
-        Settlement(row_id=deferred.id, token=deferred.token, outcome="deferred", delay_seconds=30,
-                   payload={"after": 5}),
-        Settlement(row_id=dead.id, token=dead.token, outcome="dead", error="target_refused"),
-    ])  # fmt: skip
+    changed = await settle_many(
+        db.engine,
+        [
+            Settlement(row_id=done.id, token=done.token, outcome="delivered"),
+            Settlement(row_id=retry.id, token=retry.token, outcome="retry", error="http_status: 500", delay_seconds=7),
+            Settlement(
+                row_id=deferred.id, token=deferred.token, outcome="deferred", delay_seconds=30, payload={"after": 5}
+            ),
+            Settlement(row_id=dead.id, token=dead.token, outcome="dead", error="target_refused"),
+        ],
+    )
     assert changed == {done.id, retry.id, deferred.id, dead.id}
     rows = {row_id: await outbox_row(db.engine, row_id) for row_id in changed}
     assert rows[done.id]["status"] == "delivered" and rows[done.id]["delivered_at"] is not None
@@ -110,8 +123,9 @@ def test_a_failed_handler_settles_retry_with_backoff_then_dead_at_max_attempts()
     assert (retry.outcome, retry.error) == ("retry", "timeout") and 8 * 0.8 <= retry.delay_seconds <= 8
     dead = settlement_for(_claimed(5), failed, max_attempts=5, rng=rng)
     assert (dead.outcome, dead.error) == ("dead", "timeout")
-    deferred = settlement_for(_claimed(5), HandlerResult(outcome="deferred", delay_seconds=30, payload={"a": 1}),
-                              max_attempts=5, rng=rng)  # fmt: skip
+    deferred = settlement_for(
+        _claimed(5), HandlerResult(outcome="deferred", delay_seconds=30, payload={"a": 1}), max_attempts=5, rng=rng
+    )
     assert (deferred.outcome, deferred.delay_seconds, deferred.payload) == ("deferred", 30, {"a": 1})
 
 

@@ -32,8 +32,9 @@ def test_text_lines_are_key_value_and_reconfiguring_replaces_the_handler(restore
     stream = io.StringIO()
     configure_logging(LogSettings(level="debug", format="json"), io.StringIO())
     configure_logging(LogSettings(level="debug", format="text"), stream)
-    logging.getLogger("candor.http").info("HTTP request", extra={"route": "/v1/threads", "status": 201,
-                                                                 "note": "two words"})  # fmt: skip
+    logging.getLogger("candor.http").info(
+        "HTTP request", extra={"route": "/v1/threads", "status": 201, "note": "two words"}
+    )
     (line,) = stream.getvalue().splitlines()
     assert line.split(" ", 1)[1] == 'INFO candor.http HTTP request route=/v1/threads status=201 note="two words"'
 

@@ -35,11 +35,19 @@ async def leased_run(db: Any, *, source_entry: bool = False) -> Lease:
             entry_id = new_id("ent")
             await conn.execute(
                 insert(inbox_entries).values(
-                    id=entry_id, workspace_id=workspace_id, thread_id=thread_id, kind="message", delivery="next_run",
-                    position=1, payload={"content": []}, size=2, status="assigned", assigned_run_id=run_id,
+                    id=entry_id,
+                    workspace_id=workspace_id,
+                    thread_id=thread_id,
+                    kind="message",
+                    delivery="next_run",
+                    position=1,
+                    payload={"content": []},
+                    size=2,
+                    status="assigned",
+                    assigned_run_id=run_id,
                     created_at=db_now(),
                 )
-            )  # fmt: skip
+            )
             await conn.execute(update(runs).where(runs.c.id == run_id).values(source_entry_id=entry_id))
     [claimed] = await claim_runs(
         db.engine, worker_id="w1", agents={"demo"}, limit=1, lease_seconds=30.0, randbytes=secrets.token_bytes
@@ -65,11 +73,16 @@ async def commit_twice_and_once_refused(db: Any, engine: AsyncEngine) -> None:
     assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # QueuePool's, not on Pool
     second = await asyncio.wait_for(
         commit_checkpoint(
-            engine, lease, expected_seq=1, base_id=first.checkpoint_id, base_encoded=history,
-            new_encoded=encode_history([prompt("go"), *step(1)]), envelope=envelope,
+            engine,
+            lease,
+            expected_seq=1,
+            base_id=first.checkpoint_id,
+            base_encoded=history,
+            new_encoded=encode_history([prompt("go"), *step(1)]),
+            envelope=envelope,
         ),
         timeout=10,
-    )  # fmt: skip
+    )
     assert second.seq == 2
 
 

@@ -358,9 +358,17 @@ async def test_0007_keeps_message_rows_readable_next_to_packed_checkpoints(empty
             await conn.run_sync(_alembic_step("head"))
             grown = [*encoded, *encode_history([ModelRequest(parts=[UserPromptPart(content="new")])])]
             written = await insert_checkpoint(
-                conn, thread_id="thr_1", run_id="run_1", seq=2, attempt=1, base_id="ckp_old",
-                base_encoded=encoded, new_encoded=grown, envelope=envelope, checkpoint_id="ckp_new",
-            )  # fmt: skip
+                conn,
+                thread_id="thr_1",
+                run_id="run_1",
+                seq=2,
+                attempt=1,
+                base_id="ckp_old",
+                base_encoded=encoded,
+                new_encoded=grown,
+                envelope=envelope,
+                checkpoint_id="ckp_new",
+            )
             assert (written.kept, written.count) == (2, 3)
             await conn.execute(sa.text("""UPDATE checkpoints SET usage = '{"requests": 2}' WHERE id = 'ckp_new'"""))
             assert (await load_state(conn, "ckp_old")).encoded == encoded

@@ -42,8 +42,11 @@ async def test_replay_and_target_are_read_together(db: Any) -> None:
         assert (fresh.replay, fresh.target, fresh.thread) == (None, waiting, found.thread)
         elsewhere = await read_resume(conn, principal_id=key.id, key="r", workspace_id="wsp_x", run_id=waiting.id)
         assert (elsewhere.replay, elsewhere.target, elsewhere.thread, elsewhere.authority) == (
-            successor, None, None, None,
-        )  # fmt: skip
+            successor,
+            None,
+            None,
+            None,
+        )
     both = split_resume_lookup([waiting, successor], key="r", run_id=successor.id, **lookup)
     assert (both.replay, both.target) == (successor, successor)
 
@@ -51,11 +54,18 @@ async def test_replay_and_target_are_read_together(db: Any) -> None:
 async def _start_after(service: Any, key: Any, waiting: Any, *, request_key: str) -> Any:
     """The resume's guarded start of `waiting`'s successor, as a request that read the thread waiting would send it."""
     answers = ResumeAnswers.model_validate(ANSWERS)
-    successor = successor_of(waiting, answers=answers, resumed_by_id=key.id, key=request_key,
-                             digest=resume_digest(waiting.id, answers.stored_json()), max_attempts=3)  # fmt: skip
+    successor = successor_of(
+        waiting,
+        answers=answers,
+        resumed_by_id=key.id,
+        key=request_key,
+        digest=resume_digest(waiting.id, answers.stored_json()),
+        max_attempts=3,
+    )
     async with guarded_writes(service.engine) as conn:
-        return await start_successor(conn, successor, entropy=service.entropy, waiting_run_id=waiting.id,
-                                     workspace_has_subscriptions=False)  # fmt: skip
+        return await start_successor(
+            conn, successor, entropy=service.entropy, waiting_run_id=waiting.id, workspace_has_subscriptions=False
+        )
 
 
 async def _loses(service: Any, key: Any, waiting: Any, request_key: str) -> None:

@@ -199,16 +199,27 @@ async def test_postgresql_plans_the_step_statement_once_per_connection(db: Any) 
         envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
         history: list[ModelMessage] = [prompt("go")]
         previous = await commit_checkpoint(
-            engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encode_history(history),
-            envelope=envelope, source_entry_consumed=True,
-        )  # fmt: skip
+            engine,
+            lease,
+            expected_seq=0,
+            base_id=None,
+            base_encoded=(),
+            new_encoded=encode_history(history),
+            envelope=envelope,
+            source_entry_consumed=True,
+        )
         for number in range(1, 9):
             grown = [*history, *step(number)]
             previous = await commit_checkpoint(
-                engine, lease, expected_seq=number, base_id=previous.checkpoint_id,
-                base_encoded=encode_history(history), new_encoded=encode_history(grown), envelope=envelope,
+                engine,
+                lease,
+                expected_seq=number,
+                base_id=previous.checkpoint_id,
+                base_encoded=encode_history(history),
+                new_encoded=encode_history(grown),
+                envelope=envelope,
                 usage={"requests": 1},
-            )  # fmt: skip
+            )
             history = grown
         plans = await _plans(engine, render_postgresql()[0])
     finally:
@@ -427,12 +438,17 @@ async def test_a_step_commit_locks_only_its_attempt_row(db: Any) -> None:
     async with read_transaction(db.engine) as conn:
         before = tuple((await conn.execute(workspace_xmax, {"thread": lease.thread_id})).one())
     committed = await commit_checkpoint(
-        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(),
+        db.engine,
+        lease,
+        expected_seq=0,
+        base_id=None,
+        base_encoded=(),
         new_encoded=encode_history([prompt("go"), *step(1)]),
-        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)), usage={"requests": 1},
+        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
+        usage={"requests": 1},
         stream_entries=[NewStreamEntry(type="delta", sequence=1, event={"event_kind": "part_start"})],
         boundary_sequence=2,
-    )  # fmt: skip
+    )
     async with read_transaction(db.engine) as conn:
         after = tuple((await conn.execute(workspace_xmax, {"thread": lease.thread_id})).one())
         written = (
@@ -461,10 +477,15 @@ async def test_plain_step_without_stream_entries_locks_no_thread_run_or_workspac
     async with read_transaction(db.engine) as conn:
         before = tuple((await conn.execute(rows, {"thread": lease.thread_id})).one())
     committed = await commit_checkpoint(
-        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(),
+        db.engine,
+        lease,
+        expected_seq=0,
+        base_id=None,
+        base_encoded=(),
         new_encoded=encode_history([prompt("go"), *step(1)]),
-        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)), usage={"requests": 1},
-    )  # fmt: skip
+        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
+        usage={"requests": 1},
+    )
     async with read_transaction(db.engine) as conn:
         after = tuple((await conn.execute(rows, {"thread": lease.thread_id})).one())
     assert committed.seq == 1

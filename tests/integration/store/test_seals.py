@@ -34,9 +34,15 @@ WRONG_TOKEN = b"not-the-token"
 async def _first_commit(db: Any, lease: Lease) -> CommitResult:
     """The run's first step commit, charged one request."""
     return await commit_checkpoint(
-        db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encode_history([prompt("go")]),
-        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)), usage={"requests": 1},
-    )  # fmt: skip
+        db.engine,
+        lease,
+        expected_seq=0,
+        base_id=None,
+        base_encoded=(),
+        new_encoded=encode_history([prompt("go")]),
+        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
+        usage={"requests": 1},
+    )
 
 
 async def _assigned_entry(db: Any, lease: Lease) -> str:
@@ -46,11 +52,19 @@ async def _assigned_entry(db: Any, lease: Lease) -> str:
         workspace_id = (await conn.execute(select(runs.c.workspace_id).where(runs.c.id == lease.run_id))).scalar_one()
         await conn.execute(
             insert(inbox_entries).values(
-                id=entry_id, workspace_id=workspace_id, thread_id=lease.thread_id, kind="message", delivery="steer",
-                position=1, payload={"content": []}, size=2, status="assigned", assigned_run_id=lease.run_id,
+                id=entry_id,
+                workspace_id=workspace_id,
+                thread_id=lease.thread_id,
+                kind="message",
+                delivery="steer",
+                position=1,
+                payload={"content": []},
+                size=2,
+                status="assigned",
+                assigned_run_id=lease.run_id,
                 created_at=db_now(),
             )
-        )  # fmt: skip
+        )
     return entry_id
 
 

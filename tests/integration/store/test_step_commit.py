@@ -44,10 +44,15 @@ async def _commit(engine: Any, lease: Lease, *, expected_seq: int, steps: int) -
             )
         ).scalar_one_or_none()
     return await commit_checkpoint(
-        engine, lease, expected_seq=expected_seq, base_id=base_id, base_encoded=base if base_id else (),
-        new_encoded=grown, envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
+        engine,
+        lease,
+        expected_seq=expected_seq,
+        base_id=base_id,
+        base_encoded=base if base_id else (),
+        new_encoded=grown,
+        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
         usage={"requests": 1},
-    )  # fmt: skip
+    )
 
 
 async def _count(engine: Any, run_id: str) -> int:
@@ -115,11 +120,20 @@ async def _steer_pending(db: Any, lease: Lease) -> tuple[Lease, int]:
         run = (await conn.execute(select(runs).where(runs.c.id == lease.run_id))).mappings().one()
         await conn.execute(
             insert(inbox_entries).values(
-                id=new_id("ent"), workspace_id=run["workspace_id"], thread_id=lease.thread_id, kind="message",
-                delivery="steer", position=1, payload={"content": []}, size=2, status="pending", agent=run["agent"],
-                options_digest=run["options_digest"], created_at=db_now(),
+                id=new_id("ent"),
+                workspace_id=run["workspace_id"],
+                thread_id=lease.thread_id,
+                kind="message",
+                delivery="steer",
+                position=1,
+                payload={"content": []},
+                size=2,
+                status="pending",
+                agent=run["agent"],
+                options_digest=run["options_digest"],
+                created_at=db_now(),
             )
-        )  # fmt: skip
+        )
     return lease, 0
 
 
@@ -253,9 +267,14 @@ def test_a_step_commit_checks_what_the_table_no_longer_checks() -> None:
         with pytest.raises(ValueError):
             dataclasses.replace(made, **wrong)
     grown = StepCommit.of(
-        lease, expected_seq=1, base_id="ckp", base_encoded=history,
-        new_encoded=[*history, *encode_history(step(2))], envelope=envelope, usage={"requests": 1},
-    )  # fmt: skip
+        lease,
+        expected_seq=1,
+        base_id="ckp",
+        base_encoded=history,
+        new_encoded=[*history, *encode_history(step(2))],
+        envelope=envelope,
+        usage={"requests": 1},
+    )
     assert (grown.seq, grown.kept, grown.count, grown.usage) == (2, 3, 5, {"requests": 1})
     assert grown.messages == pack_messages(encode_history(step(2)))
     # S-42: what the row stores for the step: the envelope and its digest, the new messages as packed

@@ -91,10 +91,15 @@ async def test_a_step_commit_takes_its_turn_like_any_writer(db: Any) -> None:
     holder = await _holding(db.engine, release)
     commit = asyncio.create_task(
         commit_checkpoint(
-            db.engine, lease, expected_seq=0, base_id=None, base_encoded=(), new_encoded=encode_history([prompt("go")]),
+            db.engine,
+            lease,
+            expected_seq=0,
+            base_id=None,
+            base_encoded=(),
+            new_encoded=encode_history([prompt("go")]),
             envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
         )
-    )  # fmt: skip
+    )
     await _until(lambda: _gate(db.engine).waiting == 1)
     assert not commit.done()
     release.set()

@@ -11,8 +11,11 @@ from candor.service.worker import WorkerLoop
 
 from worker.support import add_thread_run, run_row
 
-WEATHER = {"name": "get_weather", "description": "Local weather.",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+WEATHER = {
+    "name": "get_weather",
+    "description": "Local weather.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 
 async def _waiting_client_run(db: Any, service: Any, tenant: Any) -> tuple[Any, Any, WorkerLoop]:
@@ -30,9 +33,16 @@ async def test_client_tool_call_ends_the_run_waiting(db, service, tenant, contro
     assert run["status"] == "waiting" and run["wait_reason"] == "call"
     assert run["pending"] == {
         "approvals": [],
-        "calls": [{"tool_call_id": "call_weather", "tool_name": "get_weather", "arguments": {"city": "Paris"},
-                   "kind": "external", "metadata": {}}],
-    }  # fmt: skip
+        "calls": [
+            {
+                "tool_call_id": "call_weather",
+                "tool_name": "get_weather",
+                "arguments": {"city": "Paris"},
+                "kind": "external",
+                "metadata": {},
+            }
+        ],
+    }
     assert control.ledger == [] and control.model_calls == 1
 
 
@@ -49,11 +59,19 @@ async def test_resume_answer_reaches_the_successor_model(db, service, tenant, co
     ref, waiting, worker = await _waiting_client_run(db, service, tenant)
     async with db.engine.begin() as conn:
         successor = await add_thread_run(
-            conn, tenant, script="client", options={"client_tools": [WEATHER]}, text=None, thread_id=ref.thread_id,
-            trigger="resume", lineage="continue", parent_run_id=ref.run_id,
-            start_checkpoint_id=waiting["checkpoint_id"], resumed_by_id=tenant.principal_id,
+            conn,
+            tenant,
+            script="client",
+            options={"client_tools": [WEATHER]},
+            text=None,
+            thread_id=ref.thread_id,
+            trigger="resume",
+            lineage="continue",
+            parent_run_id=ref.run_id,
+            start_checkpoint_id=waiting["checkpoint_id"],
+            resumed_by_id=tenant.principal_id,
             resume={"approvals": {}, "calls": {"call_weather": answer}},
-        )  # fmt: skip
+        )
     await worker.run_until_idle(timeout=30)
     run = await run_row(db.engine, successor.run_id)
     assert run["status"] == "completed", run["failure"]

@@ -201,8 +201,13 @@ async def test_real_lock_blip(db, tenant, control, caplog) -> None:
         worker={"lease_seconds": 10, "authority_seconds": 0.5, "scan_seconds": 0.05},
         agents={"scripted": {"factory": support.FACTORY}},
     )
-    service = Service(settings=settings, engine=engine, agents=AgentRegistry({"scripted": support.FACTORY}),
-                      entropy=SeededEntropy(7), wakeups=asyncio.Event())  # fmt: skip
+    service = Service(
+        settings=settings,
+        engine=engine,
+        agents=AgentRegistry({"scripted": support.FACTORY}),
+        entropy=SeededEntropy(7),
+        wakeups=asyncio.Event(),
+    )
     try:
         async with db.engine.begin() as conn:
             ref = await add_thread_run(conn, tenant, script="tools")

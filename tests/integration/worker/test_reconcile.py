@@ -63,8 +63,11 @@ async def test_recovery_reconciles_reruns_and_reports_each_call(db, tenant, cont
         # finishing (a real crash takes the process and its lock with it). Wait for SQLite's writer lock.
         try:
             async with db.engine.begin() as conn:
-                await conn.execute(update(run_attempts).where(run_attempts.c.run_id == ref.run_id)
-                                   .values(lease_expires_at=db_now() - 1))  # fmt: skip
+                await conn.execute(
+                    update(run_attempts)
+                    .where(run_attempts.c.run_id == ref.run_id)
+                    .values(lease_expires_at=db_now() - 1)
+                )
         except OperationalError as error:
             if "locked" not in str(error):
                 raise
@@ -88,22 +91,49 @@ async def test_recovery_reconciles_reruns_and_reports_each_call(db, tenant, cont
     assert [line.split()[0] for line in control.ledger].count("refund") == 2  # entered twice, effect once
 
     view, messages_page, runs_page = await _get(
-        survivor, tenant.workspace_id,
-        f"/v1/runs/{ref.run_id}", f"/v1/runs/{ref.run_id}/messages", f"/v1/threads/{ref.thread_id}/runs",
-    )  # fmt: skip
+        survivor,
+        tenant.workspace_id,
+        f"/v1/runs/{ref.run_id}",
+        f"/v1/runs/{ref.run_id}/messages",
+        f"/v1/threads/{ref.thread_id}/runs",
+    )
     messages, listed = messages_page["items"], runs_page["items"]
     # docs/mcp.md: each entry also says why, and where the tool's retry-safety came from (here the decorator).
     unchanged = {"declaration_changed": False}
     assert view["recovery"] == [
-        {"tool_call_id": "call_charge", "tool_name": "charge_card", "outcome": "reconciled",
-         "reason": "reconciled", "declared_by": "none", **unchanged},
-        {"tool_call_id": "call_refund", "tool_name": "refund", "outcome": "rerun",
-         "reason": "not_done", "declared_by": "none", **unchanged},
-        {"tool_call_id": "call_notify", "tool_name": "notify", "outcome": "unknown",
-         "reason": "not_retry_safe", "declared_by": "none", **unchanged},
-        {"tool_call_id": "call_lookup", "tool_name": "lookup", "outcome": "replayed",
-         "reason": "retry_safe", "declared_by": "decorator", **unchanged},
-    ]  # fmt: skip
+        {
+            "tool_call_id": "call_charge",
+            "tool_name": "charge_card",
+            "outcome": "reconciled",
+            "reason": "reconciled",
+            "declared_by": "none",
+            **unchanged,
+        },
+        {
+            "tool_call_id": "call_refund",
+            "tool_name": "refund",
+            "outcome": "rerun",
+            "reason": "not_done",
+            "declared_by": "none",
+            **unchanged,
+        },
+        {
+            "tool_call_id": "call_notify",
+            "tool_name": "notify",
+            "outcome": "unknown",
+            "reason": "not_retry_safe",
+            "declared_by": "none",
+            **unchanged,
+        },
+        {
+            "tool_call_id": "call_lookup",
+            "tool_name": "lookup",
+            "outcome": "replayed",
+            "reason": "retry_safe",
+            "declared_by": "decorator",
+            **unchanged,
+        },
+    ]
     assert listed[0]["id"] == ref.run_id and "recovery" not in listed[0]  # only the single-run read has it
     returns = {
         part["tool_call_id"]: part

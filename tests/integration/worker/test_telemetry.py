@@ -107,13 +107,17 @@ async def test_spans_run_attempt_steps_with_pydantic_ai_under_the_steps(db, tena
 
 async def _create_over_http(service: Any, workspace_id: str, headers: dict[str, str]) -> str:
     async with write_transaction(service.engine) as conn:
-        key = await auth.create_principal(conn, workspace_id=workspace_id, permissions=["read", "run"],
-                                          entropy=service.entropy)  # fmt: skip
+        key = await auth.create_principal(
+            conn, workspace_id=workspace_id, permissions=["read", "run"], entropy=service.entropy
+        )
     transport = httpx.ASGITransport(app=create_app(service, role="all"))
     body = {"agent": "scripted", "input": support.content("hi"), "options": {"script": "echo"}}
     async with httpx.AsyncClient(transport=transport, base_url="http://candor.test") as client:
-        created = await client.post("/v1/threads", json=body, headers={
-            "Authorization": f"Bearer {key.secret}", "Idempotency-Key": "k", **headers})  # fmt: skip
+        created = await client.post(
+            "/v1/threads",
+            json=body,
+            headers={"Authorization": f"Bearer {key.secret}", "Idempotency-Key": "k", **headers},
+        )
     assert created.status_code == 201, created.text
     return str(created.json()["run"]["id"])
 
@@ -176,8 +180,11 @@ async def test_recovered_calls_carry_their_outcome_on_the_recovering_attempt(db,
     async def lease_run_out() -> bool:
         try:
             async with db.engine.begin() as conn:
-                await conn.execute(update(run_attempts).where(run_attempts.c.run_id == ref.run_id)
-                                   .values(lease_expires_at=db_now() - 1))  # fmt: skip
+                await conn.execute(
+                    update(run_attempts)
+                    .where(run_attempts.c.run_id == ref.run_id)
+                    .values(lease_expires_at=db_now() - 1)
+                )
         except OperationalError as error:  # the "dead" worker's SQLite transaction may still be finishing
             if "locked" not in str(error):
                 raise
@@ -195,16 +202,25 @@ async def test_recovered_calls_carry_their_outcome_on_the_recovering_attempt(db,
     spans = exporter.get_finished_spans()
     (run,) = [span for span in spans if span.name == "candor.run"]
     assert run.attributes["candor.run.attempts"] == 2
-    dead, recovering = sorted((span for span in spans if span.name == "candor.attempt"),
-                              key=lambda span: span.attributes["candor.attempt.number"])  # fmt: skip
+    dead, recovering = sorted(
+        (span for span in spans if span.name == "candor.attempt"),
+        key=lambda span: span.attributes["candor.attempt.number"],
+    )
     for attempt in (dead, recovering):
         assert attempt.parent.span_id == run.context.span_id and attempt.context.trace_id == run.context.trace_id
     assert not dead.status.is_ok and dead.attributes["candor.attempt.status"] == "abandoned"
     assert recovering.attributes["candor.attempt.start_reason"] == "recovery"
-    outcomes = {event.attributes["candor.tool_call.id"]: event.attributes["candor.recovery.outcome"]
-                for event in recovering.events if event.name == "candor.recovery"}  # fmt: skip
-    assert outcomes == {"call_charge": "reconciled", "call_refund": "rerun", "call_notify": "unknown",
-                        "call_lookup": "replayed"}  # fmt: skip
+    outcomes = {
+        event.attributes["candor.tool_call.id"]: event.attributes["candor.recovery.outcome"]
+        for event in recovering.events
+        if event.name == "candor.recovery"
+    }
+    assert outcomes == {
+        "call_charge": "reconciled",
+        "call_refund": "rerun",
+        "call_notify": "unknown",
+        "call_lookup": "replayed",
+    }
     assert not [event for event in dead.events if event.name == "candor.recovery"]
 
 
@@ -219,22 +235,27 @@ async def test_a_resume_successor_records_the_resume_request_traceparent(db, ten
     await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
     assert (await run_row(db.engine, ref.run_id))["status"] == "waiting"
     async with write_transaction(service.engine) as conn:
-        key = await auth.create_principal(conn, workspace_id=tenant.workspace_id, permissions=["read", "run"],
-                                          entropy=service.entropy)  # fmt: skip
+        key = await auth.create_principal(
+            conn, workspace_id=tenant.workspace_id, permissions=["read", "run"], entropy=service.entropy
+        )
     resumed_by = f"00-{'1' * 32}-{'2' * 16}-01"
     transport = httpx.ASGITransport(app=create_app(service, role="all"))
     async with httpx.AsyncClient(transport=transport, base_url="http://candor.test") as client:
         answer = {"approvals": {"call_delete": {"action": "approve"}}, "calls": {}}
-        resumed = await client.post(f"/v1/runs/{ref.run_id}/resume", json=answer, headers={
-            "Authorization": f"Bearer {key.secret}", "Idempotency-Key": "r", "traceparent": resumed_by})  # fmt: skip
+        resumed = await client.post(
+            f"/v1/runs/{ref.run_id}/resume",
+            json=answer,
+            headers={"Authorization": f"Bearer {key.secret}", "Idempotency-Key": "r", "traceparent": resumed_by},
+        )
     assert resumed.status_code == 201, resumed.text
     successor_id = resumed.json()["id"]
     async with db.engine.connect() as conn:
         stored = (await conn.execute(select(runs.c.trace_context).where(runs.c.id == successor_id))).scalar_one()
     assert stored == resumed_by
     await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
-    run_spans = {span.attributes["candor.run.id"]: span for span in exporter.get_finished_spans()
-                 if span.name == "candor.run"}  # fmt: skip
+    run_spans = {
+        span.attributes["candor.run.id"]: span for span in exporter.get_finished_spans() if span.name == "candor.run"
+    }
     assert run_spans[ref.run_id].attributes["candor.run.status"] == "waiting"
     successor = run_spans[successor_id]
     assert (f"{successor.context.trace_id:032x}", f"{successor.parent.span_id:016x}") == ("1" * 32, "2" * 16)
@@ -255,15 +276,19 @@ async def test_a_child_run_continues_its_parent_trace_under_the_spawning_tool_ca
     await WorkerLoop(service, worker_id="w1").run_until_idle(timeout=30)
 
     spans = exporter.get_finished_spans()
-    (spawn,) = [span for span in spans if span.name == "candor.step tool_call"
-                and span.attributes["candor.tool.name"] == CHILD_TOOL_NAME]  # fmt: skip
+    (spawn,) = [
+        span
+        for span in spans
+        if span.name == "candor.step tool_call" and span.attributes["candor.tool.name"] == CHILD_TOOL_NAME
+    ]
     run_spans = [span for span in spans if span.name == "candor.run"]
     (child,) = [span for span in run_spans if span.attributes["candor.run.id"] != parent.run_id]
     assert child.context.trace_id == spawn.context.trace_id == int(TRACE, 16)
     assert child.parent is not None and child.parent.span_id == spawn.context.span_id
     async with db.engine.connect() as conn:
-        stored = (await conn.execute(select(runs.c.trace_context).where(
-            runs.c.id == child.attributes["candor.run.id"]))).scalar_one()  # fmt: skip
+        stored = (
+            await conn.execute(select(runs.c.trace_context).where(runs.c.id == child.attributes["candor.run.id"]))
+        ).scalar_one()
     assert stored == f"00-{TRACE}-{spawn.context.span_id:016x}-01"
 
 

@@ -117,12 +117,20 @@ async def claim_run(service: Service, run_id: str) -> str:
         number = earlier + 1
         await conn.execute(
             insert(run_attempts).values(
-                id=attempt_id, workspace_id=run.workspace_id, run_id=run_id, number=number, status="leased",
-                start_reason="initial" if number == 1 else "recovery", worker_id="worker-1",
-                lease_token_hash="0" * 64, lease_expires_at=db_now() + 30, heartbeat_at=db_now(),
-                created_at=db_now(), updated_at=db_now(),
+                id=attempt_id,
+                workspace_id=run.workspace_id,
+                run_id=run_id,
+                number=number,
+                status="leased",
+                start_reason="initial" if number == 1 else "recovery",
+                worker_id="worker-1",
+                lease_token_hash="0" * 64,
+                lease_expires_at=db_now() + 30,
+                heartbeat_at=db_now(),
+                created_at=db_now(),
+                updated_at=db_now(),
             )
-        )  # fmt: skip
+        )
         await conn.execute(
             update(runs)
             .where(runs.c.id == run_id)
@@ -141,9 +149,13 @@ def pending_of(approvals: Sequence[str] = ("a1",), calls: Sequence[str] = ("c1",
 
 
 async def seal_run(
-    service: Service, run_id: str, status: str, *, pending: dict[str, Any] | None = None,
+    service: Service,
+    run_id: str,
+    status: str,
+    *,
+    pending: dict[str, Any] | None = None,
     history: Sequence[ModelMessage] = (),
-) -> RunRow:  # fmt: skip
+) -> RunRow:
     """§7.10 as the worker does it (claiming first if needed); completed/waiting commit one checkpoint of `history`
     (without a base) first."""
     if (await run_row(service, run_id)).status == "accepted":
@@ -151,18 +163,28 @@ async def seal_run(
     async with write_transaction(service.engine) as conn:
         run = await load_run(conn, run_id=run_id)
         assert run is not None and run.status == "running"
-        values: dict[str, Any] = {"status": status, "sealed_at": db_now(), "current_attempt_id": None,
-                                  "version": run.version + 1}  # fmt: skip
+        values: dict[str, Any] = {
+            "status": status,
+            "sealed_at": db_now(),
+            "current_attempt_id": None,
+            "version": run.version + 1,
+        }
         entries = update(inbox_entries).where(
             inbox_entries.c.assigned_run_id == run_id, inbox_entries.c.status == "assigned"
         )
         if status in ("completed", "waiting"):
             seq = run.checkpoint_seq + 1
             written = await insert_checkpoint(
-                conn, thread_id=run.thread_id, run_id=run_id, seq=seq, attempt=run.attempts, base_id=None,
-                base_encoded=(), new_encoded=encode_history(history),
+                conn,
+                thread_id=run.thread_id,
+                run_id=run_id,
+                seq=seq,
+                attempt=run.attempts,
+                base_id=None,
+                base_encoded=(),
+                new_encoded=encode_history(history),
                 envelope=CheckpointEnvelope(thread_id=run.thread_id),
-            )  # fmt: skip
+            )
             values |= {"checkpoint_id": written.id, "checkpoint_seq": seq}
             await conn.execute(entries.values(status="consumed", incorporated_checkpoint_seq=seq))
         else:
@@ -187,16 +209,26 @@ async def seal_run(
 
 
 async def commit_history(
-    service: Service, run: RunRow, history: Sequence[ModelMessage], *,
-    base: tuple[str, Sequence[ModelMessage]] | None, seq: int,
-) -> str:  # fmt: skip
+    service: Service,
+    run: RunRow,
+    history: Sequence[ModelMessage],
+    *,
+    base: tuple[str, Sequence[ModelMessage]] | None,
+    seq: int,
+) -> str:
     """§6 as a worker commit does it: a checkpoint of `history` extending `base` (its id and history), made the
     run's latest; the run is claimed first (see `claim_run`)."""
     async with write_transaction(service.engine) as conn:
         written = await insert_checkpoint(
-            conn, thread_id=run.thread_id, run_id=run.id, seq=seq, attempt=1,
-            base_id=None if base is None else base[0], base_encoded=() if base is None else encode_history(base[1]),
-            new_encoded=encode_history(history), envelope=CheckpointEnvelope(thread_id=run.thread_id),
-        )  # fmt: skip
+            conn,
+            thread_id=run.thread_id,
+            run_id=run.id,
+            seq=seq,
+            attempt=1,
+            base_id=None if base is None else base[0],
+            base_encoded=() if base is None else encode_history(base[1]),
+            new_encoded=encode_history(history),
+            envelope=CheckpointEnvelope(thread_id=run.thread_id),
+        )
         await conn.execute(update(runs).where(runs.c.id == run.id).values(checkpoint_id=written.id, checkpoint_seq=seq))
     return written.id

@@ -43,11 +43,13 @@ def mcp_settings(
     return ServiceSettings(
         database={"url": db_url, "timeout": 5.0},  # roomy: the test machine is shared and often loaded
         worker={
-            "lease_seconds": lease_seconds, "authority_seconds": lease_seconds / 6, "scan_seconds": 0.05,
+            "lease_seconds": lease_seconds,
+            "authority_seconds": lease_seconds / 6,
+            "scan_seconds": 0.05,
             "max_attempts": max_attempts,
         },
         agents={AGENT: {"factory": FACTORY, "mcp": {"bank": {"url": mcp_url, "timeout": 20, **server}}}},
-    )  # fmt: skip
+    )
 
 
 def mcp_service(db: Any, mcp_url: str, **settings: Any) -> Service:

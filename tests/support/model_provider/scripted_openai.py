@@ -242,18 +242,24 @@ def _completion(reply: Reply, model: str) -> dict[str, Any]:
             for c in reply.tool_calls
         ]
     return {
-        "id": "chatcmpl-scripted", "object": "chat.completion", "created": 1700000000, "model": model,
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(reply), "logprobs": None}],
         "usage": _usage(reply),
-    }  # fmt: skip
+    }
 
 
 def _chunks(reply: Reply, model: str, *, include_usage: bool) -> list[dict[str, Any]]:
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
-            "id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 1700000000, "model": model,
+            "id": "chatcmpl-scripted",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-        }  # fmt: skip
+        }
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     text = reply.text or ""

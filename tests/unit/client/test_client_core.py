@@ -91,9 +91,11 @@ def test_retries_reuse_the_idempotency_key_and_honour_retry_after() -> None:
     replayed create (200) is reported as not created."""
     ops = Operations(retry=NO_JITTER)
     outcomes: list[Reply | Exception] = [
-        ConnectionError("reset"), _reply(503, {"error": {"code": "unavailable"}}), _reply(429, retry_after="2"),
+        ConnectionError("reset"),
+        _reply(503, {"error": {"code": "unavailable"}}),
+        _reply(429, retry_after="2"),
         _reply(200, THREAD),
-    ]  # fmt: skip
+    ]
     accepted, calls, sleeps = _drive(ops.create_thread("support", "hi"), outcomes)
     assert len(calls) == 4 and len({call.idempotency_key for call in calls}) == 1
     assert calls[0].idempotency_key and calls[0].idempotency_key.startswith("cli_")
@@ -108,11 +110,32 @@ def test_retries_are_bounded_and_4xx_is_not_retried() -> None:
     with pytest.raises(TransportFailed):
         _drive(ops.get_run("run_1"), [ConnectionError("x")] * 4)
     with pytest.raises(Unavailable) as unavailable:
-        _drive(ops.get_run("run_1"), [_reply(503, {"error": {"code": "unavailable", "message": "m",
-               "details": {"dependency": "database"}, "request_id": "req_1"}})] * 4)  # fmt: skip
+        _drive(
+            ops.get_run("run_1"),
+            [
+                _reply(
+                    503,
+                    {
+                        "error": {
+                            "code": "unavailable",
+                            "message": "m",
+                            "details": {"dependency": "database"},
+                            "request_id": "req_1",
+                        }
+                    },
+                )
+            ]
+            * 4,
+        )
     assert unavailable.value.details == {"dependency": "database"} and unavailable.value.request_id == "req_1"
-    conflict = {"error": {"code": "conflict", "message": "m", "details": {"reason": "not_idle_waiting_run"},
-                          "request_id": "req_2"}}  # fmt: skip
+    conflict = {
+        "error": {
+            "code": "conflict",
+            "message": "m",
+            "details": {"reason": "not_idle_waiting_run"},
+            "request_id": "req_2",
+        }
+    }
     with pytest.raises(Conflict) as refused:
         _drive(ops.resume("run_1", {"approvals": {}, "calls": {}}), [_reply(409, conflict)])
     assert (refused.value.status, refused.value.code, refused.value.reason) == (409, "conflict", "not_idle_waiting_run")

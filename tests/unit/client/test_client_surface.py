@@ -11,20 +11,42 @@ from candor.client import AsyncCandorClient, CandorClient, RecoveredCall, Run
 from candor.client._core import Operations
 
 RUN: dict[str, Any] = {
-    "id": "run_1", "thread_id": "thr_1", "agent": "support", "principal_id": "key_1", "status": "completed",
-    "wait_reason": None, "pending": None, "output": "ok", "failure": None, "parent_run_id": None, "version": 3,
+    "id": "run_1",
+    "thread_id": "thr_1",
+    "agent": "support",
+    "principal_id": "key_1",
+    "status": "completed",
+    "wait_reason": None,
+    "pending": None,
+    "output": "ok",
+    "failure": None,
+    "parent_run_id": None,
+    "version": 3,
     "tool_recovery": "never",
-}  # fmt: skip
-METHODS = ("create_thread", "post_message", "get_thread", "get_run", "list_runs", "interrupt_run", "resume",
-           "wait_for_run")  # fmt: skip
+}
+METHODS = (
+    "create_thread",
+    "post_message",
+    "get_thread",
+    "get_run",
+    "list_runs",
+    "interrupt_run",
+    "resume",
+    "wait_for_run",
+)
 
 
 def test_run_carries_tool_recovery_and_the_recovered_calls() -> None:
     """§8.4 (issue 13 item 2, issue 35): `tool_recovery` and `recovery` are typed fields, not only `raw[...]`."""
-    detail = Run.of(RUN | {"recovery": [
-        {"tool_call_id": "c1", "tool_name": "charge", "outcome": "unknown"},
-        {"tool_call_id": "c2", "tool_name": "lookup", "outcome": "replayed"},
-    ]})  # fmt: skip
+    detail = Run.of(
+        RUN
+        | {
+            "recovery": [
+                {"tool_call_id": "c1", "tool_name": "charge", "outcome": "unknown"},
+                {"tool_call_id": "c2", "tool_name": "lookup", "outcome": "replayed"},
+            ]
+        }
+    )
     assert detail.tool_recovery == "never"
     assert detail.recovery == (
         RecoveredCall(tool_call_id="c1", tool_name="charge", outcome="unknown"),

@@ -156,11 +156,17 @@ def test_stamping_gives_local_deferrals_their_function_id_and_leaves_the_rest() 
     are, and the original requests are not changed."""
     requests = DeferredToolRequests(
         approvals=[call("a1", "delete")],
-        calls=[call("f1", "lookup"), call("g1", "gated"), call("d1", "declared"), call("s1", "stamped"),
-               call("e1", "fetch"), call("u1", "gone")],
+        calls=[
+            call("f1", "lookup"),
+            call("g1", "gated"),
+            call("d1", "declared"),
+            call("s1", "stamped"),
+            call("e1", "fetch"),
+            call("u1", "gone"),
+        ],
         metadata={"f1": {"note": "kept"}, "s1": {DEFERRED_FUNCTION_ID_METADATA_KEY: "own"}, "e1": {"x": 1}},
         _kinds={"f1": "question"},
-    )  # fmt: skip
+    )
     before = copy.deepcopy(requests)
     surface = {
         "delete": _tool("delete", "unapproved"),

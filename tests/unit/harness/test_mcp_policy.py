@@ -138,9 +138,12 @@ def test_basis_entry_says_where_the_declaration_came_from(
     tool_def = ToolDefinition(name="t", metadata=metadata)
     entry = basis_entry(_decision("replay", "retry_safe"), tool_def)
     assert entry == {
-        "tool_name": "t", "action": "replay", "reason": "retry_safe", "declared_by": declared_by,
+        "tool_name": "t",
+        "action": "replay",
+        "reason": "retry_safe",
+        "declared_by": declared_by,
         "declaration_changed": changed,
-    }  # fmt: skip
+    }
 
 
 def test_basis_entry_for_a_tool_that_is_gone() -> None:

@@ -29,13 +29,23 @@ def _chained(outer: BaseException, inner: BaseException) -> BaseException:
 
 TABLE: list[tuple[str, BaseException, str | None, bool | None, str | None]] = [
     # name, error, kind, transient, words the cause must contain
-    ("asyncpg too many", asyncpg.TooManyConnectionsError("sorry, too many clients"), "too_many_connections", True,
-     "too many connections"),
+    (
+        "asyncpg too many",
+        asyncpg.TooManyConnectionsError("sorry, too many clients"),
+        "too_many_connections",
+        True,
+        "too many connections",
+    ),
     ("asyncpg starting", asyncpg.CannotConnectNowError("starting up"), "server_starting", True, "not accepting"),
     ("asyncpg admin shutdown", asyncpg.AdminShutdownError("terminating"), "server_shutdown", True, "shutting down"),
     ("asyncpg crash", asyncpg.CrashShutdownError("crash"), "server_crashed", True, "crashed"),
-    ("serialization", asyncpg.SerializationError("could not serialize"), "serialization_failure", True,
-     "serialization"),
+    (
+        "serialization",
+        asyncpg.SerializationError("could not serialize"),
+        "serialization_failure",
+        True,
+        "serialization",
+    ),
     ("deadlock", asyncpg.DeadlockDetectedError("deadlock"), "deadlock", True, "deadlock"),
     ("statement timeout", asyncpg.QueryCanceledError("canceling statement"), "statement_timeout", True, "timed out"),
     ("lock timeout", asyncpg.LockNotAvailableError("lock"), "lock_timeout", True, "lock"),
@@ -43,8 +53,13 @@ TABLE: list[tuple[str, BaseException, str | None, bool | None, str | None]] = [
     ("08006", asyncpg.ConnectionFailureError("lost"), "connection_lost", True, "connection"),
     ("08 class", asyncpg.ProtocolViolationError("bad"), "connection_lost", True, "connection"),
     ("53 class", asyncpg.ConfigurationLimitExceededError("limit"), "insufficient_resources", True, "resources"),
-    ("connection gone", asyncpg.ConnectionDoesNotExistError("closed mid-operation"), "connection_lost", True,
-     "connection"),
+    (
+        "connection gone",
+        asyncpg.ConnectionDoesNotExistError("closed mid-operation"),
+        "connection_lost",
+        True,
+        "connection",
+    ),
     ("asyncpg interface", asyncpg.InterfaceError("cannot perform operation"), "connection_lost", True, "connection"),
     ("wrong password", asyncpg.InvalidPasswordError("auth"), "authentication_failed", False, "authentication"),
     ("no database", asyncpg.InvalidCatalogNameError("x"), "database_missing", False, "does not exist"),
@@ -58,31 +73,63 @@ TABLE: list[tuple[str, BaseException, str | None, bool | None, str | None]] = [
     ("sqlite busy, no code", _sqlite("database is locked", None), "database_locked", True, "database is locked"),
     ("sqlite readonly", _sqlite("attempt to write a readonly database", 8), "read_only", False, "read-only"),
     ("sqlite corrupt", _sqlite("database disk image is malformed", 11), "corrupt", False, "corrupt"),
-    ("refused", ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 5432)"),
-     "connection_refused", True, "connection refused by 127.0.0.1:5432"),
-    ("refused, several addresses",
-     OSError("Multiple exceptions: [Errno 111] Connect call failed ('::1', 5432, 0, 0), [Errno 111] Connect call "
-             "failed ('127.0.0.1', 5432)"), "connection_refused", True, "connection refused by [::1]:5432"),
+    (
+        "refused",
+        ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 5432)"),
+        "connection_refused",
+        True,
+        "connection refused by 127.0.0.1:5432",
+    ),
+    (
+        "refused, several addresses",
+        OSError(
+            "Multiple exceptions: [Errno 111] Connect call failed ('::1', 5432, 0, 0), [Errno 111] Connect call "
+            "failed ('127.0.0.1', 5432)"
+        ),
+        "connection_refused",
+        True,
+        "connection refused by [::1]:5432",
+    ),
     ("reset", ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"), "connection_reset", True, "reset"),
     ("broken pipe", BrokenPipeError(errno.EPIPE, "Broken pipe"), "connection_reset", True, "reset"),
     ("connect timeout", TimeoutError(errno.ETIMEDOUT, "timed out"), "connect_timeout", True, "timed out"),
     ("asyncio timeout", TimeoutError(), "timeout", True, "timed out"),
     ("no space", OSError(errno.ENOSPC, "No space left on device"), "disk_full", True, "disk full"),
     ("unreachable", OSError(errno.EHOSTUNREACH, "No route to host"), "unreachable", True, "no route"),
-    ("dns", socket.gaierror(socket.EAI_NONAME, "Name or service not known"), "name_not_resolved", True,
-     "not resolved"),
-    ("pool timeout", sa_exc.TimeoutError("QueuePool limit of size 5 overflow 10 reached"), "pool_exhausted", True,
-     "pool"),
+    ("dns", socket.gaierror(socket.EAI_NONAME, "Name or service not known"), "name_not_resolved", True, "not resolved"),
+    (
+        "pool timeout",
+        sa_exc.TimeoutError("QueuePool limit of size 5 overflow 10 reached"),
+        "pool_exhausted",
+        True,
+        "pool",
+    ),
     ("plain value error", ValueError("nope"), None, None, None),
-    ("sqlalchemy wraps asyncpg",
-     sa_exc.OperationalError("SELECT 1", {}, asyncpg.TooManyConnectionsError("too many clients")),
-     "too_many_connections", True, "too many connections"),
-    ("sqlalchemy wraps sqlite", sa_exc.OperationalError("INSERT", {}, _sqlite("database or disk is full", 13)),
-     "disk_full", True, "disk full"),
-    ("StoreUnavailable chained", _chained(StoreUnavailable("database unavailable"), ConnectionRefusedError(
-        errno.ECONNREFUSED, "Connect call failed ('10.0.0.5', 6432)")), "connection_refused", True,
-     "connection refused by 10.0.0.5:6432"),
-]  # fmt: skip
+    (
+        "sqlalchemy wraps asyncpg",
+        sa_exc.OperationalError("SELECT 1", {}, asyncpg.TooManyConnectionsError("too many clients")),
+        "too_many_connections",
+        True,
+        "too many connections",
+    ),
+    (
+        "sqlalchemy wraps sqlite",
+        sa_exc.OperationalError("INSERT", {}, _sqlite("database or disk is full", 13)),
+        "disk_full",
+        True,
+        "disk full",
+    ),
+    (
+        "StoreUnavailable chained",
+        _chained(
+            StoreUnavailable("database unavailable"),
+            ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed ('10.0.0.5', 6432)"),
+        ),
+        "connection_refused",
+        True,
+        "connection refused by 10.0.0.5:6432",
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "error", "kind", "transient", "words"), TABLE, ids=[row[0] for row in TABLE])

@@ -96,6 +96,7 @@ def test_reorder_keeps_positions_positive_unique_and_in_order(positions, random)
 )
 def test_inbox_limits(count, size, added_count, added_bytes, overflows):
     """S-73: a change that would exceed `inbox_count` or `inbox_bytes` overflows; one that adds nothing never does."""
-    result = inbox_would_overflow(count=count, size=size, added_count=added_count, added_bytes=added_bytes,
-                                  count_limit=2, bytes_limit=100)  # fmt: skip
+    result = inbox_would_overflow(
+        count=count, size=size, added_count=added_count, added_bytes=added_bytes, count_limit=2, bytes_limit=100
+    )
     assert result is overflows

@@ -192,8 +192,10 @@ def test_coverage_mismatch_property(pending_approvals, pending_calls, answered_a
     exact = answered_approvals == pending_approvals and answered_calls == pending_calls
     assert (mismatch is None) is exact
     if mismatch is not None:
-        for name, expected, given_ids in (("approvals", pending_approvals, answered_approvals),
-                                          ("calls", pending_calls, answered_calls)):  # fmt: skip
+        for name, expected, given_ids in (
+            ("approvals", pending_approvals, answered_approvals),
+            ("calls", pending_calls, answered_calls),
+        ):
             group = mismatch.groups.get(name)  # type: ignore[call-overload]  # name is one of the two groups
             assert (group is None) is (expected == given_ids)
             if group is not None:

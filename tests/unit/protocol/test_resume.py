@@ -45,8 +45,12 @@ def test_answers_convert_once_to_deferred_tool_results() -> None:
     failed → ToolFailed(message)."""
     results = ResumeAnswers.model_validate(BODY).to_results()
     assert isinstance(results, DeferredToolResults)
-    assert results.approvals == {"a1": ToolApproved(), "a2": ToolDenied("not today"), "a3": ToolDenied(),
-                                 "a4": ToolDenied()}  # fmt: skip
+    assert results.approvals == {
+        "a1": ToolApproved(),
+        "a2": ToolDenied("not today"),
+        "a3": ToolDenied(),
+        "a4": ToolDenied(),
+    }
     assert results.calls == {"c1": {"rows": [1, 2]}, "c2": None, "c3": ToolFailed("upstream said no")}
 
 
@@ -131,12 +135,16 @@ def test_malformed_answers_are_refused(body: dict[str, Any]) -> None:
         ({"approvals": {}, "calls": {"c": 1}}, [("calls", "invalid_answer")]),
         ({"approvals": {}, "calls": {}, "input": "hi"}, [("input", "invalid_content")]),
         ({"approvals": {}, "calls": {}, "input": {"content": []}}, [("input", "invalid_content")]),
-        ({"approvals": {"x": {"action": "approve"}}, "calls": {"x": {"status": "failed", "message": "m"}}},
-         [("calls", "id_also_in_approvals")]),
-        ({"approvals": {f"a{i}": {"action": "approve"} for i in range(129)}, "calls": {}},
-         [("body", "too_many_results")]),
+        (
+            {"approvals": {"x": {"action": "approve"}}, "calls": {"x": {"status": "failed", "message": "m"}}},
+            [("calls", "id_also_in_approvals")],
+        ),
+        (
+            {"approvals": {f"a{i}": {"action": "approve"} for i in range(129)}, "calls": {}},
+            [("body", "too_many_results")],
+        ),
     ],
-)  # fmt: skip
+)
 def test_request_check_names_the_first_bad_field(body: Any, fields: list[tuple[str, str]]) -> None:
     """S-79, §8.6 step 1: a plain mapping is built into the typed value once, or refused naming the field."""
     with pytest.raises(InvalidArgument) as caught:
@@ -244,9 +252,14 @@ def test_coverage_refusal_lists_the_missing_and_unexpected_ids() -> None:
     """S-78: the 400 names the group and the ids."""
     refusal = resume_refusal(Thread(), WAITING, Facts(), UNCOVERED)
     assert isinstance(refusal, InvalidArgument)
-    assert refusal.details == {"field": "calls", "reason": "pending_coverage_mismatch", "missing": ["c1"],
-                               "unexpected": [], "misplaced": [],
-                               "by_field": {"calls": {"missing": ["c1"], "unexpected": []}}}  # fmt: skip
+    assert refusal.details == {
+        "field": "calls",
+        "reason": "pending_coverage_mismatch",
+        "missing": ["c1"],
+        "unexpected": [],
+        "misplaced": [],
+        "by_field": {"calls": {"missing": ["c1"], "unexpected": []}},
+    }
 
 
 def test_successor_of_continues_the_waiting_run() -> None:
@@ -285,11 +298,10 @@ def test_successor_of_continues_the_waiting_run() -> None:
         (["run.completed"], None, "run.completed", {"agent": "a", "thread_id": "t"}, True),
         (["run.completed"], {"agent": "a"}, "run.completed", {"agent": "a", "thread_id": "t"}, True),
         (["run.completed"], {"agent": "b"}, "run.completed", {"agent": "a", "thread_id": "t"}, False),
-        (["run.completed"], {"agent": None, "thread_id": "t"}, "run.completed", {"agent": "a", "thread_id": "t"},
-         True),
+        (["run.completed"], {"agent": None, "thread_id": "t"}, "run.completed", {"agent": "a", "thread_id": "t"}, True),
         (["run.completed"], {"thread_id": "u"}, "run.completed", {"agent": "a", "thread_id": "t"}, False),
     ],
-)  # fmt: skip
+)
 def test_subscription_wants(events: Any, filter_: Any, event_type: str, run: dict[str, str], wanted: bool) -> None:
     """§9.3: the event type is subscribed and every non-null filter field matches the run."""
     assert subscription_wants({"events": events, "filter": filter_}, event_type, run) is wanted

@@ -80,17 +80,32 @@ def test_a_short_outage_fits_the_window_of_a_default_lease() -> None:
 @pytest.mark.parametrize(
     ("row", "status", "code", "reason", "landed"),
     [
-        ({"status": "failed", "failure": {"code": "attempt_failed", "message": "x"}, "yield_reason": None},
-         "failed", "attempt_failed", None, True),
-        ({"status": "failed", "failure": {"code": "lease_expired"}, "yield_reason": None},
-         "failed", "attempt_failed", None, False),  # the expiry sweep's ending, not this attempt's
+        (
+            {"status": "failed", "failure": {"code": "attempt_failed", "message": "x"}, "yield_reason": None},
+            "failed",
+            "attempt_failed",
+            None,
+            True,
+        ),
+        (
+            {"status": "failed", "failure": {"code": "lease_expired"}, "yield_reason": None},
+            "failed",
+            "attempt_failed",
+            None,
+            False,
+        ),  # the expiry sweep's ending, not this attempt's
         ({"status": "yielded", "failure": None, "yield_reason": "handoff"}, "yielded", None, "handoff", True),
         ({"status": "running", "failure": None, "yield_reason": None}, "failed", "attempt_failed", None, False),
-        ({"status": "cancelled", "failure": {"code": "cancelled"}, "yield_reason": None},
-         "cancelled", "cancelled", None, True),
+        (
+            {"status": "cancelled", "failure": {"code": "cancelled"}, "yield_reason": None},
+            "cancelled",
+            "cancelled",
+            None,
+            True,
+        ),
         (None, "failed", "attempt_failed", None, False),
     ],
-)  # fmt: skip
+)
 def test_own_end_landed(
     row: dict[str, Any] | None, status: str, code: str | None, reason: str | None, landed: bool
 ) -> None:

@@ -77,10 +77,14 @@ def test_declared_tools_of_a_harness() -> None:
     external = ExternalToolset([ToolDefinition(name="remote", description="Remote.", kind="external")])
     agent = Agent(
         TestModel(),
-        tools=[Tool(plain), recovery_retryable(safe), Tool(gated, requires_approval=True),
-               with_reconciler(Tool(paid), lambda request: OutcomeUnknown())],
+        tools=[
+            Tool(plain),
+            recovery_retryable(safe),
+            Tool(gated, requires_approval=True),
+            with_reconciler(Tool(paid), lambda request: OutcomeUnknown()),
+        ],
         toolsets=[external],
-    )  # fmt: skip
+    )
     found = {t.name: (t.kind, t.retry_safe, t.reconciler) for t in declared_tools(Harness(agent))}
     assert found == {
         "plain": ("function", False, False),

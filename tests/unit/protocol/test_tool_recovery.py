@@ -28,11 +28,19 @@ def test_effective_mode(options: Any, agent_default: str, expected: str) -> None
     assert effective_tool_recovery(options, agent_default) == expected
 
 
-@pytest.mark.parametrize(("options", "problem"), [
-    (None, None), ({}, None), ({"tool_recovery": "declared"}, None), ({"tool_recovery": "never"}, None),
-    ({"tool_recovery": "always"}, None), ({"tool_recovery": "Always"}, "not_a_tool_recovery_mode"),
-    ({"tool_recovery": None}, "not_a_tool_recovery_mode"), ({"tool_recovery": 1}, "not_a_tool_recovery_mode"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (None, None),
+        ({}, None),
+        ({"tool_recovery": "declared"}, None),
+        ({"tool_recovery": "never"}, None),
+        ({"tool_recovery": "always"}, None),
+        ({"tool_recovery": "Always"}, "not_a_tool_recovery_mode"),
+        ({"tool_recovery": None}, "not_a_tool_recovery_mode"),
+        ({"tool_recovery": 1}, "not_a_tool_recovery_mode"),
+    ],
+)
 def test_option_problem(options: Any, problem: str | None) -> None:
     assert tool_recovery_problem(options) == problem
 

@@ -40,14 +40,18 @@ def _chained(outer: BaseException, cause: BaseException) -> BaseException:
 @pytest.mark.parametrize(
     ("error", "reason"),
     [
-        (_chained(StoreUnavailable("x"), ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")),
-         "connection refused"),
+        (
+            _chained(StoreUnavailable("x"), ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")),
+            "connection refused",
+        ),
         (_chained(StoreUnavailable("x"), TimeoutError()), "timed out"),
-        (_chained(StoreUnavailable("x"), RuntimeError("no pg_hba.conf entry\nsecond line")),
-         "RuntimeError: no pg_hba.conf entry"),
+        (
+            _chained(StoreUnavailable("x"), RuntimeError("no pg_hba.conf entry\nsecond line")),
+            "RuntimeError: no pg_hba.conf entry",
+        ),
         (StoreUnavailable(""), "StoreUnavailable"),
     ],
-)  # fmt: skip
+)
 def test_unreachable_reason_is_the_deepest_cause_said_plainly(error: BaseException, reason: str) -> None:
     """§10.3: "connection refused" apart from "timed out", never only the wrapper's class name."""
     assert unreachable_reason(error) == reason

@@ -71,8 +71,9 @@ def test_recording_traceparent_scopes_what_new_runs_record() -> None:
 
 
 _SEAL = Seal(status="completed", final_commit=True)
-_FAILED_AFTER_RECOVERY = SealAfterRecovery(status="failed", failure_code="model_unavailable",
-                                           attempt=closing_attempt("failed"))  # fmt: skip
+_FAILED_AFTER_RECOVERY = SealAfterRecovery(
+    status="failed", failure_code="model_unavailable", attempt=closing_attempt("failed")
+)
 
 
 @pytest.mark.parametrize(
@@ -83,15 +84,29 @@ _FAILED_AFTER_RECOVERY = SealAfterRecovery(status="failed", failure_code="model_
         ("failed", "agent_run_failed", _SEAL, "failed", "agent_run_failed", "agent_run_failed", "agent_run_failed"),
         ("cancelled", "cancelled", _SEAL, "cancelled", "cancelled", "cancelled", None),
         ("failed", "model_unavailable", None, None, "model_unavailable", None, "model_unavailable"),  # retried
-        ("failed", "model_unavailable", _FAILED_AFTER_RECOVERY, "failed", "model_unavailable", "model_unavailable",
-         "model_unavailable"),  # the last attempt: the recovery sealed the run failed (S-30)
+        (
+            "failed",
+            "model_unavailable",
+            _FAILED_AFTER_RECOVERY,
+            "failed",
+            "model_unavailable",
+            "model_unavailable",
+            "model_unavailable",
+        ),  # the last attempt: the recovery sealed the run failed (S-30)
         ("yielded", "handoff", None, None, None, None, None),
         ("abandoned", "lease_lost:expired", _SEAL, None, None, None, "lease_lost:expired"),  # seal never written
         ("crashed", "exception", None, None, None, None, "exception"),
     ],
-)  # fmt: skip
-def test_attempt_end(status: str, reason: str, decision: Any, sealed: str | None, code: str | None,
-                     run_code: str | None, error: str | None) -> None:  # fmt: skip
+)
+def test_attempt_end(
+    status: str,
+    reason: str,
+    decision: Any,
+    sealed: str | None,
+    code: str | None,
+    run_code: str | None,
+    error: str | None,
+) -> None:
     """S-22, S-30, §7.6, §7.9: the attempt span carries status, reason and failure code; the run span is exported
     only when this attempt wrote the seal, the final commit's or the recovery's."""
     end = attempt_end(status, reason, decision=decision)
@@ -102,8 +117,10 @@ def test_attempt_end(status: str, reason: str, decision: Any, sealed: str | None
 
 def test_recovery_events_name_each_call_and_its_outcome() -> None:
     """H-46, H-47, S-29: one event per recovered call, with its recovery outcome."""
-    calls = [RecoveredCall(tool_call_id="c1", tool_name="notify", outcome="unknown"),
-             RecoveredCall(tool_call_id="c2", tool_name="lookup", outcome="replayed")]  # fmt: skip
+    calls = [
+        RecoveredCall(tool_call_id="c1", tool_name="notify", outcome="unknown"),
+        RecoveredCall(tool_call_id="c2", tool_name="lookup", outcome="replayed"),
+    ]
     assert recovery_event_attributes(calls) == [
         {"candor.tool_call.id": "c1", "candor.tool.name": "notify", "candor.recovery.outcome": "unknown"},
         {"candor.tool_call.id": "c2", "candor.tool.name": "lookup", "candor.recovery.outcome": "replayed"},
