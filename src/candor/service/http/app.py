@@ -63,7 +63,7 @@ API_ROUTERS: tuple[APIRouter, ...] = (
 )
 """The `/v1` routers, busiest first: a request is matched against the routes in this order, and FastAPI's match
 costs CPU for every route tried before the one that fits. No two routes accept the same method and path
-(tests/service/http/test_http_routing.py), so the order changes only the cost, never which route answers."""
+(tests/unit/http/test_http_routing.py), so the order changes only the cost, never which route answers."""
 
 
 def create_app(service: Service, *, role: Role, readiness: Readiness | None = None) -> FastAPI:

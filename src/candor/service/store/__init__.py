@@ -1,7 +1,7 @@
 """All SQL of the service (STYLE §1), in subpackages by concept, each with a small public face (its `__init__`).
 
 Code outside `store/` imports only those faces; modules inside import each other's modules directly. The package
-import graph is acyclic (tests/test_layering.py); each line below depends only on lines above it.
+import graph is acyclic (tests/e2e/project/test_layering.py); each line below depends only on lines above it.
 
 * `db/`: engines and transactions, connection budgets, asyncpg statements, the SQLite writer gate, the
   connection-level dialect branches (URLs, pools, connection setup, locks), unreachable-database wording.

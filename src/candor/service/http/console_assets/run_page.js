@@ -1,6 +1,6 @@
 // candor run inspector, the run page (docs/console.md): a run's attempts, then its steps, each tool call with its
 // recovery outcome, the policy in force and whether its tool is declared retry-safe. Loaded after inspector.js,
-// whose helpers it uses; `callOutcome` and `stepsOf` are pure (tests/service/console/test_inspector_browser.py
+// whose helpers it uses; `callOutcome` and `stepsOf` are pure (tests/e2e/console/test_inspector_browser.py
 // checks them table-driven in the browser).
 "use strict";
 

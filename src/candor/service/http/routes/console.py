@@ -64,7 +64,7 @@ async def console_deep_link() -> Response:
 
 
 def _asset_route(name: str) -> None:
-    """One route per asset, so no pattern of the console overlaps another (tests/service/http/test_http_routing.py);
+    """One route per asset, so no pattern of the console overlaps another (tests/unit/http/test_http_routing.py);
     any other path under `/console` answers 404 `not_found`, kind `route` (S-99)."""
 
     async def console_asset() -> Response:

@@ -2,7 +2,7 @@
 
 What the console's run inspector lists. The derived state (§5.6) is the first matching row of
 `protocol.thread_state`'s table; `state_condition` writes the same table as SQL so that a filtered page is read in
-the database. `tests/service/http/test_http_inspection.py` checks the two agree: each state's filter lists exactly
+the database. `tests/integration/http/test_http_inspection.py` checks the two agree: each state's filter lists exactly
 the threads whose view (`thread_state`) has that state, over threads in every state and every way into it.
 
 A page walks `ix_threads_workspace_created` (`workspace_id`, `created_at`, `id`) backwards from its cursor

@@ -60,7 +60,7 @@ def select_renewable(*, attempt_ids: Collection[str], worker_id: str, now: float
 
     `SKIP LOCKED`: an attempt row locked by a commit or a sweep waits for the next heartbeat (§7.4 step 2). The
     filter is `protocol.fencing.is_renewable` in SQL (it must run in the database to lock only the due rows);
-    tests/service/store/test_leases.py holds the two equal.
+    tests/integration/store/test_leases.py holds the two equal.
     """
     a = run_attempts.c
     return (
