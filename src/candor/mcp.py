@@ -1,19 +1,12 @@
 """MCP toolsets whose tool annotations declare what recovery may run again (docs/mcp.md).
 
-`RecoverableMCP` wraps a Pydantic AI `MCPToolset` (stdio or streamable HTTP; `mcp_stdio` and `mcp_http` build one):
-
-* every tool it serves gets `candor.recovery_retry_safe: True` in its prepared definition when the server annotated
-  it `readOnlyHint: true` or `idempotentHint: true` and not `destructiveHint: true`, or when the operator lists it in
-  `retry_safe`; `never_retry` refuses it whatever the server says (`candor.harness.mcp_policy`). The harness's
-  `declared` recovery then re-runs exactly those (H-46, H-50, H-53);
-* the tool list it served (names and annotations, never the command, URL, headers or environment) is recorded in
-  the run's capability namespace `candor.mcp.<server>` at every listing, so a checkpoint carries what the model was
-  offered when it made its calls. The first listing of a run judges each tool by that recorded declaration, and
-  flags `candor.declaration_changed` when the server now annotates it differently;
-* a server that cannot be reached (connecting, listing, or a call that lost its connection or timed out) raises
-  `ToolServerUnavailable`, which ends the run `failed` with code `tool_unavailable` (retry_hint `new_run`), never
-  with a result the model sees and could act on.
-
+`RecoverableMCP` wraps a Pydantic AI `MCPToolset` (stdio or streamable HTTP: `mcp_stdio`, `mcp_http`). A tool the
+server annotates `readOnlyHint` or `idempotentHint` (and not `destructiveHint`), or that the operator lists in
+`retry_safe`, is declared retry-safe, so `declared` recovery re-runs it; `never_retry` wins over both
+(`candor.harness.mcp_policy`; H-46, H-50, H-53). The tool list served (names and annotations only) is recorded in
+the run's capability namespace `candor.mcp.<server>`, so recovery judges a call by what the model was offered and
+flags `candor.declaration_changed` when the server now says otherwise. An unreachable server raises
+`ToolServerUnavailable`: the run ends `failed` with `tool_unavailable`, never with a result the model could act on.
 Needs the `mcp` extra (`pip install "candor[mcp]"`).
 """
 

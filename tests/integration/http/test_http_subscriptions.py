@@ -296,6 +296,29 @@ async def test_redeliver_needs_a_readable_secret(hooks: Hooks, receiver: Receive
     assert (await outbox_row(hooks.service.engine, delivery_id))["status"] == "dead"
 
 
+async def test_redeliver_whose_row_is_gone_when_read_again_is_internal(
+    hooks: Hooks, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-114: the answer is the row as the redelivery left it; a row gone on the second read is a store defect →
+    500 `internal`, and the transaction is rolled back (the delivery stays dead)."""
+    from candor.service.store import outbox as outbox_store
+
+    sub_id, delivery_id = await _dead_delivery(hooks, receiver)
+    reads: list[str] = []
+    get_delivery = outbox_store.get_delivery
+
+    async def gone_when_read_again(conn: Any, **scope: Any) -> Any:
+        reads.append(scope["delivery_id"])
+        return await get_delivery(conn, **scope) if len(reads) == 1 else None
+
+    monkeypatch.setattr(outbox_store, "get_delivery", gone_when_read_again)
+    path = f"/v1/subscriptions/{sub_id}/deliveries/{delivery_id}/redeliver"
+    response = await hooks.client.post(path, headers=hooks.admin.headers())
+    assert (response.status_code, error_of(response)["code"]) == (500, "internal")
+    assert reads == [delivery_id, delivery_id]
+    assert (await outbox_row(hooks.service.engine, delivery_id))["status"] == "dead"
+
+
 async def test_deliveries_are_paged_newest_first(hooks: Hooks, receiver: Receiver) -> None:
     """S-98: deliveries newest first, `limit` and `next_cursor`; a cursor of another subscription → 400."""
     sub_id = (await hooks.create(receiver.url)).json()["id"]

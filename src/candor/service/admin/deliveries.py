@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import Service
-from ..errors import NotFound
+from ..errors import NotFound, ServiceError
 from ..protocol.authority import Principal
 from ..protocol.requests import require
 from ..store import outbox as outbox_backlog
@@ -67,6 +67,7 @@ async def redeliver(service: Service, principal: Principal, subscription_id: str
             raise NotFound("delivery", delivery_id)
         await outbox_backlog.redeliver(conn, delivery_id, workspace_id=principal.workspace_id)
         row = await store.get_delivery(conn, **scope)
-    assert row is not None
+        if row is None:  # found above in this transaction and never deleted: a store defect, not the caller's
+            raise ServiceError("the delivery this request read was gone when read again; nothing was changed")
     audit("Outbox redelivered", principal, delivery_id=delivery_id, subscription_id=subscription_id)
     return row

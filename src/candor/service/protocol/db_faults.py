@@ -1,19 +1,13 @@
 """Database faults in words: is an error a passing blip worth retrying, and what should an operator read.
 
-`classify_database_error(error)` walks an exception and its chain (`__cause__`, `__context__`, SQLAlchemy's `orig`)
-and answers with the first link it recognizes: a `DatabaseFault` with a stable `kind`, a `transient` verdict (retry
-it with backoff: the same request can succeed a moment later) and a `cause` in words (`too many connections`,
-`connection refused by 127.0.0.1:5432`, `disk full`, `database is locked`). It reads only what exceptions carry
-(SQLSTATE, SQLite's error code, the OS errno, class names, the message), so it needs no driver and no I/O:
-asyncpg's errors carry `sqlstate`, SQLAlchemy's adapted ones copy it, `sqlite3.Error` has `sqlite_errorcode`. A
-`StoreUnavailable` the store raised on its own (no driver error under it: the SQLite writer gate's wait ran out, a
-closed connection) is transient too.
-
-Transient: lost or refused connections (SQLSTATE class 08, OS connection errors), an exhausted server or pool
-(53300, 53xxx), a server shutting down or starting up (57P01–57P03), statement and lock timeouts (57014, 55P03),
-serialization failures and deadlocks (40001, 40P01), SQLite busy/locked/full/I-O errors. Not transient: wrong
-credentials (28xxx), a missing database (3D000), a read-only or corrupt SQLite file; retrying those only delays the
-answer.
+`classify_database_error(error)` walks an exception's chain (`__cause__`, `__context__`, SQLAlchemy's `orig`) and
+answers with the first link it recognizes: a `DatabaseFault` with a stable `kind`, a `transient` verdict and a
+`cause` in words. It reads only what exceptions carry (SQLSTATE, SQLite's error code, errno, class names), so it
+needs no driver and no I/O. Transient: lost or refused connections (08xxx, OS errors), an exhausted server or pool
+(53xxx), a server stopping or starting (57P01–57P03), statement and lock timeouts (57014, 55P03), serialization
+failures and deadlocks (40001, 40P01), SQLite busy/locked/full/I-O errors, and a `StoreUnavailable` the store
+raised on its own. Not transient: wrong credentials (28xxx), a missing database (3D000), a read-only or corrupt
+SQLite file; retrying those only delays the answer.
 """
 
 from __future__ import annotations
