@@ -210,8 +210,9 @@ def reading(summary: dict[str, Any]) -> list[str]:
         out.append(
             f"{v['backend']}: an incremental commit writes {small['bytes_median']:.0f} B at {small['size']} messages "
             f"and {large['bytes_median']:.0f} B at {large['size']} (x{v['bytes_ratio']:.2f}; target <= 2x "
-            f"{'met' if v['meets_bytes'] else 'MISSED'}): only the {large['rows_per_commit']:.0f} new message rows "
-            "and the envelope are written, and the bytes read back by SQL agree with what the commit reported."
+            f"{'met' if v['meets_bytes'] else 'MISSED'}): only the {large['rows_per_commit']:.0f} new messages "
+            "(packed in the checkpoint row) and the envelope are written, and the bytes read back by SQL agree "
+            "with what the commit reported."
         )
         out.append(
             f"{v['backend']}: the `commit_checkpoint` call takes {small['commit_ms_median']:.2f} ms (p50) at "

@@ -439,10 +439,10 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"run time each; candor spends {side['median_ms'] / side['writes_per_run']:.2f} ms of run time per "
             f"commit, of which {side['commit_ms']:.2f} ms inside `commit_checkpoint` (a fenced commit: "
             + (
-                "one statement, its own transaction, locks thread, run and attempt, checks the lease, inserts the "
-                "checkpoint, its message rows and a usage record and moves the run's pointer; "
+                "for a plain step one INSERT of the checkpoint row, with its new messages and usage packed in it, "
+                "fenced by its own WHERE; "
                 if backend == "postgresql"
-                else "a `BEGIN IMMEDIATE` transaction of one statement per table; "
+                else "for a plain step a `BEGIN IMMEDIATE` transaction around the same fenced INSERT; "
             )
             + "a LangGraph put upserts the checkpoint and its blobs) and "
             f"{side['prepare_ms']:.2f} ms exporting the state and encoding the whole history for it."
