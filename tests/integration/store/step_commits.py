@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from candor.service.errors import LeaseLost
 from candor.service.protocol.fencing import Lease
-from candor.service.store.attempts.seals import commit_checkpoint
+from candor.service.store.attempts.seals import CommitResult, commit_checkpoint
 from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history
 from candor.service.store.db.engine import read_transaction, write_transaction
 from candor.service.store.runs.claims import claim_runs, start_attempt
@@ -54,6 +54,14 @@ async def leased_run(db: Any, *, source_entry: bool = False) -> Lease:
     )
     await start_attempt(db.engine, claimed.lease, harness_run_id="run_" + "0" * 32)
     return claimed.lease
+
+
+async def first_commit(engine: AsyncEngine, lease: Lease, **options: Any) -> CommitResult:
+    """A run's first step commit (seq 1, no base): `new_encoded` the prompt "go" and the envelope empty unless
+    given; the other `options` go to `commit_checkpoint` as they are (usage, stream entries, source entry…)."""
+    options.setdefault("new_encoded", encode_history([prompt("go")]))
+    options.setdefault("envelope", encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)))
+    return await commit_checkpoint(engine, lease, expected_seq=0, base_id=None, base_encoded=(), **options)
 
 
 async def commit_twice_and_once_refused(db: Any, engine: AsyncEngine) -> None:

@@ -38,7 +38,13 @@ from candor.service.store.schema.tables import (
 )
 from candor.service.store.threads.streams import NewStreamEntry
 
-from .step_commits import commit_twice_and_once_refused, first_commit_in_background, leased_run, stored_checkpoints
+from .step_commits import (
+    commit_twice_and_once_refused,
+    first_commit,
+    first_commit_in_background,
+    leased_run,
+    stored_checkpoints,
+)
 from .test_checkpoints import prompt, step
 from transactions import sent_in_transactions_on_driver
 from waiting import wait_until
@@ -133,12 +139,9 @@ async def test_a_commit_is_a_fixed_number_of_statements(db: Any, steps_before: i
     for number in range(1, steps_before + 1):
         history += step(number)
     base = encode_history(history)
-    first = await commit_checkpoint(
+    first = await first_commit(
         db.engine,
         lease,
-        expected_seq=0,
-        base_id=None,
-        base_encoded=(),
         new_encoded=base,
         envelope=envelope,
         source_entry_consumed=True,
@@ -198,12 +201,9 @@ async def test_postgresql_plans_the_step_statement_once_per_connection(db: Any) 
         lease = await leased_run(db)
         envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
         history: list[ModelMessage] = [prompt("go")]
-        previous = await commit_checkpoint(
+        previous = await first_commit(
             engine,
             lease,
-            expected_seq=0,
-            base_id=None,
-            base_encoded=(),
             new_encoded=encode_history(history),
             envelope=envelope,
             source_entry_consumed=True,
@@ -268,12 +268,9 @@ async def test_the_fence_reads_the_clock_after_waiting_for_its_locks(db: Any) ->
     async with write_transaction(db.engine) as holder:  # SQLite: the writer lock; PostgreSQL: the attempt row
         await holder.execute(lock_attempt(lease.attempt_id))
         commit = asyncio.ensure_future(
-            commit_checkpoint(
+            first_commit(
                 db.engine,
                 lease,
-                expected_seq=0,
-                base_id=None,
-                base_encoded=(),
                 new_encoded=(),
                 envelope=envelope,
             )
@@ -302,14 +299,9 @@ async def test_a_runs_first_commit_consumes_its_source_entry_in_the_same_transac
     async with read_transaction(db.engine) as conn:
         version = select(threads.c.version).where(threads.c.id == lease.thread_id)
         before = (await conn.execute(version)).scalar_one()
-    first = await commit_checkpoint(
+    first = await first_commit(
         db.engine,
         lease,
-        expected_seq=0,
-        base_id=None,
-        base_encoded=(),
-        new_encoded=encode_history([prompt("go")]),
-        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
         source_entry_consumed=True,
         usage={"requests": 1},
     )
@@ -331,14 +323,10 @@ async def test_a_long_first_commit_is_written_in_bounded_statements(db: Any) -> 
     for number in range(1, 601):
         history += step(number)
     encoded = encode_history(history)
-    committed = await commit_checkpoint(
+    committed = await first_commit(
         db.engine,
         lease,
-        expected_seq=0,
-        base_id=None,
-        base_encoded=(),
         new_encoded=encoded,
-        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
         usage={"requests": 1},
     )
     assert (committed.kept, committed.count) == (0, 1201)
@@ -437,14 +425,10 @@ async def test_a_step_commit_locks_only_its_attempt_row(db: Any) -> None:
     )
     async with read_transaction(db.engine) as conn:
         before = tuple((await conn.execute(workspace_xmax, {"thread": lease.thread_id})).one())
-    committed = await commit_checkpoint(
+    committed = await first_commit(
         db.engine,
         lease,
-        expected_seq=0,
-        base_id=None,
-        base_encoded=(),
         new_encoded=encode_history([prompt("go"), *step(1)]),
-        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
         usage={"requests": 1},
         stream_entries=[NewStreamEntry(type="delta", sequence=1, event={"event_kind": "part_start"})],
         boundary_sequence=2,
@@ -476,14 +460,10 @@ async def test_plain_step_without_stream_entries_locks_no_thread_run_or_workspac
     )
     async with read_transaction(db.engine) as conn:
         before = tuple((await conn.execute(rows, {"thread": lease.thread_id})).one())
-    committed = await commit_checkpoint(
+    committed = await first_commit(
         db.engine,
         lease,
-        expected_seq=0,
-        base_id=None,
-        base_encoded=(),
         new_encoded=encode_history([prompt("go"), *step(1)]),
-        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
         usage={"requests": 1},
     )
     async with read_transaction(db.engine) as conn:

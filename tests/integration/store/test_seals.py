@@ -14,33 +14,25 @@ from candor.service.protocol.fencing import Lease
 from candor.service.store.attempts.seals import (
     CommitResult,
     SealRequest,
-    commit_checkpoint,
     failure,
     record_usage,
     seal_run,
 )
-from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history
 from candor.service.store.db.engine import read_transaction, write_transaction
 from candor.service.store.schema.dialect import db_now
 from candor.service.store.schema.tables import inbox_entries, run_attempts, runs, threads, usage_records
 
 from .rows import new_id
-from .step_commits import leased_run
-from .test_checkpoints import prompt
+from .step_commits import first_commit, leased_run
 
 WRONG_TOKEN = b"not-the-token"
 
 
 async def _first_commit(db: Any, lease: Lease) -> CommitResult:
     """The run's first step commit, charged one request."""
-    return await commit_checkpoint(
+    return await first_commit(
         db.engine,
         lease,
-        expected_seq=0,
-        base_id=None,
-        base_encoded=(),
-        new_encoded=encode_history([prompt("go")]),
-        envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
         usage={"requests": 1},
     )
 

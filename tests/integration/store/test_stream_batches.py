@@ -12,7 +12,7 @@ from candor.service.store.checkpoints.incremental import CheckpointEnvelope, enc
 from candor.service.store.schema.tables import checkpoints, threads
 from candor.service.store.threads.streams import NewStreamEntry, append_stream_entries, read_stream
 
-from .step_commits import leased_run
+from .step_commits import first_commit, leased_run
 from .test_checkpoints import prompt
 
 
@@ -49,13 +49,9 @@ async def test_entries_riding_in_step_commits_chain_with_appends(db: Any) -> Non
     lease = await leased_run(db)
     envelope = encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id))
     alone = await append_stream_entries(db.engine, lease, _deltas(1, 2))
-    first = await commit_checkpoint(
+    first = await first_commit(
         db.engine,
         lease,
-        expected_seq=0,
-        base_id=None,
-        base_encoded=(),
-        new_encoded=encode_history([prompt("go")]),
         envelope=envelope,
         usage={"requests": 1},
         stream_entries=_deltas(3, 3),

@@ -14,15 +14,12 @@ from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
 from candor.service.errors import StoreUnavailable
-from candor.service.store.attempts.seals import commit_checkpoint
-from candor.service.store.checkpoints.incremental import CheckpointEnvelope, encode_envelope, encode_history
 from candor.service.store.db.engine import create_engine, read_transaction, write_transaction
 from candor.service.store.db.writer_gate import WriterGate, writer_turn
 from candor.service.store.schema.tables import checkpoints, workspaces
 
 from .rows import add_workspace
-from .step_commits import leased_run
-from .test_checkpoints import prompt
+from .step_commits import first_commit, leased_run
 
 
 async def _until(condition: Any) -> None:
@@ -90,14 +87,9 @@ async def test_a_step_commit_takes_its_turn_like_any_writer(db: Any) -> None:
     release = asyncio.Event()
     holder = await _holding(db.engine, release)
     commit = asyncio.create_task(
-        commit_checkpoint(
+        first_commit(
             db.engine,
             lease,
-            expected_seq=0,
-            base_id=None,
-            base_encoded=(),
-            new_encoded=encode_history([prompt("go")]),
-            envelope=encode_envelope(CheckpointEnvelope(thread_id=lease.thread_id)),
         )
     )
     await _until(lambda: _gate(db.engine).waiting == 1)
