@@ -19,8 +19,9 @@ demo: $(STAMP)
 	$(PY) -m examples.demo
 
 # Lint and types (configured in pyproject.toml): fails on any finding. src/ and tools/ are checked strictly; tests,
-# bench and examples with the looser set of [tool.ruff.lint.per-file-ignores]. mypy checks src/, tools/ and tests/
-# (tests without annotation rules, see [tool.mypy]).
+# bench and examples with the looser set of [tool.ruff.lint.per-file-ignores]. mypy checks src/, tools/, tests/,
+# bench/ and examples/ (all but src/ and tools/ without annotation rules, see [tool.mypy]; bench/peers runs in its
+# own venv).
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tools tests bench examples

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shutil
 import tempfile
 import time
@@ -28,7 +29,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from sqlalchemy import select
@@ -45,6 +46,8 @@ __all__ = (
     "sqlite_full",
     "sigstop",
 )
+
+T = TypeVar("T")
 
 LEASE_SECONDS = 8.0
 TIMEOUT = 2.5
@@ -108,8 +111,9 @@ class Scene:
     """run id → tag."""
 
 
-async def retrying(call: Callable[[], Awaitable[Any]], *, seconds: float = 60.0) -> Any:
-    """`await call()`, again while the database is unavailable (a restart drops this process's connections too)."""
+async def retrying(call: Callable[[], Awaitable[T]], *, seconds: float = 60.0) -> T:
+    """`await call()`, again while the database is unavailable (a restart drops this process's connections too;
+    the bench's own client reconnects like the workers do)."""
     from sqlalchemy.exc import DBAPIError
 
     from candor.service.errors import StoreUnavailable
@@ -162,7 +166,7 @@ async def scene(
                 "model_seconds": model_seconds,
                 "tool_seconds": tool_seconds,
             }
-            run_id = await retrying(lambda options=options, tag=tag: _submit(db, options, tag))
+            run_id = await retrying(functools.partial(_submit, db, options, tag))
             current.tags[run_id] = tag
         yield current
 
@@ -206,7 +210,7 @@ async def settle(
         return len(ids) - len(rows)
 
     deadline = time.monotonic() + SETTLE_SECONDS
-    while time.monotonic() < deadline and await retrying(unsealed):
+    while time.monotonic() < deadline and await retrying(unsealed) > 0:
         await asyncio.sleep(0.2)
 
     async def rows() -> tuple[list[Any], list[Any]]:
@@ -242,7 +246,10 @@ async def settle(
 
 
 async def _first_model_call(current: Scene) -> tuple[str, int]:
-    return await until(lambda: next(iter(_faults.read_markers(current.workdir)), None), timeout=60, what="a model call")
+    marker: tuple[str, int] = await until(
+        lambda: next(iter(_faults.read_markers(current.workdir)), None), timeout=60, what="a model call"
+    )
+    return marker
 
 
 # ------------------------------------------------------------------------------------------------ the scenarios

@@ -241,8 +241,8 @@ class StepServer:
         base, _, _ = name.partition("+")
         system, _, durability = base.partition("-") if base.startswith("langgraph") else (base, "", "sync")
         python = Path(sys.executable) if system in IN_CANDOR_VENV else _store.peers_python()
-        options = ("--threads", str(load.runs + 8), "--connections", str(load.connections))
-        options += ("--durability", durability or "sync")
+        options: tuple[str, ...] = ("--threads", str(load.runs + 8), "--connections", str(load.connections))
+        options = (*options, "--durability", durability or "sync")
         self.peer = PeerSystem(name, database, python, system, [load.warm_up(), load.workload()], logs, options)
         self.failed = 0
 

@@ -159,6 +159,7 @@ class CandorSide:
         outcome = stream.outcome
         assert outcome is not None and outcome.status == "completed", outcome
         assert outcome.output == f"finished {self.steps} steps", outcome.output
+        assert outcome.state is not None
         state = outcome.state
         encoded = encode_history_reusing(state._history_ref(), base_messages, base_encoded)
         await commit_checkpoint(
@@ -269,9 +270,9 @@ async def measure(
                         times[name].append((await sides[name].run())[1])
             for name, values in times.items():
                 row: dict[str, Any] = {"variant": name, "steps": steps, "run_seconds": values}
-                side = sides.get(name)
-                if isinstance(side, CandorSide):
-                    row.update(await side.storage())
+                candor_side = sides.get(name)
+                if isinstance(candor_side, CandorSide):
+                    row.update(await candor_side.storage())
                 rows.append(row)
             await close_floors()
             print(f"candor/bare {steps} steps done", file=sys.stderr, flush=True)

@@ -99,7 +99,8 @@ async def start_receiver(port: int) -> subprocess.Popen[str]:
 async def stop_receiver(receiver: subprocess.Popen[str]) -> dict[str, int]:
     receiver.send_signal(signal.SIGTERM)
     out, _ = await asyncio.to_thread(receiver.communicate, timeout=30)
-    return json.loads(out.strip().splitlines()[-1])
+    counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+    return counts
 
 
 def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -138,7 +139,7 @@ async def measure(
         summary["skipped"]["outbox_throughput"] = reason
         return summary
     summary["postgres_version"] = await _store.postgres_version(postgres_url)
-    sections = {
+    sections: dict[str, dict[str, Any]] = {
         "control": {"webhook_allow_insecure": True, "scan_seconds": scan_seconds},
         "security": {"keys": [Fernet.generate_key().decode("ascii")]},
         "outbox": {"by_kind": {"webhook": policy}},

@@ -309,7 +309,9 @@ async def measure(
             task = progress.add_task("resume requests", total=requests * len(levels) * len(systems))
             with clients_heap_frozen():
                 for clients in levels:
-                    totals = {name: {"latencies": [], "wall": 0.0, "cpu": 0.0, "busy": 0.0} for name in systems}
+                    totals: dict[str, dict[str, Any]] = {
+                        name: {"latencies": [], "wall": 0.0, "cpu": 0.0, "busy": 0.0} for name in systems
+                    }
                     profiler = None
                     if profile is not None and clients == max(levels):
                         profiler = start_profiler(controls["candor"].pid, profile, clients)

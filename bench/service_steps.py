@@ -593,7 +593,8 @@ def _find(summary: dict[str, Any], system: str, workload: str) -> dict[str, Any]
 
 
 def _round_ratio(a: dict[str, Any], b: dict[str, Any]) -> float:
-    return statistics.median(x / y for x, y in zip(a["steps_per_s_by_round"], b["steps_per_s_by_round"], strict=False))
+    ratios = zip(a["steps_per_s_by_round"], b["steps_per_s_by_round"], strict=False)
+    return float(statistics.median(x / y for x, y in ratios))
 
 
 def verdicts(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -703,7 +704,7 @@ async def measure(args: argparse.Namespace, console_lines: list[str]) -> dict[st
                     python = Path(sys.executable) if in_candor_venv else peers
                     shapes = [warm_up_workload(args), *workloads]
                     system = PeerSystem(name, database, python, name.partition("+")[0], shapes, tmp)
-                    stack.push_async_callback(system.close)  # type: ignore[attr-defined]
+                    stack.push_async_callback(system.close)
             except Exception as exc:  # noqa: BLE001 - a system that cannot start is reported, the rest still run
                 skipped[name] = f"could not start: {type(exc).__name__}: {str(exc)[:300]}"
                 continue

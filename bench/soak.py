@@ -1,5 +1,5 @@
 """Soak: many runs over PostgreSQL while worker processes are SIGKILLed and restarted, one is drained, and (second
-phase) the PostgreSQL server itself restarts (issue 15, item 2).
+phase) the PostgreSQL server itself restarts.
 
 Phase "kills": one `candor serve --role control` and `--workers` (3) `candor serve --role worker` processes on a
 scratch database; `--runs` runs are submitted (at most `--in-flight` unsealed at a time). As soon as a run is
@@ -19,7 +19,7 @@ checkpoint of the run's next attempt: p50/p99), and the workers' RSS sampled eve
 bounded by `--max-seconds` per phase: submission stops there and the runs already submitted are waited for (at
 most `--settle-seconds`).
 
-Then the fault phases of issue 34 (`bench/_fault_scenarios.py`, shared with tests/e2e/service/test_faults.py), each
+Then the fault phases (`bench/_fault_scenarios.py`, shared with tests/e2e/service/test_faults.py), each
 with `--fault-runs` runs: a PostgreSQL restart, connection exhaustion on a server with a low `max_connections`, a
 black-holed network between a worker and the database, a full SQLite filesystem (root only), and a worker SIGSTOPped
 past its lease (in a model call, and in a long tool). Reported per fault: charged attempts, unknown outcomes (and
@@ -78,7 +78,7 @@ QUICK_ARGS = [
 ]
 """Arguments for a smoke run (`python -m bench.run_all --quick`, tests/e2e/bench/test_bench_smoke.py). The fault
 phases are left out: tests/e2e/service/test_faults.py runs each of them."""
-SETTINGS = {
+SETTINGS: dict[str, dict[str, Any]] = {
     "worker": {"lease_seconds": 8.0, "authority_seconds": 1.0, "scan_seconds": 0.2, "slots": 8, "drain_seconds": 5.0},
     "database": {"timeout": 2.5},
     "server": {"shutdown_timeout": 10.0},
@@ -183,7 +183,7 @@ async def phase(
 
         async def submit_all() -> None:
             while len(submitted) < runs and time.monotonic() - start < max_seconds:
-                sealed = await _retrying(lambda: db.count_runs(*_service.SEALED))
+                sealed = await _fault_scenarios.retrying(lambda: db.count_runs(*_service.SEALED))
                 while len(submitted) < runs and len(submitted) - sealed < in_flight:
                     index = len(submitted)
                     tag = f"{name.replace(' ', '-')}-{index}"  # an Idempotency-Key and a ledger word: no spaces
@@ -218,7 +218,9 @@ async def phase(
                 # before `kill_every` passes, and test no failover), at the latest after `kill_every`; later ones
                 # every `kill_every`.
                 waited = time.monotonic() - last >= kill_every if kill_every is not None else False
-                if kill_every is not None and (waited or (not kills and await _retrying(lambda: _running(db)) > 0)):
+                if kill_every is not None and (
+                    waited or (not kills and await _fault_scenarios.retrying(lambda: _running(db)) > 0)
+                ):
                     victim = rng.randrange(len(pool))
                     kills.append(time.time())
                     pool[victim].signal(signal.SIGKILL)
@@ -244,7 +246,7 @@ async def phase(
             # A short phase may seal its runs before its planned disturbances: it waits for them (they hit runs
             # still in flight when there are any), so every phase reports what it was asked to do.
             while time.monotonic() < deadline and (
-                not planned.is_set() or await _retrying(lambda: _unsealed(db, submitted))
+                not planned.is_set() or await _fault_scenarios.retrying(lambda: _unsealed(db, submitted)) > 0
             ):
                 await asyncio.sleep(0.25)
         finally:
@@ -252,7 +254,7 @@ async def phase(
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
         out["seconds"] = round(time.monotonic() - start, 1)
-        out.update(await _retrying(lambda: _figures(db, submitted, kills, wall0)))
+        out.update(await _fault_scenarios.retrying(lambda: _figures(db, submitted, kills, wall0)))
         lines = [line for f in ledger.glob("*.txt") for line in f.read_text().splitlines()]
         duplicates = duplicate_effects(lines)
         out["duplicate_effects"] = len(duplicates)
@@ -264,32 +266,15 @@ async def phase(
     return out
 
 
-async def _retrying(call: Any, *, seconds: float = 60.0) -> Any:
-    """`await call()`, again while the database is unavailable (the restart phase drops every connection; the
-    bench's own client reconnects like the workers do). Submissions are keyed, so a retry never creates twice."""
-    from sqlalchemy.exc import DBAPIError
-
-    from candor.service.errors import StoreUnavailable
-
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            return await call()
-        except (StoreUnavailable, DBAPIError, OSError):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.25)
-
-
 async def _submit(db: _service.ServiceDatabase, options: dict[str, Any], key: str) -> str:
     from candor.service import commands
 
-    async def once() -> Any:
+    async def once() -> commands.Accepted:
         return await commands.create_thread(
             db.service, db.principal, agent="soak", input=_service.PROMPT, options=options, key=key
         )
 
-    accepted = await _retrying(once)
+    accepted = await _fault_scenarios.retrying(once)  # keyed: a retry never creates a second thread
     assert accepted.run is not None
     return accepted.run.id
 
@@ -497,7 +482,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def fault_phases(postgres_url: str, runs: int, skipped: dict[str, str]) -> list[dict[str, Any]]:
-    """Each fault scenario of `_fault_scenarios` with `runs` runs (issue 34 item 6); none when `runs` is 0."""
+    """Each fault scenario of `_fault_scenarios` with `runs` runs; none when `runs` is 0."""
     if runs < 1:
         return []
     reports = []

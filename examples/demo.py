@@ -487,7 +487,7 @@ async def act3(out_dir: Path, console: Console) -> Act3Facts:
     requests = _requests_adapter.validate_json(pending_file.read_bytes())
 
     items = [*requests.approvals, *requests.calls]
-    pending = [(c.tool_call_id, requests.kind(c.tool_call_id), c.tool_name) for c in items]
+    pending: list[tuple[str, str, str]] = [(c.tool_call_id, requests.kind(c.tool_call_id), c.tool_name) for c in items]
     table = Table(
         title=f"run {suspended.run_id[:12]}… ended {suspended.status!r} "
         f"(suspend_reason={suspended.suspend_reason!r}); pending items:",
@@ -622,7 +622,7 @@ async def act3(out_dir: Path, console: Console) -> Act3Facts:
             title="resumed and finished",
         )
     )
-    outcomes = {
+    outcomes: dict[str, str] = {
         p.tool_call_id: p.outcome
         for m in final.new_messages()
         if isinstance(m, ModelRequest)

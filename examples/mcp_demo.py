@@ -131,7 +131,15 @@ class Act6Facts:
         return part
 
     def basis(self, tool: str) -> dict[str, Any]:
-        return self.recovered.state.capabilities["candor.recovery"].data["calls"][f"c_{tool}"]  # type: ignore[index, call-overload, no-any-return]
+        state = self.recovered.state
+        assert state is not None  # a finished run carries its state
+        data = state.capabilities["candor.recovery"].data
+        assert isinstance(data, dict)
+        calls = data["calls"]
+        assert isinstance(calls, dict)
+        basis = calls[f"c_{tool}"]
+        assert isinstance(basis, dict)
+        return basis
 
 
 async def act6(out_dir: Path, console: Console) -> Act6Facts | None:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
@@ -65,7 +65,8 @@ class PaymentAPI:
     def _load(self) -> dict[str, Any]:
         if not self.path.exists():
             return {"charges": {}, "requests": 0}
-        return json.loads(self.path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
+        return data
 
     def _save(self, data: dict[str, Any]) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -83,12 +84,14 @@ class PaymentAPI:
             charge_id = f"ch_{len(charges) + 1:04d}"
             charges[idempotency_key] = {"charge_id": charge_id, "order_id": order_id, "amount": amount}
         self._save(data)
-        return charges[idempotency_key]
+        charge: dict[str, Any] = charges[idempotency_key]
+        return charge
 
     def find(self, idempotency_key: str) -> dict[str, Any] | None:
         if self.down:
             raise ConnectionError("payment API unavailable")
-        return self._load()["charges"].get(idempotency_key)
+        found: dict[str, Any] | None = self._load()["charges"].get(idempotency_key)
+        return found
 
     @property
     def charges(self) -> list[dict[str, Any]]:
@@ -132,7 +135,8 @@ def _reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     if ret.outcome == "interrupted":
         text = "I could not confirm the charge of $40 on order A1; I will check with billing before retrying."
     else:
-        text = f"Charged $40 on order A1 ({ret.content['charge_id']})."
+        charge = cast("dict[str, Any]", ret.content)  # the tool returned the payment API's charge record
+        text = f"Charged $40 on order A1 ({charge['charge_id']})."
     return ModelResponse(parts=[TextPart(text)])
 
 
