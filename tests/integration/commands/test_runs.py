@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from candor.service import commands
-from candor.service.commands.acceptance import still_there
 from candor.service.errors import Conflict, Disabled, PreconditionFailed, ServiceError
 from candor.service.protocol.outcomes import CANCELLED_MESSAGE
+from candor.service.protocol.requests import still_there
 from candor.service.store.db.engine import write_transaction
 from candor.service.store.schema.tables import run_attempts, runs
 from candor.service.store.workspaces import auth as auth

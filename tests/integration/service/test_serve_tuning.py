@@ -149,8 +149,8 @@ async def test_serve_freezes_its_startup_objects_before_serving_http(tmp_path: A
         await process.serve(
             ServiceSettings(database={"url": f"sqlite:///{tmp_path / 'c.db'}"}),
             "control",
-            listener=bind_listener("127.0.0.1:0"),
-        )  # not the default port, which may be taken
+            listener=bind_listener("127.0.0.1:0"),  # not the default port, which may be taken
+        )
     finally:
         gc.unfreeze()
     assert seen and seen[0] > 0
@@ -191,6 +191,6 @@ async def test_serve_builds_the_message_schemas_before_freezing(tmp_path: Any, m
     await process.serve(
         ServiceSettings(database={"url": f"sqlite:///{tmp_path / 'c.db'}"}),
         "control",
-        listener=bind_listener("127.0.0.1:0"),
-    )  # not the default port, which may be taken
+        listener=bind_listener("127.0.0.1:0"),  # not the default port, which may be taken
+    )
     assert calls == ["build", "freeze", "http"]

@@ -53,9 +53,8 @@ def test_retry_only_transient_faults_and_only_inside_the_window() -> None:
     fenced write (local deadline less `database.timeout`); a permanent one or none at all is not retried."""
     assert next_store_retry(BLIP, tries=1, now=100.0, last_start=110.0, random_fraction=0.0) == pytest.approx(0.05)
     assert next_store_retry(BLIP, tries=7, now=100.0, last_start=102.5, random_fraction=0.0) == pytest.approx(2.0)
-    assert (
-        next_store_retry(BLIP, tries=7, now=100.0, last_start=102.0, random_fraction=0.0) is None
-    )  # would start at it
+    # would start at it:
+    assert next_store_retry(BLIP, tries=7, now=100.0, last_start=102.0, random_fraction=0.0) is None
     assert next_store_retry(BLIP, tries=1, now=100.0, last_start=99.0, random_fraction=0.0) is None  # already past
     assert next_store_retry(WRONG_PASSWORD, tries=1, now=0.0, last_start=100.0, random_fraction=0.0) is None
     assert next_store_retry(None, tries=1, now=0.0, last_start=100.0, random_fraction=0.0) is None

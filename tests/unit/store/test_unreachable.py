@@ -7,8 +7,8 @@ import errno
 import pytest
 
 from candor.service.errors import StoreUnavailable
-from candor.service.protocol.db_faults import describe_database_error
-from candor.service.store.db.unreachable import database_location, unreachable_message, unreachable_reason
+from candor.service.protocol.db_faults import describe_database_error, plain_cause
+from candor.service.store.db.unreachable import database_location, unreachable_message
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def _chained(outer: BaseException, cause: BaseException) -> BaseException:
 )
 def test_unreachable_reason_is_the_deepest_cause_said_plainly(error: BaseException, reason: str) -> None:
     """§10.3: "connection refused" apart from "timed out", never only the wrapper's class name."""
-    assert unreachable_reason(error) == reason
+    assert plain_cause(error) == reason
 
 
 def test_unreachable_message() -> None:
@@ -74,5 +74,5 @@ def test_unreachable_reason_reads_the_chain_the_logs_read() -> None:
         orig = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
 
     error = Wrapped("(asyncpg) connection failed")
-    assert unreachable_reason(error) == "connection refused"
+    assert plain_cause(error) == "connection refused"
     assert describe_database_error(error) == "connection refused (ConnectionRefusedError)"

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import Service
-from ..errors import NotFound, ServiceError
+from ..errors import NotFound
 from ..protocol.authority import Principal
-from ..protocol.requests import require
+from ..protocol.requests import require, still_there
 from ..store import outbox as outbox_backlog
 from ..store import outbox as store
 from ..store.db import read_transaction, write_transaction
@@ -66,8 +66,6 @@ async def redeliver(service: Service, principal: Principal, subscription_id: str
         if await store.get_delivery(conn, **scope) is None:
             raise NotFound("delivery", delivery_id)
         await outbox_backlog.redeliver(conn, delivery_id, workspace_id=principal.workspace_id)
-        row = await store.get_delivery(conn, **scope)
-        if row is None:  # found above in this transaction and never deleted: a store defect, not the caller's
-            raise ServiceError("the delivery this request read was gone when read again; nothing was changed")
+        row = still_there(await store.get_delivery(conn, **scope), "delivery")
     audit("Outbox redelivered", principal, delivery_id=delivery_id, subscription_id=subscription_id)
     return row

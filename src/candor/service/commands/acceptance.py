@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from ..core import Service
-from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, RaceLost, ServiceError
+from ..errors import Conflict, Disabled, Forbidden, InvalidArgument, RaceLost
 from ..protocol.authority import Principal
 from ..protocol.client_tools import CLIENT_TOOLS_FIELD, ClientToolsProblem, colliding_names, validate_client_tools
 from ..protocol.idempotency import replay_or_conflict
 from ..protocol.inbox import is_steer_compatible
 from ..protocol.new_run import NewRun
-from ..protocol.requests import Delivery
+from ..protocol.requests import Delivery, still_there
 from ..store import reads as views
 from ..store import threads
 from ..store.reads import EntryRow, RunRow, ThreadRow
@@ -41,21 +41,10 @@ __all__ = (
     "input_run",
     "woken",
     "with_optional",
-    "still_there",
 )
 
 _RACE_ANSWERS = 3
 T = TypeVar("T")
-_Row = TypeVar("_Row")
-
-
-def still_there(row: _Row | None, what: str) -> _Row:
-    """A row this request already found, read again (or joined) in the same transaction: runs, threads and entries
-    are never deleted, so None is a store defect, reported as `internal` (the transaction changes nothing) rather
-    than an `assert` that `python -O` would skip."""
-    if row is None:
-        raise ServiceError(f"the {what} this request read was gone when read again; nothing was changed")
-    return row
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -18,7 +18,7 @@ from ..core import Service
 from ..errors import Conflict, InvalidArgument, NotFound, NotSubmitter, PreconditionFailed
 from ..protocol.authority import Principal
 from ..protocol.inbox import entry_change_refusal, order_mismatch, reordered_positions
-from ..protocol.requests import checked_entry_edit, checked_entry_order, require
+from ..protocol.requests import checked_entry_edit, checked_entry_order, require, still_there
 from ..store import reads as views
 from ..store import threads
 from ..store import threads as inbox
@@ -26,7 +26,7 @@ from ..store import workspaces as auth
 from ..store.db import write_transaction
 from ..store.reads import EntryRow, ThreadRow
 from ..store.threads import EntryEdit
-from .acceptance import check_steer, checked_agent, checked_client_tool_names, may_write, still_there
+from .acceptance import check_steer, checked_agent, checked_client_tool_names, may_write
 from .threads import check_entry_fits, check_inbox_room, thread_etag
 
 __all__ = ("EntryChanged", "InboxReordered", "edit_entry", "withdraw_entry", "reorder_inbox")

@@ -9,7 +9,14 @@ from ..core import Service
 from ..errors import Conflict, Forbidden, InvalidArgument, NotFound
 from ..protocol.authority import Principal, key_allows
 from ..protocol.idempotency import replay_or_conflict, request_digest, resume_digest
-from ..protocol.requests import checked_input, checked_key, checked_options, checked_resume_body, require
+from ..protocol.requests import (
+    checked_input,
+    checked_key,
+    checked_options,
+    checked_resume_body,
+    require,
+    still_there,
+)
 from ..protocol.resume import ResumeAnswers, resume_refusal, successor_of
 from ..store import reads as views
 from ..store import threads
@@ -27,7 +34,6 @@ from .acceptance import (
     may_write,
     new_message,
     replay,
-    still_there,
     with_optional,
     woken,
 )

@@ -18,6 +18,7 @@ from ..protocol.requests import (
     checked_key,
     checked_options,
     require,
+    still_there,
 )
 from ..store import reads as views
 from ..store import threads
@@ -37,7 +38,6 @@ from .acceptance import (
     may_write,
     new_message,
     replay,
-    still_there,
     with_optional,
     woken,
 )

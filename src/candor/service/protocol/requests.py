@@ -8,12 +8,12 @@ commands (`commands/acceptance.py`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Literal, TypedDict
+from typing import Final, Literal, TypedDict, TypeVar
 
 from pydantic import ValidationError
 from pydantic_ai import ModelMessage, ModelMessagesTypeAdapter
 
-from ..errors import Forbidden, InvalidArgument
+from ..errors import Forbidden, InvalidArgument, ServiceError
 from .authority import Permission, Principal
 from .client_tools import ClientToolsProblem, validate_client_tools
 from .idempotency import KeyProblem, canonical_json, validate_idempotency_key
@@ -41,6 +41,7 @@ __all__ = (
     "checked_entry_edit",
     "EntryEditFields",
     "checked_entry_order",
+    "still_there",
 )
 
 OPTIONS_LIMIT: Final = 64 * 1024
@@ -225,3 +226,15 @@ def checked_entry_order(entry_ids: object) -> list[str]:
     if not isinstance(entry_ids, list) or not all(isinstance(entry_id, str) for entry_id in entry_ids):
         raise InvalidArgument(fields=[("entry_ids", "invalid")])
     return list(entry_ids)
+
+
+_Row = TypeVar("_Row")
+
+
+def still_there(row: _Row | None, what: str) -> _Row:
+    """A row this request already found, read again (or joined) in the same transaction: runs, threads, inbox
+    entries and outbox deliveries are never deleted, so None is a store defect, reported as `internal` (the
+    transaction changes nothing) rather than an `assert` that `python -O` would skip."""
+    if row is None:
+        raise ServiceError(f"the {what} this request read was gone when read again; nothing was changed")
+    return row

@@ -95,9 +95,8 @@ async def recover_attempt(
             fenced = await lock_for_expiry(conn, run_id=run_id, attempt_id=attempt_id)
         if fenced is None:
             return None
-        fenced = await materialize_current_checkpoint(
-            conn, fenced
-        )  # before the requeue: the next attempt starts from it
+        # before the requeue: the next attempt starts from it
+        fenced = await materialize_current_checkpoint(conn, fenced)
         run = fenced.run
         if usage:
             await conn.execute(

@@ -471,9 +471,8 @@ async def seal_locked(
 ) -> None:
     """§7.10 inside a fenced transaction: attempt, run, thread pointers, entries (S-71)."""
     run_id, thread_id, now = fenced.run.id, fenced.run.thread_id, fenced.now
-    fenced = await materialize_current_checkpoint(
-        conn, fenced
-    )  # S-48: a failed or cancelled seal keeps the last commit
+    # S-48: a failed or cancelled seal keeps the last commit
+    fenced = await materialize_current_checkpoint(conn, fenced)
     if attempt_failure is None and request.status in ("failed", "cancelled"):
         attempt_failure = request.failure
     end = end or request.attempt

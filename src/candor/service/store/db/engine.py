@@ -136,7 +136,7 @@ def create_engine(
         kwargs["connect_args"] = postgres_connect_args(
             kwargs["connect_args"],
             timeout=timeout,
-            connect_timeout=timeout if connect_timeout is None else connect_timeout,
+            connect_timeout=connect_timeout,
             name=application_name,
         )
     # Statement parameters hold message text and secret hashes: driver errors and logs show the SQL only.

@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 from ...protocol.db_faults import plain_cause
 from .dialect import is_postgresql_url
 
-__all__ = ("database_location", "unreachable_message", "unreachable_reason")
+__all__ = ("database_location", "unreachable_message")
 
 _POSTGRESQL_PORT = 5432
 
@@ -28,12 +28,7 @@ def database_location(url: str) -> str:
     return f"{where}/{parsed.database}" if parsed.database else where
 
 
-def unreachable_reason(error: BaseException) -> str:
-    """The deepest cause in `error`'s chain said plainly: the OS's words for a socket error ("connection
-    refused"), "timed out" for a timeout, else the cause's own message or type."""
-    return plain_cause(error)  # one wording of database errors: protocol/db_faults.py
-
-
 def unreachable_message(url: str, error: BaseException) -> str:
-    """`database unreachable at 127.0.0.1:5432/candor (connection refused)`."""
-    return f"database unreachable at {database_location(url)} ({unreachable_reason(error)})"
+    """`database unreachable at 127.0.0.1:5432/candor (connection refused)`: the cause in the words of
+    `protocol/db_faults.plain_cause`, the same chain the log lines read."""
+    return f"database unreachable at {database_location(url)} ({plain_cause(error)})"
